@@ -1,0 +1,212 @@
+// Package pgcluster starts a throwaway PostgreSQL cluster from the local
+// PostgreSQL binaries (initdb, pg_ctl), for the test database helper and for
+// `saldo dev`. initdb and postgres refuse to run as root, so when the process
+// runs as root the cluster is created and run as the `postgres` user.
+package pgcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrNoBinaries means no PostgreSQL server binaries were found.
+var ErrNoBinaries = errors.New("pgcluster: no PostgreSQL server binaries (initdb, pg_ctl) found; install PostgreSQL (e.g. apt-get install postgresql) or set PG_BIN")
+
+// Cluster is a running PostgreSQL started by Start.
+type Cluster struct {
+	Dir  string // data directory parent (data in Dir/data, socket in Dir)
+	Port int
+	bin  string
+	cred *syscall.Credential
+}
+
+// URL is a connection URL for database db as the superuser "postgres".
+func (c *Cluster) URL(db string) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", c.Port, db)
+}
+
+// FindBinaries returns the directory holding initdb and pg_ctl: $PG_BIN, the
+// newest /usr/lib/postgresql/*/bin, or the directory of initdb on PATH.
+func FindBinaries() (string, error) {
+	ok := func(dir string) bool {
+		for _, b := range []string{"initdb", "pg_ctl", "postgres"} {
+			if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
+				return false
+			}
+		}
+		return true
+	}
+	if d := os.Getenv("PG_BIN"); d != "" && ok(d) {
+		return d, nil
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool { return versionOf(dirs[i]) > versionOf(dirs[j]) })
+	for _, d := range dirs {
+		if ok(d) {
+			return d, nil
+		}
+	}
+	if p, err := exec.LookPath("initdb"); err == nil && ok(filepath.Dir(p)) {
+		return filepath.Dir(p), nil
+	}
+	return "", ErrNoBinaries
+}
+
+func versionOf(binDir string) int {
+	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
+	return v
+}
+
+// Options for Start.
+type Options struct {
+	// Dir is the cluster directory. Empty: a new temporary directory.
+	Dir string
+	// Port to listen on (127.0.0.1). Zero: a free port.
+	Port int
+	// Reuse: when Dir already holds a running cluster started by Start,
+	// return it instead of failing.
+	Reuse bool
+}
+
+// Start initialises (if needed) and starts a cluster. The caller stops it
+// with Stop, or leaves it running for reuse (the test helper does).
+func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	bin, err := FindBinaries()
+	if err != nil {
+		return nil, err
+	}
+	cred, err := credential()
+	if err != nil {
+		return nil, err
+	}
+	dir := opts.Dir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "saldo-pg-"); err != nil {
+			return nil, err
+		}
+	} else if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	c := &Cluster{Dir: dir, bin: bin, cred: cred}
+	if cred != nil {
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			return nil, err
+		}
+		// The postgres user must be able to reach dir through its parents.
+		_ = os.Chmod(dir, 0o700)
+	}
+	portFile := filepath.Join(dir, "port")
+	if opts.Reuse {
+		if b, err := os.ReadFile(portFile); err == nil {
+			if p, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				c.Port = p
+				if c.ping(ctx) == nil {
+					return c, nil
+				}
+			}
+		}
+	}
+	data := filepath.Join(dir, "data")
+	if _, err := os.Stat(filepath.Join(data, "PG_VERSION")); err != nil {
+		if out, err := c.run(ctx, "initdb", "-D", data, "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8", "--locale=C"); err != nil {
+			return nil, fmt.Errorf("pgcluster: initdb: %w: %s", err, out)
+		}
+	}
+	c.Port = opts.Port
+	if c.Port == 0 {
+		if c.Port, err = freePort(); err != nil {
+			return nil, err
+		}
+	}
+	_ = os.Remove(filepath.Join(data, "postmaster.pid")) // stale pid from a killed run; pg_ctl refuses to start otherwise
+	pgOpts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300", c.Port, dir)
+	if out, err := c.run(ctx, "pg_ctl", "-D", data, "-o", pgOpts, "-l", filepath.Join(dir, "postgres.log"), "-w", "-t", "60", "start"); err != nil {
+		return nil, fmt.Errorf("pgcluster: pg_ctl start: %w: %s", err, out)
+	}
+	if err := os.WriteFile(portFile, []byte(strconv.Itoa(c.Port)), 0o644); err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if err = c.ping(ctx); err == nil {
+			return c, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("pgcluster: server did not accept connections: %w", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Stop stops the server (fast shutdown).
+func (c *Cluster) Stop() error {
+	out, err := c.run(context.Background(), "pg_ctl", "-D", filepath.Join(c.Dir, "data"), "-m", "fast", "-w", "stop")
+	if err != nil {
+		return fmt.Errorf("pgcluster: pg_ctl stop: %w: %s", err, out)
+	}
+	return nil
+}
+
+// Remove stops the server and deletes its directory.
+func (c *Cluster) Remove() error {
+	err := c.Stop()
+	return errors.Join(err, os.RemoveAll(c.Dir))
+}
+
+func (c *Cluster) ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, c.URL("postgres"))
+	if err != nil {
+		return err
+	}
+	return conn.Close(ctx)
+}
+
+func (c *Cluster) run(ctx context.Context, name string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(c.bin, name), args...)
+	cmd.Dir = c.Dir
+	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	if c.cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
+		cmd.Env = append(cmd.Env, "HOME="+c.Dir, "USER=postgres")
+	}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// credential returns the postgres user's credential when running as root.
+func credential() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("pgcluster: running as root needs a 'postgres' user to run initdb/postgres as: %w", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

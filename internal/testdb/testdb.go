@@ -1,0 +1,217 @@
+// Package testdb gives every test its own fully migrated PostgreSQL database.
+//
+// The server is found once per test process, in this order:
+//
+//  1. TEST_DATABASE_URL, if set (a superuser or a role that can CREATE DATABASE);
+//  2. PostgreSQL on 127.0.0.1:5432 as user postgres (trust auth);
+//  3. a throwaway cluster started from the local PostgreSQL binaries (as the
+//     postgres user when running as root), kept in $TMPDIR/saldo-testpg-<uid>
+//     and reused by later test processes;
+//  4. testcontainers-go's postgres module, when a Docker engine answers.
+//
+// If none works the test fails with a message saying what to install: a
+// database test is never skipped silently.
+//
+// The first test migrates a template database (named after migrations.Hash,
+// so a changed migration builds a new one); each test then gets a clone of it
+// (CREATE DATABASE ... TEMPLATE), which takes milliseconds, so tests run in
+// parallel. pgtestdb does the template bookkeeping, safely across processes.
+package testdb
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx" for pgtestdb
+	"github.com/peterldowns/pgtestdb"
+	"github.com/testcontainers/testcontainers-go"
+	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
+
+	"github.com/saldo/saldo/internal/pgcluster"
+	"github.com/saldo/saldo/migrations"
+)
+
+var (
+	serverOnce sync.Once
+	serverURL  string
+	serverErr  error
+)
+
+// ServerURL returns the admin URL of the PostgreSQL server tests use, finding
+// or starting one on first call.
+func ServerURL() (string, error) {
+	serverOnce.Do(func() { serverURL, serverErr = findServer(context.Background()) })
+	return serverURL, serverErr
+}
+
+func findServer(ctx context.Context) (string, error) {
+	var tried []string
+	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
+		if err := ping(ctx, u); err != nil {
+			return "", fmt.Errorf("testdb: TEST_DATABASE_URL is set but unusable: %w", err)
+		}
+		return u, nil
+	}
+	const local = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	if err := ping(ctx, local); err == nil {
+		return local, nil
+	} else {
+		tried = append(tried, "127.0.0.1:5432: "+err.Error())
+	}
+	if u, err := localCluster(ctx); err == nil {
+		return u, nil
+	} else {
+		tried = append(tried, "local binaries: "+err.Error())
+	}
+	if u, err := container(ctx); err == nil {
+		return u, nil
+	} else {
+		tried = append(tried, "testcontainers: "+err.Error())
+	}
+	msg := "testdb: no PostgreSQL available for tests. Set TEST_DATABASE_URL, run PostgreSQL on 127.0.0.1:5432 " +
+		"(user postgres, trust auth), install the PostgreSQL server binaries (apt-get install postgresql), or start Docker. Tried:"
+	for _, t := range tried {
+		msg += "\n  - " + t
+	}
+	return "", errors.New(msg)
+}
+
+func ping(ctx context.Context, u string) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	return conn.Ping(ctx)
+}
+
+// localCluster starts (or reuses) a cluster shared by every test process of
+// this user, serialised by a file lock.
+func localCluster(ctx context.Context) (string, error) {
+	if _, err := pgcluster.FindBinaries(); err != nil {
+		return "", err
+	}
+	dir := filepath.Join(os.TempDir(), "saldo-testpg-"+strconv.Itoa(os.Getuid()))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	lock, err := os.OpenFile(dir+".lock", os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return "", err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", err
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) //nolint:errcheck
+	c, err := pgcluster.Start(ctx, pgcluster.Options{Dir: dir, Reuse: true})
+	if err != nil {
+		return "", err
+	}
+	return c.URL("postgres"), nil
+}
+
+func container(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	p, err := testcontainers.NewDockerProvider()
+	if err != nil {
+		return "", err
+	}
+	if err := p.Health(ctx); err != nil {
+		return "", fmt.Errorf("no Docker engine: %w", err)
+	}
+	c, err := tcpostgres.Run(ctx, "postgres:15-alpine",
+		tcpostgres.WithDatabase("postgres"),
+		tcpostgres.WithUsername("postgres"),
+		tcpostgres.WithPassword("postgres"),
+		tcpostgres.BasicWaitStrategies(),
+	)
+	if err != nil {
+		return "", err
+	}
+	return c.ConnectionString(ctx, "sslmode=disable")
+}
+
+// migrator builds the template with migrations.Up.
+type migrator struct{}
+
+func (migrator) Hash() (string, error) { return migrations.Hash(), nil }
+
+func (migrator) Migrate(ctx context.Context, _ *sql.DB, conf pgtestdb.Config) error {
+	_, err := migrations.Up(ctx, conf.URL(), nil)
+	return err
+}
+
+func config(t testing.TB) pgtestdb.Config {
+	t.Helper()
+	u, err := ServerURL()
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	pc, err := pgx.ParseConfig(u)
+	if err != nil {
+		t.Fatalf("testdb: parse server URL: %v", err)
+	}
+	opts := url.Values{}
+	opts.Set("sslmode", "disable")
+	return pgtestdb.Config{
+		DriverName:                "pgx",
+		Host:                      pc.Host,
+		Port:                      strconv.Itoa(int(pc.Port)),
+		User:                      pc.User,
+		Password:                  pc.Password,
+		Database:                  pc.Database,
+		Options:                   opts.Encode(),
+		ForceTerminateConnections: true,
+	}
+}
+
+// NewURL creates a fresh migrated database for t and returns its URL. It is
+// dropped when t ends (kept if t failed, so it can be inspected). The role is
+// an ordinary, non-superuser role, like the one saldo runs as in production.
+func NewURL(t testing.TB) string {
+	t.Helper()
+	return pgtestdb.Custom(t, config(t), migrator{}).URL()
+}
+
+// New creates a fresh migrated database for t and returns a pool on it,
+// closed when t ends.
+func New(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), NewURL(t))
+	if err != nil {
+		t.Fatalf("testdb: connect: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// AdminURL returns a superuser URL to the same database as pool, for tests
+// that must break things on purpose (disable triggers, tamper with rows).
+func AdminURL(t testing.TB, pool *pgxpool.Pool) string {
+	t.Helper()
+	c := config(t)
+	db := pool.Config().ConnConfig.Database
+	u := url.URL{Scheme: "postgres", Host: c.Host + ":" + c.Port, Path: "/" + db, RawQuery: c.Options}
+	if c.Password != "" {
+		u.User = url.UserPassword(c.User, c.Password)
+	} else {
+		u.User = url.User(c.User)
+	}
+	return u.String()
+}

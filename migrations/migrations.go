@@ -1,0 +1,119 @@
+// Package migrations holds saldo's SQL schema, embedded in the binary, and
+// applies it together with River's own migrations.
+//
+// Migrations are forward-only goose files named NNNNN_name.sql. Each package
+// owns a range of numbers: 00001-00009 foundation, 00010-00019 ledger,
+// 00020-00029 attempts, 00030-00039 payouts, 00040-00049 charges, 00050-00059
+// api. Up is idempotent and safe when several processes run it at once: it
+// holds a PostgreSQL session advisory lock for the whole run.
+package migrations
+
+import (
+	"context"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"sort"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+)
+
+//go:embed *.sql
+var files embed.FS
+
+// FS returns the embedded SQL files.
+func FS() fs.FS { return files }
+
+// advisoryLockKey serialises concurrent Up calls on one database. The value
+// is arbitrary but fixed ("saldo-mg" in ASCII).
+const advisoryLockKey int64 = 0x73616c646f2d6d67
+
+// Hash identifies the schema the embedded migrations produce, together with
+// River's migration set: a sha256 over every file name and content. The test
+// database helper names its template database after it.
+func Hash() string {
+	h := sha256.New()
+	names, _ := fs.Glob(files, "*.sql")
+	sort.Strings(names)
+	for _, n := range names {
+		b, _ := files.ReadFile(n)
+		fmt.Fprintf(h, "%s\x00%d\x00", n, len(b))
+		h.Write(b)
+	}
+	// River's migrations change only with its version, which go.mod pins;
+	// include the count of River migrations so an upgrade changes the hash.
+	if m, err := rivermigrate.New(riverpgxv5.New(nil), nil); err == nil {
+		fmt.Fprintf(h, "river\x00%d", len(m.AllVersions()))
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// Result says what Up applied.
+type Result struct {
+	RiverApplied []int    // River migration versions applied by this run
+	SaldoApplied []string // saldo migration files applied by this run
+}
+
+// Up applies River's migrations and then saldo's, under a session advisory
+// lock so concurrent runs queue instead of colliding. Already-applied
+// migrations are skipped, so Up is idempotent.
+func Up(ctx context.Context, databaseURL string, logger *slog.Logger) (Result, error) {
+	var res Result
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	lockConn, err := pgx.Connect(ctx, databaseURL)
+	if err != nil {
+		return res, fmt.Errorf("migrations: connect: %w", err)
+	}
+	defer lockConn.Close(context.WithoutCancel(ctx))
+	if _, err := lockConn.Exec(ctx, "SELECT pg_advisory_lock($1)", advisoryLockKey); err != nil {
+		return res, fmt.Errorf("migrations: advisory lock: %w", err)
+	}
+	defer lockConn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", advisoryLockKey) //nolint:errcheck
+
+	pool, err := pgxpool.New(ctx, databaseURL)
+	if err != nil {
+		return res, fmt.Errorf("migrations: pool: %w", err)
+	}
+	defer pool.Close()
+
+	rm, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Logger: logger})
+	if err != nil {
+		return res, fmt.Errorf("migrations: river migrator: %w", err)
+	}
+	rres, err := rm.Migrate(ctx, rivermigrate.DirectionUp, nil)
+	if err != nil {
+		return res, fmt.Errorf("migrations: river: %w", err)
+	}
+	for _, v := range rres.Versions {
+		res.RiverApplied = append(res.RiverApplied, v.Version)
+	}
+
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	gp, err := goose.NewProvider(goose.DialectPostgres, db, files,
+		goose.WithDisableGlobalRegistry(true),
+		goose.WithSlog(logger),
+	)
+	if err != nil {
+		return res, fmt.Errorf("migrations: goose: %w", err)
+	}
+	results, err := gp.Up(ctx)
+	if err != nil {
+		return res, fmt.Errorf("migrations: saldo: %w", err)
+	}
+	for _, r := range results {
+		res.SaldoApplied = append(res.SaldoApplied, r.Source.Path)
+	}
+	logger.Info("migrations applied", "river", res.RiverApplied, "saldo", res.SaldoApplied)
+	return res, nil
+}

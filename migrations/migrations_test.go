@@ -1,0 +1,84 @@
+package migrations_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"io/fs"
+	"net/url"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/saldo/saldo/internal/testdb"
+	"github.com/saldo/saldo/migrations"
+)
+
+// emptyDatabase creates an empty database (no template) and returns its URL.
+func emptyDatabase(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	admin, err := testdb.ServerURL()
+	require.NoError(t, err)
+	conn, err := pgx.Connect(ctx, admin)
+	require.NoError(t, err)
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	name := "saldo_mig_" + hex.EncodeToString(b)
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+name)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = conn.Exec(context.Background(), "DROP DATABASE "+name+" WITH (FORCE)")
+		_ = conn.Close(context.Background())
+	})
+	u, err := url.Parse(admin)
+	require.NoError(t, err)
+	u.Path = "/" + name
+	return u.String()
+}
+
+// Two processes running `saldo migrate` at once must both succeed and apply
+// every migration exactly once; a third run applies nothing.
+func TestUpConcurrentAndIdempotent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := emptyDatabase(t)
+
+	var wg sync.WaitGroup
+	results := make([]migrations.Result, 4)
+	errs := make([]error, 4)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i] = migrations.Up(ctx, dbURL, nil)
+		}()
+	}
+	wg.Wait()
+	applied := 0
+	for i := range results {
+		require.NoError(t, errs[i])
+		applied += len(results[i].SaldoApplied)
+	}
+	all, err := fsGlobCount()
+	require.NoError(t, err)
+	require.Equal(t, all, applied, "each saldo migration applied exactly once across concurrent runs")
+
+	again, err := migrations.Up(ctx, dbURL, nil)
+	require.NoError(t, err)
+	require.Empty(t, again.SaldoApplied)
+	require.Empty(t, again.RiverApplied)
+}
+
+func fsGlobCount() (int, error) {
+	names, err := fs.Glob(migrations.FS(), "*.sql")
+	return len(names), err
+}
+
+func TestHashIsStable(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, migrations.Hash(), migrations.Hash())
+	require.Len(t, migrations.Hash(), 16)
+}

@@ -1,0 +1,189 @@
+package providers
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// HTTPSettings are one provider's HTTP client settings (R3): a short connect
+// timeout so a provider that is down fails fast as "not sent", and a generous
+// read timeout, because a short one manufactures unknowns.
+type HTTPSettings struct {
+	// ConnectTimeout bounds DNS + TCP connect. Default 3s.
+	ConnectTimeout time.Duration
+	// TLSHandshakeTimeout bounds the TLS handshake. Default 5s.
+	TLSHandshakeTimeout time.Duration
+	// ReadTimeout bounds everything after the request is written: waiting for
+	// the response head and reading the body. Default 30s.
+	ReadTimeout time.Duration
+	// TLS is an optional TLS configuration (mTLS for Pix PSPs, custom roots).
+	TLS *tls.Config
+	// MaxBodyBytes caps how much of a response body is read. Default 1 MiB.
+	MaxBodyBytes int64
+}
+
+func (s HTTPSettings) withDefaults() HTTPSettings {
+	if s.ConnectTimeout <= 0 {
+		s.ConnectTimeout = 3 * time.Second
+	}
+	if s.TLSHandshakeTimeout <= 0 {
+		s.TLSHandshakeTimeout = 5 * time.Second
+	}
+	if s.ReadTimeout <= 0 {
+		s.ReadTimeout = 30 * time.Second
+	}
+	if s.MaxBodyBytes <= 0 {
+		s.MaxBodyBytes = 1 << 20
+	}
+	return s
+}
+
+// Client makes single HTTP exchanges and reports what happened on the wire.
+// It never retries. The zero value is not usable; build one with NewClient.
+type Client struct {
+	settings HTTPSettings
+	http     *http.Client
+}
+
+// NewClient builds a Client with its own Transport (so one provider's pool
+// and timeouts never affect another's).
+func NewClient(s HTTPSettings) *Client {
+	s = s.withDefaults()
+	dialer := &net.Dialer{Timeout: s.ConnectTimeout, KeepAlive: 30 * time.Second}
+	tr := &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           dialer.DialContext,
+		TLSClientConfig:       s.TLS,
+		TLSHandshakeTimeout:   s.TLSHandshakeTimeout,
+		ResponseHeaderTimeout: s.ReadTimeout,
+		MaxIdleConns:          100,
+		MaxIdleConnsPerHost:   32,
+		IdleConnTimeout:       60 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		ForceAttemptHTTP2:     s.TLS != nil,
+	}
+	return &Client{settings: s, http: &http.Client{
+		Transport: tr,
+		// No Timeout here: it would hide which phase failed (PITFALLS).
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}}
+}
+
+// Settings returns the effective settings.
+func (c *Client) Settings() HTTPSettings { return c.settings }
+
+// CloseIdle closes idle connections (tests use it to force fresh connects).
+func (c *Client) CloseIdle() { c.http.CloseIdleConnections() }
+
+// RequestIDHeaders are the response headers read as the provider's request id.
+var RequestIDHeaders = []string{"Request-Id", "X-Request-Id"}
+
+// Do performs ONE exchange: builds the request, sends it, reads the body under
+// the read deadline, and reports what happened. It never returns an error:
+// everything is in the Exchange. body may be nil.
+func (c *Client) Do(ctx context.Context, method, url string, header http.Header, body []byte) Exchange {
+	ex := Exchange{Method: method, URL: url, Started: time.Now()}
+	defer func() { ex.Ended = time.Now() }()
+
+	var mu sync.Mutex
+	trace := &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) {
+			mu.Lock()
+			ex.Connected = true
+			mu.Unlock()
+		},
+		WroteRequest: func(info httptrace.WroteRequestInfo) {
+			mu.Lock()
+			defer mu.Unlock()
+			if info.Err == nil {
+				ex.Wrote = true
+				ex.WireCalls++
+			}
+		},
+	}
+	// The read budget covers the head AND the body: a 200 whose body never
+	// arrives is unknown, not success (PITFALLS). The connect phase has its
+	// own dialer timeout, so the overall deadline is connect + read.
+	ctx, cancel := context.WithTimeout(ctx, c.settings.ConnectTimeout+c.settings.TLSHandshakeTimeout+c.settings.ReadTimeout)
+	defer cancel()
+	ctx = httptrace.WithClientTrace(ctx, trace)
+
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	if err != nil {
+		ex.Err = err
+		return ex
+	}
+	for k, vs := range header {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+		// Let net/http rebuild the body if it transparently replays on a dead
+		// keep-alive connection (counted in WireCalls).
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	}
+
+	resp, err := c.http.Do(req)
+	mu.Lock()
+	defer mu.Unlock()
+	if err != nil {
+		ex.Err = err
+		ex.Timeout = isTimeout(err)
+		return ex
+	}
+	defer resp.Body.Close()
+	ex.StatusCode = resp.StatusCode
+	ex.Header = resp.Header
+	for _, h := range RequestIDHeaders {
+		if v := resp.Header.Get(h); v != "" {
+			ex.ProviderRequestID = v
+			break
+		}
+	}
+	ex.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+	b, err := io.ReadAll(io.LimitReader(resp.Body, c.settings.MaxBodyBytes))
+	ex.Body = b
+	if err != nil {
+		ex.Err = err
+		ex.Timeout = isTimeout(err)
+	}
+	return ex
+}
+
+func isTimeout(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// parseRetryAfter reads delay-seconds or an HTTP date.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.Atoi(v); err == nil && secs >= 0 {
+		return time.Duration(secs) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}

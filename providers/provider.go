@@ -1,0 +1,321 @@
+// Package providers defines what saldo needs from a payment service provider
+// (PSP): the Provider interface every adapter implements, the capabilities an
+// adapter declares, and the neutral result types the attempts classifier
+// understands.
+//
+// The package knows nothing about attempts, the ledger or money movement. An
+// adapter's job is narrow: turn a neutral OperationInput into the exact bytes
+// it will send (once, when the attempt is opened), send those bytes in ONE
+// HTTP exchange per Submit call (no hidden retries, RULES.md R12), look an
+// operation up by our own reference (R13-R16), and verify and parse webhooks
+// (R17).
+package providers
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+)
+
+// Operation is what we ask the provider to do.
+type Operation string
+
+// The operations saldo knows.
+const (
+	OpPixTransfer Operation = "pix_transfer" // money out, to a Pix key or bank account
+	OpBankPayout  Operation = "bank_payout"  // money out, to a bank account
+	OpRefund      Operation = "refund"       // money back to the payer of a charge
+	OpCardCharge  Operation = "card_charge"  // money in, card captured at once
+	OpPixCharge   Operation = "pix_charge"   // money in, a Pix cob the payer pays later
+)
+
+// Valid reports whether o is one of the known operations.
+func (o Operation) Valid() bool {
+	switch o {
+	case OpPixTransfer, OpBankPayout, OpRefund, OpCardCharge, OpPixCharge:
+		return true
+	}
+	return false
+}
+
+// Capabilities is what a provider can and cannot do; the attempts core reads it
+// to choose between re-sending, querying and sending to review (R20, R25).
+type Capabilities struct {
+	// IdempotencyKeys: the provider honours an idempotency key, replaying the
+	// first response for it. Without it, every re-send may create a new
+	// operation (R20).
+	IdempotencyKeys bool
+	// KeyLifetime: how long the provider remembers a key. After that a re-send
+	// with the same key may create a second operation, so saldo never
+	// re-sends past it (R14). Zero means "forever" only if IdempotencyKeys.
+	KeyLifetime time.Duration
+	// LookupByReference: the provider can find an operation by our reference.
+	// Without it, unknown falls to review and reconciliation (R25).
+	LookupByReference bool
+	// ConsistencyWindow: how long a fresh operation may stay invisible to a
+	// lookup. "Not found" is proof of absence only after this window (R16).
+	ConsistencyWindow time.Duration
+	// Webhooks: the provider notifies final states by webhook.
+	Webhooks bool
+	// Statements: the provider lists a day's operations for reconciliation.
+	Statements bool
+	// Operations the provider supports.
+	Operations []Operation
+}
+
+// Supports reports whether op is among c.Operations.
+func (c Capabilities) Supports(op Operation) bool {
+	for _, o := range c.Operations {
+		if o == op {
+			return true
+		}
+	}
+	return false
+}
+
+// Destination is where outgoing money goes: a Pix key, or a bank account.
+// Exactly one of PixKey or BankAccount is set.
+type Destination struct {
+	PixKey      *PixKey      `json:"pix_key,omitempty"`
+	BankAccount *BankAccount `json:"bank_account,omitempty"`
+	// Name and TaxID of the holder, when known (shown on statements).
+	HolderName  string `json:"holder_name,omitempty"`
+	HolderTaxID string `json:"holder_tax_id,omitempty"`
+}
+
+// PixKey is a DICT key and its type: cpf, cnpj, email, phone, evp (random).
+type PixKey struct {
+	Type  string `json:"type"`
+	Value string `json:"value"`
+}
+
+// BankAccount is a Brazilian bank account: ISPB (8 digits) of the bank,
+// branch, account number and type (checking, savings, payment).
+type BankAccount struct {
+	ISPB    string `json:"ispb"`
+	Branch  string `json:"branch"`
+	Account string `json:"account"`
+	Type    string `json:"type"`
+}
+
+// OperationInput is the provider-neutral description of one operation. The
+// owning domain (payouts, charges) fills it; the adapter's EncodePayload turns
+// it into the exact bytes sent on the wire, which the attempt stores with
+// their sha256 before any I/O (R4, R5).
+type OperationInput struct {
+	Operation Operation `json:"operation"`
+	// Amount is a decimal string in major units ("10.50"), Currency an ISO
+	// 4217 code. Validation of amounts is the caller's job (package money).
+	Amount   string `json:"amount"`
+	Currency string `json:"currency"`
+	// Destination of outgoing money (pix_transfer, bank_payout).
+	Destination *Destination `json:"destination,omitempty"`
+	// ChargeProviderID and ChargeReference name the charge a refund returns.
+	ChargeProviderID string `json:"charge_provider_id,omitempty"`
+	ChargeReference  string `json:"charge_reference,omitempty"`
+	// CardToken is the tokenised card for card_charge (never a PAN).
+	CardToken string `json:"card_token,omitempty"`
+	// ExpiresIn is the lifetime of a Pix cob (pix_charge).
+	ExpiresIn time.Duration `json:"expires_in,omitempty"`
+	// PayerTaxID and PayerName for a Pix cob, when known.
+	PayerTaxID string `json:"payer_tax_id,omitempty"`
+	PayerName  string `json:"payer_name,omitempty"`
+	// Description shown to the other party.
+	Description string `json:"description,omitempty"`
+	// Metadata travels with the operation (never secrets).
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// SubmitRequest is one send of an attempt. The same attempt always sends the
+// same IdempotencyKey, Reference and Payload bytes (R5).
+type SubmitRequest struct {
+	Operation      Operation
+	IdempotencyKey string
+	// Reference is our external reference (32 lowercase hex characters), sent
+	// in the provider's reference field so the operation can be found by
+	// lookup (R13). For Pix it is the txid / idEnvio / devolucao id.
+	Reference string
+	// Payload is exactly what EncodePayload returned when the attempt opened.
+	Payload []byte
+}
+
+// State is the provider's view of an operation, as an adapter reads it.
+type State string
+
+// Provider-side states.
+const (
+	// StateSucceeded: the money moved (transfer sent, charge captured, cob
+	// created for pix_charge submit; cob paid for a pix_charge lookup).
+	StateSucceeded State = "succeeded"
+	// StateProcessing: accepted, not final yet. Still open on our side.
+	StateProcessing State = "processing"
+	// StateFailed: definitively not done (declined, insufficient funds,
+	// invalid destination, cob expired unpaid).
+	StateFailed State = "failed"
+)
+
+// Exchange is what happened on the wire during one HTTP exchange. It is filled
+// by Client.Do (httptrace) and read by the attempts classifier (R2).
+type Exchange struct {
+	// Method and URL of the request (URL without credentials).
+	Method string
+	URL    string
+	// Connected: a connection was obtained (httptrace GotConn).
+	Connected bool
+	// Wrote: the whole request was written without error (httptrace
+	// WroteRequest with Err == nil). False means the provider cannot hold a
+	// complete request, so a re-send with the same key is safe.
+	Wrote bool
+	// WireCalls counts requests actually written on the wire during this
+	// exchange (net/http may replay a request on a dead keep-alive conn).
+	WireCalls int
+	// Err is the transport error, if any (connect refused, timeout, reset,
+	// body read failure). Nil when a full response was read.
+	Err error
+	// Timeout: Err was a deadline/timeout.
+	Timeout bool
+	// StatusCode is 0 when no response head arrived.
+	StatusCode int
+	// Header of the response, when one arrived.
+	Header http.Header
+	// Body of the response, fully read under the deadline (capped).
+	Body []byte
+	// RetryAfter parsed from the response's Retry-After header, if any.
+	RetryAfter time.Duration
+	// ProviderRequestID is the provider's request id header, if any.
+	ProviderRequestID string
+	// Started and Ended bracket the exchange.
+	Started time.Time
+	Ended   time.Time
+}
+
+// Refinement is an adapter's reading of an error body that changes how the
+// attempts classifier treats an otherwise generic status code.
+type Refinement string
+
+// Refinements an adapter may report. Empty means "no opinion".
+const (
+	RefineNone Refinement = ""
+	// RefineDeclined: a 4xx that is a definitive business failure (card
+	// declined, insufficient funds, invalid destination).
+	RefineDeclined Refinement = "declined"
+	// RefineInFlight: the key is being processed by another request (409).
+	RefineInFlight Refinement = "in_flight"
+	// RefineDuplicate: the provider says this reference/key already exists
+	// (Pix 409 on a repeated PUT): query it, never make a new id.
+	RefineDuplicate Refinement = "duplicate"
+	// RefineKeyMisuse: the key was reused with a different payload: a bug on
+	// our side. Never failed automatically; goes to review with an alert.
+	RefineKeyMisuse Refinement = "key_misuse"
+	// RefineRateLimited: the provider rate limited us; nothing processed.
+	RefineRateLimited Refinement = "rate_limited"
+)
+
+// SubmitResult is the outcome of one Submit: the raw exchange plus what the
+// adapter could read from the response body.
+type SubmitResult struct {
+	Exchange Exchange
+	// ProviderID of the operation, when the response named it.
+	ProviderID string
+	// State reported by the response body, when it was readable.
+	State State
+	// Refinement of an error response (see Refinement).
+	Refinement Refinement
+	// FailureCode and FailureReason of a failed operation or error response.
+	FailureCode   string
+	FailureReason string
+	// Data is operation-specific output worth keeping (for pix_charge: the
+	// copy-and-paste payload and expiry), as JSON.
+	Data []byte
+}
+
+// LookupResult is the outcome of a lookup by reference. Found == false with a
+// nil error means the provider answered "not found", which is NOT proof of
+// absence before the consistency window has passed (R16).
+type LookupResult struct {
+	Exchange      Exchange
+	Found         bool
+	ProviderID    string
+	State         State
+	Amount        string
+	Currency      string
+	FailureCode   string
+	FailureReason string
+	Data          []byte
+}
+
+// WebhookEvent is a verified event from the provider.
+type WebhookEvent struct {
+	// ID is the provider's event id, for deduplication.
+	ID string
+	// Type is the provider's event type, for logs.
+	Type       string
+	Operation  Operation
+	Reference  string
+	ProviderID string
+	State      State
+	// FailureCode and FailureReason when State is failed.
+	FailureCode   string
+	FailureReason string
+	Amount        string
+	Currency      string
+	OccurredAt    time.Time
+	Data          []byte
+}
+
+// StatementEntry is one operation in a provider's daily statement (R19).
+type StatementEntry struct {
+	Operation  Operation
+	Reference  string
+	ProviderID string
+	State      State
+	Amount     string
+	Currency   string
+	At         time.Time
+}
+
+// Errors shared by adapters.
+var (
+	// ErrUnsupported: the provider does not support this operation or call.
+	ErrUnsupported = errors.New("providers: operation not supported by this provider")
+	// ErrInvalidInput: EncodePayload refused the input; nothing was sent.
+	ErrInvalidInput = errors.New("providers: invalid operation input")
+	// ErrBadSignature: a webhook's signature did not verify.
+	ErrBadSignature = errors.New("providers: webhook signature invalid")
+	// ErrStaleWebhook: a webhook's timestamp is outside the tolerance.
+	ErrStaleWebhook = errors.New("providers: webhook timestamp outside tolerance")
+	// ErrMalformedWebhook: a verified webhook body could not be parsed.
+	ErrMalformedWebhook = errors.New("providers: webhook body malformed")
+)
+
+// Provider is one PSP adapter.
+//
+// Submit and Lookup make exactly ONE HTTP exchange each and never retry:
+// repetition is the attempts core's decision, made by a queued job (R12).
+// Neither returns an error for provider answers or transport failures: those
+// are described by the result's Exchange and read by the classifier.
+type Provider interface {
+	// Name is the stable provider name stored on attempts ("sim", "stripe").
+	Name() string
+	// Capabilities declares what the provider can do.
+	Capabilities() Capabilities
+	// EncodePayload turns a neutral input into the exact request body this
+	// adapter will send. Called once, when the attempt opens; the bytes are
+	// stored and re-sent verbatim. reference is the attempt's reference, for
+	// adapters that put it in the body. Returns ErrInvalidInput or
+	// ErrUnsupported (wrapped) for input it refuses.
+	EncodePayload(in OperationInput, reference string) ([]byte, error)
+	// Submit sends req.Payload once.
+	Submit(ctx context.Context, req SubmitRequest) SubmitResult
+	// Lookup queries an operation by our reference. err is non-nil only when
+	// the provider cannot be queried by reference (ErrUnsupported); transport
+	// failures are in the result's Exchange.Err.
+	Lookup(ctx context.Context, op Operation, reference string) (LookupResult, error)
+	// ParseWebhook verifies the signature and timestamp of a webhook and
+	// parses it. Errors: ErrBadSignature, ErrStaleWebhook, ErrMalformedWebhook.
+	ParseWebhook(header http.Header, body []byte, now time.Time) (WebhookEvent, error)
+	// Statement lists the operations the provider executed on the UTC day
+	// that contains day (R19). ErrUnsupported when Capabilities.Statements is false.
+	Statement(ctx context.Context, day time.Time) ([]StatementEntry, error)
+}
