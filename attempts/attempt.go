@@ -1,0 +1,270 @@
+package attempts
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DB is what read functions need: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Sentinel errors. Match with errors.Is.
+var (
+	// ErrAttemptOpen: the subject already has an open (pending or unknown)
+	// attempt; Open returns it alongside this error (R8).
+	ErrAttemptOpen = errors.New("attempts: subject already has an open attempt")
+	// ErrSubjectSucceeded: the subject already has a succeeded attempt; a new
+	// one would realise it twice.
+	ErrSubjectSucceeded = errors.New("attempts: subject already has a succeeded attempt")
+	// ErrNotFound: no attempt with that id or reference.
+	ErrNotFound = errors.New("attempts: attempt not found")
+	// ErrTransition: a transition the state machine forbids (R9).
+	ErrTransition = errors.New("attempts: transition not allowed")
+	// ErrInvalid: bad input (unknown kind, empty subject, unknown provider,
+	// unsupported operation, missing operator or reason). Nothing was written.
+	ErrInvalid = errors.New("attempts: invalid input")
+	// ErrPayloadTampered: the stored payload no longer matches its sha256;
+	// nothing is sent (R5).
+	ErrPayloadTampered = errors.New("attempts: payload does not match its sha256")
+	// ErrProviderIDMismatch: a webhook or lookup names a different provider
+	// id for our reference than the one recorded. The attempt is flagged for
+	// review; nothing transitions.
+	ErrProviderIDMismatch = errors.New("attempts: provider id differs from the recorded one")
+	// ErrNoOwner: no Owner is registered for the attempt's kind; a final
+	// transition cannot be recorded without one.
+	ErrNoOwner = errors.New("attempts: no owner registered for kind")
+)
+
+// Attempt is one conversation with a provider to realise a subject.
+type Attempt struct {
+	ID             uuid.UUID
+	Kind           Kind
+	SubjectID      string
+	Provider       string
+	Operation      string
+	IdempotencyKey string
+	// Reference is our external reference, 32 lowercase hex characters (R13).
+	Reference     string
+	Payload       []byte
+	PayloadSHA256 []byte
+	Status        Status
+	// ProviderState is the provider's last reported state; "processing"
+	// while a pending attempt is accepted but not final.
+	ProviderState string
+	ProviderID    string
+	FailureCode   string
+	FailureReason string
+	// CallCount is how many calls were started (durably, before the call);
+	// CallsRecorded how many had their result recorded.
+	CallCount      int
+	CallsRecorded  int
+	CallStartedAt  *time.Time
+	CallEndedAt    *time.Time
+	NextSendAt     *time.Time
+	LastError      string
+	KeyExpiresAt   *time.Time
+	LookupCount    int
+	LastLookupAt   *time.Time
+	NextLookupAt   *time.Time
+	ProcessingFrom *time.Time
+	Review         bool
+	ReviewReason   string
+	ReviewAt       *time.Time
+	UnknownAt      *time.Time
+	ResolvedAt     *time.Time
+	ResolvedBy     string
+	// Data is operation output worth keeping (pix_charge: copy-and-paste).
+	Data      json.RawMessage
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// CallInFlight reports whether a call was started and its result never
+// recorded: the request may have left (crash, or a call still running).
+func (a Attempt) CallInFlight() bool { return a.CallCount > a.CallsRecorded }
+
+// AwaitingResolution reports whether the attempt waits for a lookup or a
+// webhook: unknown, or pending and reported processing by the provider with
+// no call in flight.
+func (a Attempt) AwaitingResolution() bool {
+	return a.Status == StatusUnknown ||
+		(a.Status == StatusPending && a.ProviderState == "processing" && !a.CallInFlight())
+}
+
+const attemptColumns = `id, kind, subject_id, provider, operation, idempotency_key, reference,
+	payload, payload_sha256, status, provider_state, provider_id, failure_code, failure_reason,
+	call_count, calls_recorded, call_started_at, call_ended_at, next_send_at, last_error,
+	key_expires_at, lookup_count, last_lookup_at, next_lookup_at, processing_since, review,
+	review_reason, review_at, unknown_at, resolved_at, resolved_by, data, created_at, updated_at`
+
+func scanAttempt(row pgx.Row) (Attempt, error) {
+	var a Attempt
+	var providerState, providerID, failureCode, failureReason, lastError, reviewReason, resolvedBy *string
+	var data []byte
+	err := row.Scan(&a.ID, &a.Kind, &a.SubjectID, &a.Provider, &a.Operation, &a.IdempotencyKey, &a.Reference,
+		&a.Payload, &a.PayloadSHA256, &a.Status, &providerState, &providerID, &failureCode, &failureReason,
+		&a.CallCount, &a.CallsRecorded, &a.CallStartedAt, &a.CallEndedAt, &a.NextSendAt, &lastError,
+		&a.KeyExpiresAt, &a.LookupCount, &a.LastLookupAt, &a.NextLookupAt, &a.ProcessingFrom, &a.Review,
+		&reviewReason, &a.ReviewAt, &a.UnknownAt, &a.ResolvedAt, &resolvedBy, &data, &a.CreatedAt, &a.UpdatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return a, ErrNotFound
+	}
+	if err != nil {
+		return a, err
+	}
+	a.ProviderState = deref(providerState)
+	a.ProviderID = deref(providerID)
+	a.FailureCode = deref(failureCode)
+	a.FailureReason = deref(failureReason)
+	a.LastError = deref(lastError)
+	a.ReviewReason = deref(reviewReason)
+	a.ResolvedBy = deref(resolvedBy)
+	if len(data) > 0 {
+		a.Data = data
+	}
+	return a, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// Actor is who caused an event.
+type Actor string
+
+// Actors.
+const (
+	ActorOpener         Actor = "opener"
+	ActorWorker         Actor = "worker"
+	ActorWebhook        Actor = "webhook"
+	ActorResolver       Actor = "resolver"
+	ActorReconciliation Actor = "reconciliation"
+	ActorOperator       Actor = "operator"
+	ActorSweeper        Actor = "sweeper"
+)
+
+// EventType is the kind of an attempt event.
+type EventType string
+
+// Event types.
+const (
+	EventOpened     EventType = "opened"
+	EventCall       EventType = "call"       // one Submit exchange
+	EventLookup     EventType = "lookup"     // one Lookup exchange
+	EventTransition EventType = "transition" // a status change
+	EventProcessing EventType = "processing" // the provider reported processing
+	EventReview     EventType = "review"     // flagged for human review
+	EventNote       EventType = "note"       // anything else worth keeping
+)
+
+// Event is one append-only row of an attempt's history.
+type Event struct {
+	ID                int64
+	AttemptID         uuid.UUID
+	At                time.Time
+	Type              EventType
+	Actor             Actor
+	ActorID           string
+	FromStatus        Status
+	ToStatus          Status
+	Reason            string
+	CallNumber        int
+	StartedAt         *time.Time
+	EndedAt           *time.Time
+	Outcome           string
+	StatusCode        int
+	ProviderRequestID string
+	WireCalls         int
+	Error             string
+	Evidence          json.RawMessage
+}
+
+const eventColumns = `id, attempt_id, at, type, actor, actor_id, from_status, to_status, reason,
+	call_number, started_at, ended_at, outcome, status_code, provider_request_id, wire_calls, error, evidence`
+
+func scanEvent(row pgx.Row) (Event, error) {
+	var e Event
+	var actorID, from, to, reason, outcome, reqID, errText *string
+	var callNo, code, wire *int
+	var evidence []byte
+	if err := row.Scan(&e.ID, &e.AttemptID, &e.At, &e.Type, &e.Actor, &actorID, &from, &to, &reason,
+		&callNo, &e.StartedAt, &e.EndedAt, &outcome, &code, &reqID, &wire, &errText, &evidence); err != nil {
+		return e, err
+	}
+	e.ActorID, e.FromStatus, e.ToStatus, e.Reason = deref(actorID), Status(deref(from)), Status(deref(to)), deref(reason)
+	e.Outcome, e.ProviderRequestID, e.Error = deref(outcome), deref(reqID), deref(errText)
+	if callNo != nil {
+		e.CallNumber = *callNo
+	}
+	if code != nil {
+		e.StatusCode = *code
+	}
+	if wire != nil {
+		e.WireCalls = *wire
+	}
+	if len(evidence) > 0 {
+		e.Evidence = evidence
+	}
+	return e, nil
+}
+
+// maxErrorText bounds error text stored in events and last_error.
+const maxErrorText = 2000
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	// Cut on a rune boundary.
+	cut := n
+	for cut > 0 && (s[cut]&0xC0) == 0x80 {
+		cut--
+	}
+	return s[:cut]
+}
+
+func insertEvent(ctx context.Context, db DB, e Event) error {
+	var evidence any
+	if len(e.Evidence) > 0 {
+		evidence = []byte(e.Evidence)
+	}
+	var callNo, code, wire *int
+	if e.CallNumber > 0 {
+		callNo = &e.CallNumber
+	}
+	if e.StatusCode > 0 {
+		code = &e.StatusCode
+	}
+	if e.Type == EventCall || e.Type == EventLookup {
+		wire = &e.WireCalls
+	}
+	_, err := db.Exec(ctx, `INSERT INTO attempt_events (attempt_id, at, type, actor, actor_id, from_status,
+		to_status, reason, call_number, started_at, ended_at, outcome, status_code, provider_request_id,
+		wire_calls, error, evidence)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17)`,
+		e.AttemptID, e.At, e.Type, e.Actor, nullable(e.ActorID), nullable(string(e.FromStatus)),
+		nullable(string(e.ToStatus)), nullable(e.Reason), callNo, e.StartedAt, e.EndedAt,
+		nullable(e.Outcome), code, nullable(e.ProviderRequestID), wire,
+		nullable(truncate(e.Error, maxErrorText)), evidence)
+	return err
+}

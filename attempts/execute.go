@@ -1,0 +1,316 @@
+package attempts
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/saldo/saldo/providers"
+)
+
+// ExecuteResult says what one Execute did.
+type ExecuteResult struct {
+	// Attempt as it is after Execute.
+	Attempt Attempt
+	// Sent: a Submit call was made (Outcome is its class).
+	Sent    bool
+	Outcome Outcome
+	// RetryIn > 0: the attempt is still pending and may be sent (or checked)
+	// again after this delay; the SubmitAttempt worker snoozes for it.
+	RetryIn time.Duration
+}
+
+// Execute makes at most one provider call for a pending attempt (R11, R12).
+//
+// Before calling it checks what is safe:
+//   - not pending, or pending and reported processing: nothing to send;
+//   - a call started and recorded nothing (a crash, or a call still running
+//     elsewhere): the request may have left, so the attempt becomes unknown
+//     and is resolved by lookup, never re-sent blind;
+//   - the re-send backoff has not elapsed: RetryIn;
+//   - MaxSends reached, or the provider's key has expired since the attempt
+//     opened (R14): unknown, resolved by lookup;
+//   - a provider without idempotency keys (R20): before any re-send, a
+//     lookup by reference once the consistency window since the last call
+//     has passed; re-send only if nothing is found.
+//
+// Then phase 2 durably increments the call count in its own short
+// transaction, the call is made with no transaction open, and phase 3
+// records the classified result (event, conditional transition, owner
+// callback) in one short transaction.
+func (s *Service) Execute(ctx context.Context, id uuid.UUID) (ExecuteResult, error) {
+	a, err := s.Get(ctx, s.pool, id)
+	if err != nil {
+		return ExecuteResult{}, err
+	}
+	res := ExecuteResult{Attempt: a}
+	if a.Status != StatusPending || a.ProviderState == string(providers.StateProcessing) {
+		return res, nil
+	}
+	prov, ok := s.providers[a.Provider]
+	if !ok {
+		return res, fmt.Errorf("attempts: attempt %s: provider %q not configured in this process", a.ID, a.Provider)
+	}
+	caps := prov.Capabilities()
+	now := s.clock.Now()
+
+	switch {
+	case a.CallInFlight():
+		return s.executeToUnknown(ctx, a, fmt.Sprintf("call %d started at %s and recorded nothing: it may have left; resolve by lookup",
+			a.CallCount, fmtTime(a.CallStartedAt)))
+	case a.NextSendAt != nil && now.Before(*a.NextSendAt):
+		res.RetryIn = a.NextSendAt.Sub(now)
+		return res, nil
+	case a.CallCount >= s.cfg.MaxSends:
+		return s.executeToUnknown(ctx, a, fmt.Sprintf("%d calls made without a definitive answer; resolve by lookup", a.CallCount))
+	case a.CallCount > 0 && a.KeyExpiresAt != nil && !now.Before(*a.KeyExpiresAt):
+		return s.executeToUnknown(ctx, a, fmt.Sprintf("provider key expired at %s: a re-send could create a second operation (R14)",
+			fmtTime(a.KeyExpiresAt)))
+	}
+
+	if !caps.IdempotencyKeys && a.CallCount > 0 {
+		done, r, err := s.lookupBeforeResend(ctx, prov, caps, a)
+		if done || err != nil {
+			return r, err
+		}
+	}
+
+	if sum := sha256.Sum256(a.Payload); !bytes.Equal(sum[:], a.PayloadSHA256) {
+		return res, fmt.Errorf("%w: attempt %s", ErrPayloadTampered, a.ID)
+	}
+
+	// Phase 2: durably mark the call in flight, conditional on nobody else
+	// having started one since we read the attempt.
+	callNo := a.CallCount + 1
+	started := s.clock.Now()
+	tag, err := s.pool.Exec(ctx, `UPDATE attempts SET call_count = $2, call_started_at = $3, next_send_at = NULL,
+		updated_at = $3 WHERE id = $1 AND status = 'pending' AND call_count = $4 AND calls_recorded = $4
+		AND provider_state IS DISTINCT FROM 'processing'`, a.ID, callNo, started, a.CallCount)
+	if err != nil {
+		return res, fmt.Errorf("attempts: mark call in flight: %w", err)
+	}
+	if tag.RowsAffected() != 1 {
+		// Someone else moved the attempt; re-read and let the caller decide.
+		a, err = s.Get(ctx, s.pool, id)
+		return ExecuteResult{Attempt: a}, err
+	}
+	a.CallCount, a.CallStartedAt = callNo, &started
+
+	// The call: no transaction open, exactly one exchange.
+	sr := prov.Submit(ctx, providers.SubmitRequest{Operation: providers.Operation(a.Operation),
+		IdempotencyKey: a.IdempotencyKey, Reference: a.Reference, Payload: a.Payload})
+	outcome := Classify(sr)
+	res.Sent, res.Outcome = true, outcome
+	if s.hookAfterCall != nil {
+		if err := s.hookAfterCall(a); err != nil {
+			return res, err
+		}
+	}
+
+	// Phase 3: record. context.WithoutCancel: the answer is worth keeping
+	// even when the job's context was cancelled during the call.
+	rctx := context.WithoutCancel(ctx)
+	na, retryIn, err := s.recordCall(rctx, a, callNo, sr, outcome)
+	if err != nil {
+		return res, err
+	}
+	res.Attempt, res.RetryIn = na, retryIn
+	return res, nil
+}
+
+func (s *Service) executeToUnknown(ctx context.Context, a Attempt, reason string) (ExecuteResult, error) {
+	var out transitioned
+	err := s.inTx(ctx, func(tx pgx.Tx, after *afterCommit) error {
+		la, err := lockAttempt(ctx, tx, a.ID)
+		if err != nil {
+			return err
+		}
+		out, err = s.transition(ctx, tx, after, la, change{To: StatusUnknown, Actor: ActorWorker, Reason: reason})
+		return err
+	})
+	return ExecuteResult{Attempt: out.Attempt}, err
+}
+
+// lookupBeforeResend is R20 for providers without idempotency keys: before a
+// re-send, wait until the consistency window since the last call has passed,
+// then look the reference up; re-send only when nothing is found. done means
+// Execute must not send now (r says what happened instead).
+func (s *Service) lookupBeforeResend(ctx context.Context, prov providers.Provider, caps providers.Capabilities, a Attempt) (bool, ExecuteResult, error) {
+	res := ExecuteResult{Attempt: a}
+	if !caps.LookupByReference {
+		r, err := s.executeToUnknown(ctx, a, "provider has no idempotency keys and no lookup: a re-send could pay twice (R20, R25)")
+		return true, r, err
+	}
+	now := s.clock.Now()
+	if since := lastCallAt(a); since != nil {
+		if ready := since.Add(caps.ConsistencyWindow); now.Before(ready) {
+			res.RetryIn = ready.Sub(now)
+			return true, res, nil
+		}
+	}
+	lr, lerr := prov.Lookup(ctx, providers.Operation(a.Operation), a.Reference)
+	if lerr != nil {
+		r, err := s.executeToUnknown(ctx, a, "lookup before re-send failed: "+lerr.Error())
+		return true, r, err
+	}
+	class := classifyLookup(lr)
+	var out Attempt
+	err := s.inTx(ctx, func(tx pgx.Tx, after *afterCommit) error {
+		la, err := lockAttempt(ctx, tx, a.ID)
+		if err != nil {
+			return err
+		}
+		if err := insertLookupEvent(ctx, tx, la, lr, class, ActorWorker, s.clock.Now()); err != nil {
+			return err
+		}
+		out = la
+		if class == lookupFound {
+			out, err = s.applyProviderState(ctx, tx, after, la, ActorWorker, lookupState(lr), "lookup before re-send")
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return true, res, err
+	}
+	res.Attempt = out
+	switch class {
+	case lookupFound:
+		return true, res, nil
+	case lookupNotFound:
+		if out.Status == StatusPending && out.CallCount == a.CallCount && !out.CallInFlight() {
+			return false, res, nil // proven absent after the window: safe to send
+		}
+		return true, res, nil
+	}
+	res.RetryIn = backoff(s.cfg.SendBackoffBase, s.cfg.SendBackoffMax, a.CallCount)
+	return true, res, nil
+}
+
+func lastCallAt(a Attempt) *time.Time {
+	if a.CallEndedAt != nil && (a.CallStartedAt == nil || a.CallEndedAt.After(*a.CallStartedAt)) {
+		return a.CallEndedAt
+	}
+	return a.CallStartedAt
+}
+
+func fmtTime(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+// recordCall is phase 3.
+func (s *Service) recordCall(ctx context.Context, a Attempt, callNo int, sr providers.SubmitResult, outcome Outcome) (Attempt, time.Duration, error) {
+	ex := sr.Exchange
+	var retryIn time.Duration
+	var out Attempt
+	errText := ""
+	if ex.Err != nil {
+		errText = ex.Err.Error()
+	} else if outcome != OutcomeSucceeded && outcome != OutcomeProcessing {
+		errText = fmt.Sprintf("HTTP %d %s %s", ex.StatusCode, sr.FailureCode, sr.FailureReason)
+	}
+	err := s.inTx(ctx, func(tx pgx.Tx, after *afterCommit) error {
+		retryIn = 0
+		la, err := lockAttempt(ctx, tx, a.ID)
+		if err != nil {
+			return err
+		}
+		now := s.clock.Now()
+		la, err = scanAttempt(tx.QueryRow(ctx, `UPDATE attempts SET calls_recorded = GREATEST(calls_recorded, $2),
+			call_ended_at = $3, last_error = $4, updated_at = $3 WHERE id = $1 RETURNING `+attemptColumns,
+			a.ID, callNo, now, nullable(truncate(errText, maxErrorText))))
+		if err != nil {
+			return err
+		}
+		started, ended := ex.Started, ex.Ended
+		if err := insertEvent(ctx, tx, Event{AttemptID: a.ID, At: now, Type: EventCall, Actor: ActorWorker,
+			CallNumber: callNo, StartedAt: timePtr(started), EndedAt: timePtr(ended), Outcome: string(outcome),
+			StatusCode: ex.StatusCode, ProviderRequestID: ex.ProviderRequestID, WireCalls: ex.WireCalls,
+			Error: errText}); err != nil {
+			return err
+		}
+		after.add(func() { s.metrics.call(a, outcome) })
+		out = la
+		switch outcome {
+		case OutcomeSucceeded, OutcomeFailed:
+			if la.Status.Final() && la.Status != outcome.Status() {
+				return s.lateConflict(ctx, tx, after, la, ActorWorker, string(outcome))
+			}
+			tr, err := s.transition(ctx, tx, after, la, change{To: outcome.Status(), Actor: ActorWorker,
+				Reason: fmt.Sprintf("call %d: HTTP %d %s", callNo, ex.StatusCode, outcome), ProviderID: sr.ProviderID,
+				FailureCode: sr.FailureCode, FailureReason: sr.FailureReason, Data: sr.Data})
+			out = tr.Attempt
+			return err
+		case OutcomeProcessing:
+			out, err = s.markProcessing(ctx, tx, la, ActorWorker, sr.ProviderID, sr.Data)
+			if errors.Is(err, ErrProviderIDMismatch) {
+				out, err = s.flagReview(ctx, tx, after, la, ActorWorker, fmt.Sprintf(
+					"call %d reported provider id %q, recorded %q", callNo, sr.ProviderID, la.ProviderID))
+			}
+			return err
+		case OutcomeUnknown, OutcomeInFlight, OutcomeKeyMisuse:
+			tr, err := s.transition(ctx, tx, after, la, change{To: StatusUnknown, Actor: ActorWorker,
+				Reason: fmt.Sprintf("call %d: %s (HTTP %d) %s", callNo, outcome, ex.StatusCode, truncate(errText, 300))})
+			if err != nil {
+				return err
+			}
+			out = tr.Attempt
+			if outcome == OutcomeKeyMisuse {
+				out, err = s.flagReview(ctx, tx, after, out, ActorWorker,
+					"provider reports the idempotency key reused with a different payload: a bug on our side")
+			}
+			return err
+		default: // not sent, rate limited: same key and bytes, later
+			if la.Status != StatusPending || la.CallCount != callNo {
+				return nil
+			}
+			if la.CallCount >= s.cfg.MaxSends {
+				tr, err := s.transition(ctx, tx, after, la, change{To: StatusUnknown, Actor: ActorWorker,
+					Reason: fmt.Sprintf("%d calls made without a definitive answer; resolve by lookup", la.CallCount)})
+				out = tr.Attempt
+				return err
+			}
+			retryIn = backoff(s.cfg.SendBackoffBase, s.cfg.SendBackoffMax, callNo)
+			if outcome == OutcomeRateLimited && ex.RetryAfter > 0 {
+				retryIn = ex.RetryAfter
+			}
+			out, err = scanAttempt(tx.QueryRow(ctx, `UPDATE attempts SET next_send_at = $2, updated_at = $3
+				WHERE id = $1 RETURNING `+attemptColumns, a.ID, now.Add(retryIn), now))
+			return err
+		}
+	})
+	return out, retryIn, err
+}
+
+// lateConflict handles a provider answer that contradicts a final status (a
+// success reported after we resolved failed, or the reverse). Finals never
+// change (R9); the conflict is kept as a note and logged as an error so
+// reconciliation (R19) and a human look at it.
+func (s *Service) lateConflict(ctx context.Context, tx pgx.Tx, after *afterCommit, a Attempt, actor Actor, said string) error {
+	reason := fmt.Sprintf("%s reported %s for an attempt already %s: final status kept, reconcile", actor, said, a.Status)
+	if err := insertEvent(ctx, tx, Event{AttemptID: a.ID, At: s.clock.Now(), Type: EventNote, Actor: actor, Reason: reason}); err != nil {
+		return err
+	}
+	after.add(func() {
+		s.log.ErrorContext(ctx, "provider contradicts a final attempt", "attempt_id", a.ID, "kind", a.Kind,
+			"provider", a.Provider, "reference", a.Reference, "status", a.Status, "reported", said)
+		s.metrics.conflict(a)
+	})
+	return nil
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}

@@ -1,0 +1,74 @@
+package attempts
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the attempts core's Prometheus collectors. Build with
+// NewMetrics, pass in Config.Metrics and register Collectors() with your
+// registry. A nil *Metrics records nothing.
+type Metrics struct {
+	// Calls counts provider calls by kind, provider and outcome class.
+	Calls *prometheus.CounterVec
+	// Transitions counts status changes by kind, provider and new status.
+	Transitions *prometheus.CounterVec
+	// ReviewFlagged counts attempts sent to human review (the alert metric).
+	ReviewFlagged *prometheus.CounterVec
+	// Conflicts counts provider answers contradicting a final status.
+	Conflicts *prometheus.CounterVec
+	// OldestUnknownAge is the age in seconds of the oldest unknown attempt.
+	OldestUnknownAge prometheus.Gauge
+	// ReviewQueueSize is the number of open attempts in review.
+	ReviewQueueSize prometheus.Gauge
+	// ResolverLag is how overdue, in seconds, the most overdue lookup is.
+	ResolverLag prometheus.Gauge
+}
+
+// NewMetrics builds the collectors (names prefixed saldo_attempts_).
+func NewMetrics() *Metrics {
+	labels := []string{"kind", "provider"}
+	return &Metrics{
+		Calls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "saldo_attempts_calls_total",
+			Help: "Provider calls by outcome class."}, append(labels, "outcome")),
+		Transitions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "saldo_attempts_transitions_total",
+			Help: "Attempt status transitions by new status."}, append(labels, "status")),
+		ReviewFlagged: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "saldo_attempts_review_flagged_total",
+			Help: "Attempts flagged for human review (alert on increase)."}, labels),
+		Conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "saldo_attempts_final_conflicts_total",
+			Help: "Provider answers that contradict a final attempt status (reconcile)."}, labels),
+		OldestUnknownAge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "saldo_attempts_oldest_unknown_age_seconds",
+			Help: "Age of the oldest unknown attempt, refreshed by the sweeper."}),
+		ReviewQueueSize: prometheus.NewGauge(prometheus.GaugeOpts{Name: "saldo_attempts_review_queue_size",
+			Help: "Open attempts waiting for human review, refreshed by the sweeper."}),
+		ResolverLag: prometheus.NewGauge(prometheus.GaugeOpts{Name: "saldo_attempts_resolver_lag_seconds",
+			Help: "How overdue the most overdue lookup is, refreshed by the sweeper."}),
+	}
+}
+
+// Collectors returns every collector, for registration.
+func (m *Metrics) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.Calls, m.Transitions, m.ReviewFlagged, m.Conflicts,
+		m.OldestUnknownAge, m.ReviewQueueSize, m.ResolverLag}
+}
+
+func (m *Metrics) call(a Attempt, o Outcome) {
+	if m != nil {
+		m.Calls.WithLabelValues(string(a.Kind), a.Provider, string(o)).Inc()
+	}
+}
+
+func (m *Metrics) transition(a Attempt) {
+	if m != nil {
+		m.Transitions.WithLabelValues(string(a.Kind), a.Provider, string(a.Status)).Inc()
+	}
+}
+
+func (m *Metrics) reviewFlagged(a Attempt) {
+	if m != nil {
+		m.ReviewFlagged.WithLabelValues(string(a.Kind), a.Provider).Inc()
+	}
+}
+
+func (m *Metrics) conflict(a Attempt) {
+	if m != nil {
+		m.Conflicts.WithLabelValues(string(a.Kind), a.Provider).Inc()
+	}
+}

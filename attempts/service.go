@@ -1,0 +1,452 @@
+package attempts
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/saldo/saldo/providers"
+)
+
+// Clock tells the time. Every decision about time (backoff, key expiry,
+// consistency windows, stale calls) reads it, so tests move time instead of
+// sleeping.
+type Clock interface{ Now() time.Time }
+
+// SystemClock is the wall clock.
+type SystemClock struct{}
+
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }
+
+// Owner is the domain that owns attempts of a kind (payouts, charges). It is
+// told exactly once, inside the transaction that records the transition,
+// when an attempt reaches succeeded or failed; returning an error rolls the
+// transition back (it will be retried by whoever made it).
+type Owner interface {
+	AttemptFinal(ctx context.Context, tx pgx.Tx, a Attempt) error
+}
+
+// OwnerFunc adapts a function to Owner.
+type OwnerFunc func(ctx context.Context, tx pgx.Tx, a Attempt) error
+
+// AttemptFinal calls f.
+func (f OwnerFunc) AttemptFinal(ctx context.Context, tx pgx.Tx, a Attempt) error { return f(ctx, tx, a) }
+
+// Config configures a Service. Pool and Providers are required.
+type Config struct {
+	// Pool is the database (also River's).
+	Pool *pgxpool.Pool
+	// Providers by name (providers.Provider.Name()).
+	Providers map[string]providers.Provider
+	// Clock defaults to SystemClock.
+	Clock Clock
+	// Logger defaults to a discarding logger.
+	Logger *slog.Logger
+	// Metrics, optional (NewMetrics; register its Collectors yourself).
+	Metrics *Metrics
+	// River is the client used to enqueue jobs outside a worker. Optional:
+	// when nil an insert-only client is built on Pool. SetRiverClient
+	// replaces it. Inside a worker the job's own client is used.
+	River *river.Client[pgx.Tx]
+	// Queue for attempts jobs; default river.QueueDefault.
+	Queue string
+
+	// SendBackoffBase and SendBackoffMax bound the re-send backoff after not
+	// sent / rate limited (exponential, with jitter). Defaults 1s and 5m.
+	SendBackoffBase time.Duration
+	SendBackoffMax  time.Duration
+	// MaxSends is how many calls an attempt may start before it stops
+	// re-sending and becomes unknown (resolved by lookup). Default 20.
+	MaxSends int
+	// ResolveSchedule is the delay before each lookup of an unknown attempt;
+	// the last one repeats (R15). Default 30s, 1m, 2m, 5m, 10m, 30m.
+	ResolveSchedule []time.Duration
+	// MaxLookups before an unresolved attempt goes to review (R18). Default
+	// 60 (about a day with the default schedule).
+	MaxLookups int
+	// ProcessingReviewAfter: an attempt the provider keeps reporting as
+	// processing for this long goes to review. Default 24h.
+	ProcessingReviewAfter time.Duration
+	// StaleCallAfter: a pending attempt whose call started this long ago and
+	// recorded nothing is turned unknown by the sweeper. Must exceed every
+	// provider's connect + read timeout. Default 5m.
+	StaleCallAfter time.Duration
+	// SweepInterval of the periodic sweeper. Default 1m.
+	SweepInterval time.Duration
+	// SweepBatch bounds how many attempts one sweep handles per step. Default 500.
+	SweepBatch int
+	// JobTimeout for submit and resolve jobs (must exceed a provider's
+	// connect + read timeout). Default 2m.
+	JobTimeout time.Duration
+	// OnReview is called after an attempt is flagged for review (alert hook),
+	// outside any transaction.
+	OnReview func(a Attempt, reason string)
+}
+
+// Service is the attempts core.
+type Service struct {
+	cfg       Config
+	pool      *pgxpool.Pool
+	clock     Clock
+	log       *slog.Logger
+	metrics   *Metrics
+	providers map[string]providers.Provider
+
+	mu     sync.RWMutex
+	owners map[Kind]Owner
+
+	river atomic.Pointer[river.Client[pgx.Tx]]
+
+	// hookAfterCall, when set (tests), runs after the provider call and
+	// before its result is recorded; an error aborts Execute there, as a
+	// crash would.
+	hookAfterCall func(a Attempt) error
+}
+
+// New builds a Service.
+func New(cfg Config) (*Service, error) {
+	if cfg.Pool == nil {
+		return nil, fmt.Errorf("%w: Config.Pool is required", ErrInvalid)
+	}
+	if len(cfg.Providers) == 0 {
+		return nil, fmt.Errorf("%w: Config.Providers is empty", ErrInvalid)
+	}
+	for name, p := range cfg.Providers {
+		if p == nil || p.Name() != name {
+			return nil, fmt.Errorf("%w: provider registered as %q must be non-nil and named %q", ErrInvalid, name, name)
+		}
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = SystemClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Queue == "" {
+		cfg.Queue = river.QueueDefault
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&cfg.SendBackoffBase, time.Second)
+	def(&cfg.SendBackoffMax, 5*time.Minute)
+	def(&cfg.ProcessingReviewAfter, 24*time.Hour)
+	def(&cfg.StaleCallAfter, 5*time.Minute)
+	def(&cfg.SweepInterval, time.Minute)
+	def(&cfg.JobTimeout, 2*time.Minute)
+	if cfg.MaxSends <= 0 {
+		cfg.MaxSends = 20
+	}
+	if cfg.MaxLookups <= 0 {
+		cfg.MaxLookups = 60
+	}
+	if cfg.SweepBatch <= 0 {
+		cfg.SweepBatch = 500
+	}
+	if len(cfg.ResolveSchedule) == 0 {
+		cfg.ResolveSchedule = []time.Duration{30 * time.Second, time.Minute, 2 * time.Minute,
+			5 * time.Minute, 10 * time.Minute, 30 * time.Minute}
+	}
+	for _, d := range cfg.ResolveSchedule {
+		if d <= 0 {
+			return nil, fmt.Errorf("%w: ResolveSchedule entries must be positive", ErrInvalid)
+		}
+	}
+	s := &Service{cfg: cfg, pool: cfg.Pool, clock: cfg.Clock, log: cfg.Logger, metrics: cfg.Metrics,
+		providers: cfg.Providers, owners: map[Kind]Owner{}}
+	if cfg.River != nil {
+		s.river.Store(cfg.River)
+	} else {
+		c, err := river.NewClient(riverpgxv5.New(cfg.Pool), &river.Config{Logger: cfg.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("attempts: insert-only river client: %w", err)
+		}
+		s.river.Store(c)
+	}
+	return s, nil
+}
+
+// SetRiverClient sets the client used to enqueue jobs outside workers (the
+// process's working client, once built: it breaks the workers <-> client
+// construction cycle).
+func (s *Service) SetRiverClient(c *river.Client[pgx.Tx]) {
+	if c != nil {
+		s.river.Store(c)
+	}
+}
+
+func (s *Service) riverClient(ctx context.Context) *river.Client[pgx.Tx] {
+	if c, err := river.ClientFromContextSafely[pgx.Tx](ctx); err == nil {
+		return c
+	}
+	return s.river.Load()
+}
+
+// RegisterOwner sets the owner of a kind. Registering a kind twice replaces
+// the owner.
+func (s *Service) RegisterOwner(kind Kind, o Owner) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.owners[kind] = o
+}
+
+func (s *Service) owner(kind Kind) Owner {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.owners[kind]
+}
+
+// Provider returns the registered provider by name.
+func (s *Service) Provider(name string) (providers.Provider, bool) {
+	p, ok := s.providers[name]
+	return p, ok
+}
+
+func (k Kind) direction() string {
+	if k == KindCardCharge || k == KindPixCharge {
+		return "in"
+	}
+	return "out"
+}
+
+// NewReference returns a fresh external reference: a random UUID written as
+// 32 lowercase hex characters, valid as a Stripe metadata value, a Pix txid
+// (26-35), idEnvio and devolucao id (1-35).
+func NewReference() string {
+	u := uuid.New()
+	return hex.EncodeToString(u[:])
+}
+
+// OpenParams describes a new attempt.
+type OpenParams struct {
+	Kind      Kind
+	SubjectID string
+	Provider  string
+	Input     providers.OperationInput
+}
+
+// Open creates an attempt inside the caller's transaction (phase 1, R11):
+// it makes the idempotency key and the reference before any I/O (R4, R13),
+// encodes the payload once and stores the exact bytes with their sha256
+// (R5), inserts the attempt as pending with an "opened" event, and enqueues
+// SubmitAttempt with InsertTx in the same transaction.
+//
+// If the subject already has an open attempt, Open returns that attempt and
+// an error matching ErrAttemptOpen, and leaves the caller's transaction
+// usable (R8). If it already has a succeeded attempt it returns
+// ErrSubjectSucceeded. Every call that opens makes a new key: a new attempt
+// after a definitive failure never reuses the old key (R6, R7).
+func (s *Service) Open(ctx context.Context, tx pgx.Tx, p OpenParams) (Attempt, error) {
+	if !p.Kind.Valid() {
+		return Attempt{}, fmt.Errorf("%w: unknown kind %q", ErrInvalid, p.Kind)
+	}
+	if p.SubjectID == "" || len(p.SubjectID) > 200 {
+		return Attempt{}, fmt.Errorf("%w: subject id must be 1-200 characters", ErrInvalid)
+	}
+	prov, ok := s.providers[p.Provider]
+	if !ok {
+		return Attempt{}, fmt.Errorf("%w: unknown provider %q", ErrInvalid, p.Provider)
+	}
+	op := p.Input.Operation
+	if !op.Valid() || !p.Kind.Allows(op) {
+		return Attempt{}, fmt.Errorf("%w: operation %q cannot realise a %s", ErrInvalid, op, p.Kind)
+	}
+	caps := prov.Capabilities()
+	if !caps.Supports(op) {
+		return Attempt{}, fmt.Errorf("%w: provider %s does not support %s", ErrInvalid, p.Provider, op)
+	}
+
+	id := uuid.New()
+	key := uuid.NewString()
+	ref := NewReference()
+	payload, err := prov.EncodePayload(p.Input, ref)
+	if err != nil {
+		return Attempt{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	sum := sha256.Sum256(payload)
+	now := s.clock.Now()
+	var keyExpires *time.Time
+	if caps.IdempotencyKeys && caps.KeyLifetime > 0 {
+		t := now.Add(caps.KeyLifetime)
+		keyExpires = &t
+	}
+
+	for range 3 {
+		a, inserted, err := s.tryOpen(ctx, tx, p, id, key, ref, payload, sum[:], keyExpires, now)
+		if err != nil || inserted {
+			return a, err
+		}
+		// The conflicting open attempt was resolved between our insert and
+		// our read: try again.
+	}
+	return Attempt{}, fmt.Errorf("attempts: open %s %s: open attempt kept changing", p.Kind, p.SubjectID)
+}
+
+func (s *Service) tryOpen(ctx context.Context, tx pgx.Tx, p OpenParams, id uuid.UUID, key, ref string,
+	payload, sum []byte, keyExpires *time.Time, now time.Time) (Attempt, bool, error) {
+	sp, err := tx.Begin(ctx) // a savepoint: whatever happens here leaves tx usable
+	if err != nil {
+		return Attempt{}, false, err
+	}
+	defer sp.Rollback(ctx) //nolint:errcheck // no-op after Commit
+
+	row := sp.QueryRow(ctx, `INSERT INTO attempts (id, kind, subject_id, provider, operation,
+		idempotency_key, reference, payload, payload_sha256, key_expires_at, created_at, updated_at)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$11)
+		ON CONFLICT (direction, subject_id) WHERE status IN ('pending', 'unknown') DO NOTHING
+		RETURNING `+attemptColumns,
+		id, p.Kind, p.SubjectID, p.Provider, string(p.Input.Operation), key, ref, payload, sum, keyExpires, now)
+	a, err := scanAttempt(row)
+	if errors.Is(err, ErrNotFound) {
+		if err := sp.Rollback(ctx); err != nil {
+			return Attempt{}, false, err
+		}
+		open, err := scanAttempt(tx.QueryRow(ctx, `SELECT `+attemptColumns+` FROM attempts
+			WHERE direction = $1 AND subject_id = $2 AND status IN ('pending', 'unknown')`,
+			p.Kind.direction(), p.SubjectID))
+		if errors.Is(err, ErrNotFound) {
+			return Attempt{}, false, nil
+		}
+		if err != nil {
+			return Attempt{}, false, err
+		}
+		return open, true, fmt.Errorf("%w: attempt %s (%s) for %s %s", ErrAttemptOpen, open.ID, open.Status, p.Kind, p.SubjectID)
+	}
+	if err != nil {
+		return Attempt{}, false, fmt.Errorf("attempts: insert: %w", err)
+	}
+	// Checked after the insert: a concurrent transition to succeeded that
+	// our insert waited for is visible to this new statement.
+	var succeeded bool
+	if err := sp.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM attempts WHERE direction = $1
+		AND subject_id = $2 AND status = 'succeeded')`, p.Kind.direction(), p.SubjectID).Scan(&succeeded); err != nil {
+		return Attempt{}, false, err
+	}
+	if succeeded {
+		return Attempt{}, true, fmt.Errorf("%w: %s %s", ErrSubjectSucceeded, p.Kind, p.SubjectID)
+	}
+	if err := insertEvent(ctx, sp, Event{AttemptID: a.ID, At: now, Type: EventOpened, Actor: ActorOpener,
+		ToStatus: StatusPending, Reason: fmt.Sprintf("opened %s via %s (key and reference made before any I/O)", a.Operation, a.Provider)}); err != nil {
+		return Attempt{}, false, err
+	}
+	if _, err := s.riverClient(ctx).InsertTx(ctx, sp, SubmitAttemptArgs{AttemptID: a.ID}, s.submitOpts()); err != nil {
+		return Attempt{}, false, fmt.Errorf("attempts: enqueue submit: %w", err)
+	}
+	if err := sp.Commit(ctx); err != nil {
+		return Attempt{}, false, err
+	}
+	s.log.InfoContext(ctx, "attempt opened", "attempt_id", a.ID, "kind", a.Kind, "subject_id", a.SubjectID,
+		"provider", a.Provider, "reference", a.Reference)
+	return a, true, nil
+}
+
+// Get reads one attempt.
+func (s *Service) Get(ctx context.Context, db DB, id uuid.UUID) (Attempt, error) {
+	return scanAttempt(db.QueryRow(ctx, `SELECT `+attemptColumns+` FROM attempts WHERE id = $1`, id))
+}
+
+// GetByReference reads one attempt by our external reference.
+func (s *Service) GetByReference(ctx context.Context, db DB, reference string) (Attempt, error) {
+	return scanAttempt(db.QueryRow(ctx, `SELECT `+attemptColumns+` FROM attempts WHERE reference = $1`, reference))
+}
+
+// ForSubject lists a subject's attempts, oldest first.
+func (s *Service) ForSubject(ctx context.Context, db DB, subjectID string) ([]Attempt, error) {
+	return queryAttempts(ctx, db, `SELECT `+attemptColumns+` FROM attempts WHERE subject_id = $1
+		ORDER BY created_at, id`, subjectID)
+}
+
+// Events lists an attempt's events in the order they were written.
+func (s *Service) Events(ctx context.Context, db DB, attemptID uuid.UUID) ([]Event, error) {
+	rows, err := db.Query(ctx, `SELECT `+eventColumns+` FROM attempt_events WHERE attempt_id = $1 ORDER BY id`, attemptID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Event
+	for rows.Next() {
+		e, err := scanEvent(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+func queryAttempts(ctx context.Context, db DB, sql string, args ...any) ([]Attempt, error) {
+	rows, err := db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Attempt
+	for rows.Next() {
+		a, err := scanAttempt(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}
+
+// inTx runs fn in a short transaction on the pool and then the after-commit
+// functions fn registered.
+func (s *Service) inTx(ctx context.Context, fn func(tx pgx.Tx, after *afterCommit) error) error {
+	var after afterCommit
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return fn(tx, &after) })
+	if err != nil {
+		return err
+	}
+	for _, f := range after {
+		f()
+	}
+	return nil
+}
+
+type afterCommit []func()
+
+func (a *afterCommit) add(f func()) { *a = append(*a, f) }
+
+func lockAttempt(ctx context.Context, tx pgx.Tx, id uuid.UUID) (Attempt, error) {
+	return scanAttempt(tx.QueryRow(ctx, `SELECT `+attemptColumns+` FROM attempts WHERE id = $1 FOR UPDATE`, id))
+}
+
+// backoff is exponential from base, capped, with "equal jitter": half the
+// delay fixed, half random, so synchronized retries spread out.
+func backoff(base, max time.Duration, n int) time.Duration {
+	d := base
+	for i := 1; i < n && d < max; i++ {
+		d *= 2
+	}
+	if d > max {
+		d = max
+	}
+	half := d / 2
+	return half + time.Duration(rand.Int64N(int64(half)+1))
+}
+
+func (s *Service) lookupDelay(lookupsDone int) time.Duration {
+	sch := s.cfg.ResolveSchedule
+	if lookupsDone >= len(sch) {
+		return sch[len(sch)-1]
+	}
+	return sch[lookupsDone]
+}

@@ -1,0 +1,207 @@
+package attempts
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/saldo/saldo/providers"
+)
+
+// change is one requested status change.
+type change struct {
+	To            Status
+	Actor         Actor
+	ActorID       string
+	Reason        string
+	ProviderID    string
+	FailureCode   string
+	FailureReason string
+	Data          []byte
+	Evidence      json.RawMessage
+}
+
+// transitioned reports what transition did.
+type transitioned struct {
+	Attempt      Attempt
+	Transitioned bool
+	// Mismatch: the change named a provider id different from the recorded
+	// one; the attempt was flagged for review instead.
+	Mismatch bool
+}
+
+// transition applies c to the locked attempt a inside tx: the state machine
+// check, the conditional update with its row count checked (R10), the
+// transition event, the owner callback for a final status, and the resolver
+// job for unknown. A change from a status that does not allow it is not an
+// error: the attempt is returned unchanged with Transitioned false (someone
+// else resolved it first, or a late event arrived).
+func (s *Service) transition(ctx context.Context, tx pgx.Tx, after *afterCommit, a Attempt, c change) (transitioned, error) {
+	if !CanTransition(a.Status, c.To) {
+		return transitioned{Attempt: a}, nil
+	}
+	if c.ProviderID != "" && a.ProviderID != "" && c.ProviderID != a.ProviderID {
+		reason := fmt.Sprintf("%s reported provider id %q for reference %s, recorded %q: possible duplicate operation",
+			c.Actor, c.ProviderID, a.Reference, a.ProviderID)
+		fa, err := s.flagReview(ctx, tx, after, a, c.Actor, reason)
+		return transitioned{Attempt: fa, Mismatch: true}, err
+	}
+	now := s.clock.Now()
+	var resolvedAt, unknownAt, nextLookup *time.Time
+	var resolvedBy *string
+	if c.To.Final() {
+		resolvedAt = &now
+		by := string(c.Actor)
+		resolvedBy = &by
+	}
+	if c.To == StatusUnknown {
+		unknownAt = &now
+		nl := now.Add(s.lookupDelay(0))
+		nextLookup = &nl
+	}
+	var data any
+	if len(c.Data) > 0 && json.Valid(c.Data) {
+		data = c.Data
+	}
+	providerState := a.ProviderState
+	switch c.To {
+	case StatusSucceeded:
+		providerState = string(providers.StateSucceeded)
+	case StatusFailed:
+		if c.Actor != ActorOperator {
+			providerState = string(providers.StateFailed)
+		}
+	}
+	row := tx.QueryRow(ctx, `UPDATE attempts SET status = $3,
+			provider_id = COALESCE(provider_id, $4), failure_code = COALESCE($5, failure_code),
+			failure_reason = COALESCE($6, failure_reason), data = COALESCE($7, data),
+			resolved_at = $8, resolved_by = $9, unknown_at = COALESCE($10, unknown_at),
+			next_lookup_at = COALESCE($11, next_lookup_at), provider_state = $12, next_send_at = NULL,
+			updated_at = $13
+		WHERE id = $1 AND status = $2
+		RETURNING `+attemptColumns,
+		a.ID, a.Status, c.To, nullable(c.ProviderID), nullable(c.FailureCode), nullable(c.FailureReason), data,
+		resolvedAt, resolvedBy, unknownAt, nextLookup, nullable(providerState), now)
+	na, err := scanAttempt(row)
+	if err == ErrNotFound {
+		// Zero rows: the status moved under us (R10). Normal, not an error.
+		return transitioned{Attempt: a}, nil
+	}
+	if err != nil {
+		return transitioned{}, fmt.Errorf("attempts: transition %s %s -> %s: %w", a.ID, a.Status, c.To, err)
+	}
+	if err := insertEvent(ctx, tx, Event{AttemptID: a.ID, At: now, Type: EventTransition, Actor: c.Actor,
+		ActorID: c.ActorID, FromStatus: a.Status, ToStatus: c.To, Reason: c.Reason, Evidence: c.Evidence}); err != nil {
+		return transitioned{}, err
+	}
+	switch {
+	case c.To.Final():
+		o := s.owner(na.Kind)
+		if o == nil {
+			return transitioned{}, fmt.Errorf("%w: %s", ErrNoOwner, na.Kind)
+		}
+		if err := o.AttemptFinal(ctx, tx, na); err != nil {
+			return transitioned{}, fmt.Errorf("attempts: owner of %s refused %s -> %s: %w", na.Kind, a.Status, c.To, err)
+		}
+	case c.To == StatusUnknown:
+		if err := s.enqueueResolveFor(ctx, tx, na); err != nil {
+			return transitioned{}, err
+		}
+	}
+	from := a.Status
+	after.add(func() {
+		s.log.InfoContext(ctx, "attempt transitioned", "attempt_id", na.ID, "kind", na.Kind, "provider", na.Provider,
+			"reference", na.Reference, "from", from, "to", na.Status, "actor", c.Actor, "reason", c.Reason)
+		s.metrics.transition(na)
+	})
+	return transitioned{Attempt: na, Transitioned: true}, nil
+}
+
+// enqueueResolve inserts the attempt's resolver job in tx. The job is unique
+// per attempt among live jobs, so a duplicate insert is skipped.
+func (s *Service) enqueueResolveFor(ctx context.Context, tx pgx.Tx, a Attempt) error {
+	_, err := s.riverClient(ctx).InsertTx(ctx, tx, ResolveAttemptArgs{AttemptID: a.ID}, s.resolveOpts())
+	if err != nil {
+		return fmt.Errorf("attempts: enqueue resolver for %s: %w", a.ID, err)
+	}
+	return nil
+}
+
+// flagReview puts an open attempt in the human review queue with an alert
+// (R18, R25). Never a status change: a human or a later provider answer
+// resolves it.
+func (s *Service) flagReview(ctx context.Context, tx pgx.Tx, after *afterCommit, a Attempt, actor Actor, reason string) (Attempt, error) {
+	if !a.Status.Open() || a.Review {
+		return a, nil
+	}
+	now := s.clock.Now()
+	na, err := scanAttempt(tx.QueryRow(ctx, `UPDATE attempts SET review = true, review_reason = $2,
+		review_at = $3, updated_at = $3 WHERE id = $1 AND NOT review AND status IN ('pending', 'unknown')
+		RETURNING `+attemptColumns, a.ID, truncate(reason, maxErrorText), now))
+	if err == ErrNotFound {
+		return a, nil
+	}
+	if err != nil {
+		return a, err
+	}
+	if err := insertEvent(ctx, tx, Event{AttemptID: a.ID, At: now, Type: EventReview, Actor: actor, Reason: reason}); err != nil {
+		return a, err
+	}
+	after.add(func() {
+		s.log.ErrorContext(ctx, "attempt needs human review", "attempt_id", na.ID, "kind", na.Kind,
+			"provider", na.Provider, "reference", na.Reference, "status", na.Status, "reason", reason)
+		s.metrics.reviewFlagged(na)
+		if s.cfg.OnReview != nil {
+			s.cfg.OnReview(na, reason)
+		}
+	})
+	return na, nil
+}
+
+// markProcessing records that the provider accepted the operation and has not
+// finished it: the attempt stays open (pending stays pending, unknown stays
+// unknown) and a resolver job follows it up.
+func (s *Service) markProcessing(ctx context.Context, tx pgx.Tx, a Attempt, actor Actor, providerID string, data []byte) (Attempt, error) {
+	if !a.Status.Open() {
+		return a, nil
+	}
+	if providerID != "" && a.ProviderID != "" && providerID != a.ProviderID {
+		return a, ErrProviderIDMismatch
+	}
+	now := s.clock.Now()
+	var d any
+	if len(data) > 0 && json.Valid(data) {
+		d = data
+	}
+	first := a.ProviderState != string(providers.StateProcessing)
+	var nextLookup *time.Time
+	if first && a.NextLookupAt == nil {
+		nl := now.Add(s.lookupDelay(0))
+		nextLookup = &nl
+	}
+	na, err := scanAttempt(tx.QueryRow(ctx, `UPDATE attempts SET provider_state = 'processing',
+		processing_since = COALESCE(processing_since, $2), provider_id = COALESCE(provider_id, $3),
+		data = COALESCE($4, data), next_lookup_at = COALESCE(next_lookup_at, $5), next_send_at = NULL, updated_at = $2
+		WHERE id = $1 AND status = $6 RETURNING `+attemptColumns, a.ID, now, nullable(providerID), d, nextLookup, a.Status))
+	if err == ErrNotFound {
+		return a, nil
+	}
+	if err != nil {
+		return a, err
+	}
+	if first {
+		if err := insertEvent(ctx, tx, Event{AttemptID: a.ID, At: now, Type: EventProcessing, Actor: actor,
+			Reason: "provider reports processing"}); err != nil {
+			return a, err
+		}
+	}
+	if !na.Review {
+		if err := s.enqueueResolveFor(ctx, tx, na); err != nil {
+			return a, err
+		}
+	}
+	return na, nil
+}
