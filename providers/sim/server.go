@@ -148,6 +148,14 @@ func NewServer(cfg Config) *Server {
 	s.mux.HandleFunc("GET /sim/balances", s.handleBalances)
 	s.mux.HandleFunc("POST /sim/cobs/{txid}/pay", s.handlePay)
 	s.mux.HandleFunc("POST /sim/faults", s.handleFaults)
+	for path, allow := range map[string]string{"/v1/operations": "GET, POST", "/v1/statements": "GET",
+		"/v1/capabilities": "GET", "/sim/oracle/{reference}": "GET", "/sim/cobs/{txid}/pay": "POST"} {
+		s.mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", allow)
+			writeJSON(w, http.StatusMethodNotAllowed, errorBody{Error: &apiError{Type: errTypeInvalid,
+				Code: "method_not_allowed", Message: r.Method + " is not allowed on " + r.URL.Path}})
+		})
+	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, errorBody{Error: &apiError{Type: errTypeInvalid, Code: codeMissing,
 			Message: fmt.Sprintf("unrecognized request URL (%s %s)", r.Method, r.URL.Path)}})
