@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -169,4 +170,21 @@ func (c *ManualClock) Set(t time.Time) {
 	c.mu.Lock()
 	c.now = t
 	c.mu.Unlock()
+}
+
+// ValidateBalances checks a Config.Balances map: supported currencies and
+// non-negative amounts with the currency's decimals.
+func ValidateBalances(b map[string]string) error {
+	for c, v := range b {
+		if _, ok := currencyDecimals[c]; !ok {
+			return fmt.Errorf("sim: balance in unsupported currency %q (supported: %v)", c, sortedCurrencies())
+		}
+		if v == "0" {
+			continue
+		}
+		if _, aerr := parseAmount("balance", v, c); aerr != nil {
+			return fmt.Errorf("sim: balance %s: %s", c, aerr.Message)
+		}
+	}
+	return nil
 }

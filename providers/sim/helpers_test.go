@@ -54,9 +54,9 @@ func cardCharge(amount, token string) providers.OperationInput {
 
 // attempt is one attempt: its key, reference and encoded payload.
 type attempt struct {
-	op  providers.Operation
-	key string
-	ref string
+	op   providers.Operation
+	key  string
+	ref  string
 	body []byte
 }
 
