@@ -58,6 +58,7 @@ const (
 	behaveDecline                         // records a failed operation, answers 402 declined
 	behaveHang                            // records the operation as succeeded, then hangs past the read timeout
 	behaveKeyMisuse                       // 400 idempotency_error
+	behave500NoRecord                     // answers 500, records nothing
 )
 
 type fakeOp struct {
@@ -219,6 +220,8 @@ func (p *fakePSP) submit(w http.ResponseWriter, r *http.Request) {
 		}
 	case behaveKeyMisuse:
 		writeJSON(w, 400, map[string]string{"code": "idempotency_error", "refinement": "key_misuse"})
+	case behave500NoRecord:
+		writeJSON(w, 500, map[string]string{"code": "internal_error"})
 	}
 }
 
