@@ -1,0 +1,312 @@
+package ledger
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/shopspring/decimal"
+
+	"github.com/saldo/saldo/money"
+)
+
+// Page sizes for the list functions.
+const (
+	DefaultPageSize = 50
+	MaxPageSize     = 500
+)
+
+func pageSize(limit int) int {
+	switch {
+	case limit <= 0:
+		return DefaultPageSize
+	case limit > MaxPageSize:
+		return MaxPageSize
+	}
+	return limit
+}
+
+// Order of a listing.
+type Order int
+
+// The orders: oldest first (the default) or newest first.
+const (
+	Ascending Order = iota
+	Descending
+)
+
+// Cursors are opaque to callers: base64url of "<kind>:<scope>:<order>:<key>".
+// The scope (the account id for postings) and the order are checked, so a
+// cursor cannot be replayed against another listing.
+func encodeCursor(kind string, scope int64, order Order, key int64) string {
+	return base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, "%s:%d:%d:%d", kind, scope, order, key))
+}
+
+func decodeCursor(c, kind string, scope int64, order Order) (int64, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return 0, fmt.Errorf("%w: not base64url", ErrInvalidCursor)
+	}
+	parts := strings.Split(string(raw), ":")
+	if len(parts) != 4 || parts[0] != kind {
+		return 0, fmt.Errorf("%w: not a %s cursor", ErrInvalidCursor, kind)
+	}
+	if parts[1] != strconv.FormatInt(scope, 10) || parts[2] != strconv.Itoa(int(order)) {
+		return 0, fmt.Errorf("%w: issued for another listing", ErrInvalidCursor)
+	}
+	key, err := strconv.ParseInt(parts[3], 10, 64)
+	if err != nil || key < 0 {
+		return 0, fmt.Errorf("%w: bad position", ErrInvalidCursor)
+	}
+	return key, nil
+}
+
+const postingColumns = `p.transaction_id, p.leg, p.account_id, a.code, p.seq, p.amount::text, p.currency,
+	p.balance_after::text, p.posted_at, p.hash`
+
+func scanPostings(rows pgx.Rows) ([]Posting, error) {
+	defer rows.Close()
+	var out []Posting
+	for rows.Next() {
+		var (
+			p                  Posting
+			leg                int16
+			amount, cur, after string
+		)
+		if err := rows.Scan(&p.TransactionID, &leg, &p.AccountID, &p.AccountCode, &p.Seq, &amount, &cur, &after, &p.PostedAt, &p.Hash); err != nil {
+			return nil, err
+		}
+		p.Leg = int(leg)
+		var err error
+		if p.Amount, err = decimal.NewFromString(amount); err != nil {
+			return nil, err
+		}
+		if p.BalanceAfter, err = decimal.NewFromString(after); err != nil {
+			return nil, err
+		}
+		if p.Currency, err = money.LookupCurrency(cur); err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+const transactionColumns = `t.id, t.idempotency_key, t.cause_kind, t.cause_id, t.description, t.metadata,
+	t.effective_at, t.posted_at, coalesce(t.reverses_id, 0)`
+
+func scanTransaction(row pgx.Row) (Transaction, error) {
+	var t Transaction
+	err := row.Scan(&t.ID, &t.IdempotencyKey, &t.CauseKind, &t.CauseID, &t.Description, &t.Metadata,
+		&t.EffectiveAt, &t.PostedAt, &t.ReversesID)
+	if len(t.Metadata) == 0 {
+		t.Metadata = nil
+	}
+	return t, err
+}
+
+// TransactionByID returns the transaction with its postings (in leg order),
+// or ErrTransactionNotFound.
+func TransactionByID(ctx context.Context, db DBTX, id int64) (Transaction, error) {
+	return transactionWhere(ctx, db, "t.id = $1", id)
+}
+
+// TransactionByKey returns the transaction posted under the idempotency key,
+// or ErrTransactionNotFound.
+func TransactionByKey(ctx context.Context, db DBTX, key string) (Transaction, error) {
+	return transactionWhere(ctx, db, "t.idempotency_key = $1", key)
+}
+
+func transactionWhere(ctx context.Context, db DBTX, where string, arg any) (Transaction, error) {
+	t, err := scanTransaction(db.QueryRow(ctx, `SELECT `+transactionColumns+` FROM ledger_transactions t WHERE `+where, arg))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Transaction{}, fmt.Errorf("%w: %v", ErrTransactionNotFound, arg)
+	}
+	if err != nil {
+		return Transaction{}, fmt.Errorf("ledger: read transaction %v: %w", arg, err)
+	}
+	rows, err := db.Query(ctx, `SELECT `+postingColumns+`
+		FROM ledger_postings p JOIN ledger_accounts a ON a.id = p.account_id
+		WHERE p.transaction_id = $1 ORDER BY p.leg`, t.ID)
+	if err != nil {
+		return Transaction{}, fmt.Errorf("ledger: read postings of %d: %w", t.ID, err)
+	}
+	if t.Postings, err = scanPostings(rows); err != nil {
+		return Transaction{}, fmt.Errorf("ledger: read postings of %d: %w", t.ID, err)
+	}
+	return t, nil
+}
+
+// BalanceAt returns the balance of the account with the code as of instant
+// at: the balance after its last posting with PostedAt <= at, or zero if
+// there is none. PostedAt never goes backwards within an account, so this
+// is exact; it is stable once no transaction that started before at is
+// still in flight.
+func BalanceAt(ctx context.Context, db DBTX, code string, at time.Time) (money.Amount, error) {
+	acc, err := AccountByCode(ctx, db, code)
+	if err != nil {
+		return money.Amount{}, err
+	}
+	var s string
+	err = db.QueryRow(ctx, `SELECT balance_after::text FROM ledger_postings
+		WHERE account_id = $1 AND posted_at <= $2 ORDER BY posted_at DESC, seq DESC LIMIT 1`, acc.ID, at).Scan(&s)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return money.Zero(acc.Currency), nil
+	}
+	if err != nil {
+		return money.Amount{}, fmt.Errorf("ledger: balance of %s at %s: %w", code, at, err)
+	}
+	d, err := decimal.NewFromString(s)
+	if err != nil {
+		return money.Amount{}, err
+	}
+	return money.New(d, acc.Currency)
+}
+
+// PageRequest asks for one page of a listing. Cursor is the NextCursor of
+// the previous page ("" for the first page); Limit is capped at MaxPageSize
+// (<= 0 means DefaultPageSize). A cursor only works with the listing (and
+// Order) that issued it.
+type PageRequest struct {
+	Cursor string
+	Limit  int
+	Order  Order
+}
+
+// PostingsPage is one page of an account's history.
+type PostingsPage struct {
+	Postings []Posting
+	// NextCursor continues the listing; "" when this page is the last.
+	NextCursor string
+}
+
+// ListPostings pages through the history of the account with the code, in
+// sequence order (Ascending: oldest first). The order is stable: new
+// postings only ever append at the end.
+func ListPostings(ctx context.Context, db DBTX, code string, req PageRequest) (PostingsPage, error) {
+	acc, err := AccountByCode(ctx, db, code)
+	if err != nil {
+		return PostingsPage{}, err
+	}
+	limit := pageSize(req.Limit)
+	var after int64
+	if req.Order == Descending {
+		after = 1<<63 - 1
+	}
+	if req.Cursor != "" {
+		if after, err = decodeCursor(req.Cursor, "postings", acc.ID, req.Order); err != nil {
+			return PostingsPage{}, err
+		}
+	}
+	q := `SELECT ` + postingColumns + ` FROM ledger_postings p JOIN ledger_accounts a ON a.id = p.account_id
+		WHERE p.account_id = $1 AND p.seq > $2 ORDER BY p.seq LIMIT $3`
+	if req.Order == Descending {
+		q = `SELECT ` + postingColumns + ` FROM ledger_postings p JOIN ledger_accounts a ON a.id = p.account_id
+		WHERE p.account_id = $1 AND p.seq < $2 ORDER BY p.seq DESC LIMIT $3`
+	}
+	rows, err := db.Query(ctx, q, acc.ID, after, limit+1)
+	if err != nil {
+		return PostingsPage{}, fmt.Errorf("ledger: list postings of %s: %w", code, err)
+	}
+	ps, err := scanPostings(rows)
+	if err != nil {
+		return PostingsPage{}, fmt.Errorf("ledger: list postings of %s: %w", code, err)
+	}
+	page := PostingsPage{Postings: ps}
+	if len(ps) > limit {
+		page.Postings = ps[:limit]
+		page.NextCursor = encodeCursor("postings", acc.ID, req.Order, ps[limit-1].Seq)
+	}
+	return page, nil
+}
+
+// TransactionFilter narrows ListTransactions. Zero fields match everything.
+type TransactionFilter struct {
+	CauseKind string
+	CauseID   string // only with CauseKind
+}
+
+// TransactionsPage is one page of transactions.
+type TransactionsPage struct {
+	Transactions []Transaction // each with its postings
+	NextCursor   string
+}
+
+// ListTransactions pages through transactions in id order (Ascending:
+// oldest first), each with its postings, for auditors. Ids grow with time of
+// insertion; a page never skips a committed transaction that was visible
+// when the cursor's page was read, but a transaction committed later with a
+// smaller id (it started earlier) can appear behind an existing cursor.
+func ListTransactions(ctx context.Context, db DBTX, f TransactionFilter, req PageRequest) (TransactionsPage, error) {
+	limit := pageSize(req.Limit)
+	var after int64
+	if req.Order == Descending {
+		after = 1<<63 - 1
+	}
+	if req.Cursor != "" {
+		var err error
+		if after, err = decodeCursor(req.Cursor, "transactions", 0, req.Order); err != nil {
+			return TransactionsPage{}, err
+		}
+	}
+	if f.CauseID != "" && f.CauseKind == "" {
+		return TransactionsPage{}, invalid("filter by cause id needs the cause kind")
+	}
+	cmp, dir := ">", "ASC"
+	if req.Order == Descending {
+		cmp, dir = "<", "DESC"
+	}
+	q := `SELECT ` + transactionColumns + ` FROM ledger_transactions t
+		WHERE t.id ` + cmp + ` $1
+		  AND ($2 = '' OR t.cause_kind = $2) AND ($3 = '' OR t.cause_id = $3)
+		ORDER BY t.id ` + dir + ` LIMIT $4`
+	rows, err := db.Query(ctx, q, after, f.CauseKind, f.CauseID, limit+1)
+	if err != nil {
+		return TransactionsPage{}, fmt.Errorf("ledger: list transactions: %w", err)
+	}
+	var txs []Transaction
+	for rows.Next() {
+		t, err := scanTransaction(rows)
+		if err != nil {
+			rows.Close()
+			return TransactionsPage{}, fmt.Errorf("ledger: list transactions: %w", err)
+		}
+		txs = append(txs, t)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return TransactionsPage{}, fmt.Errorf("ledger: list transactions: %w", err)
+	}
+	page := TransactionsPage{Transactions: txs}
+	if len(txs) > limit {
+		page.Transactions = txs[:limit]
+		page.NextCursor = encodeCursor("transactions", 0, req.Order, txs[limit-1].ID)
+	}
+	if len(page.Transactions) == 0 {
+		return page, nil
+	}
+	ids := make([]int64, len(page.Transactions))
+	byID := make(map[int64]int, len(ids))
+	for i, t := range page.Transactions {
+		ids[i], byID[t.ID] = t.ID, i
+	}
+	prow, err := db.Query(ctx, `SELECT `+postingColumns+` FROM ledger_postings p JOIN ledger_accounts a ON a.id = p.account_id
+		WHERE p.transaction_id = ANY($1) ORDER BY p.transaction_id, p.leg`, ids)
+	if err != nil {
+		return TransactionsPage{}, fmt.Errorf("ledger: list transactions: postings: %w", err)
+	}
+	ps, err := scanPostings(prow)
+	if err != nil {
+		return TransactionsPage{}, fmt.Errorf("ledger: list transactions: postings: %w", err)
+	}
+	for _, p := range ps {
+		i := byID[p.TransactionID]
+		page.Transactions[i].Postings = append(page.Transactions[i].Postings, p)
+	}
+	return page, nil
+}

@@ -1,0 +1,334 @@
+-- +goose Up
+-- The double-entry ledger (issue 2; RULES.md R22, R23). Package ledger is the
+-- only writer. Conventions:
+--   * every amount is signed: a posting adds its amount to its account's
+--     balance; the postings of a transaction sum to zero per currency;
+--   * balances live on the account row, updated in the same database
+--     transaction as the postings, under a row lock taken in id order;
+--   * each posting records the account's balance after it, a gap-free
+--     per-account sequence number and a sha256 chained per account
+--     (no ledger-wide lock, no global chain);
+--   * history (transactions, postings) is append-only, enforced by triggers.
+
+CREATE TABLE ledger_accounts (
+    id             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    -- code is owner_kind/owner_id/purpose/currency, e.g. merchant/m_42/available/BRL.
+    code           text NOT NULL UNIQUE,
+    owner_kind     text NOT NULL CHECK (owner_kind IN ('merchant', 'platform', 'provider')),
+    owner_id       text NOT NULL CHECK (owner_id ~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$'),
+    purpose        text NOT NULL CHECK (purpose ~ '^[a-z][a-z0-9_]{0,31}$'),
+    currency       text NOT NULL CHECK (currency ~ '^[A-Z]{3}$'),
+    allow_negative boolean NOT NULL,
+    balance        numeric NOT NULL DEFAULT 0,
+    -- last_seq, last_hash and last_posted_at describe the newest posting of
+    -- the account; the next posting continues from them.
+    last_seq       bigint NOT NULL DEFAULT 0,
+    last_hash      bytea NOT NULL DEFAULT '\x',
+    last_posted_at timestamptz,
+    created_at     timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT ledger_accounts_code_shape
+        CHECK (code = owner_kind || '/' || owner_id || '/' || purpose || '/' || currency),
+    -- R23: the database itself refuses an overdraft, whatever the caller did.
+    CONSTRAINT ledger_accounts_no_overdraft CHECK (allow_negative OR balance >= 0),
+    CONSTRAINT ledger_accounts_id_currency UNIQUE (id, currency)
+) WITH (fillfactor = 50); -- room for HOT updates of the balance
+
+CREATE INDEX ledger_accounts_owner ON ledger_accounts (owner_kind, owner_id, currency);
+
+CREATE TABLE ledger_transactions (
+    id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    idempotency_key text NOT NULL CHECK (length(idempotency_key) BETWEEN 1 AND 255),
+    -- request_hash covers the cause, the reversed transaction and the sorted
+    -- (account, amount, currency) legs: a replay with the same key must match it.
+    request_hash    bytea NOT NULL,
+    cause_kind      text NOT NULL CHECK (cause_kind ~ '^[a-z][a-z0-9_]{0,39}$'),
+    cause_id        text NOT NULL CHECK (length(cause_id) BETWEEN 1 AND 255),
+    description     text NOT NULL DEFAULT '' CHECK (length(description) <= 1000),
+    metadata        jsonb NOT NULL DEFAULT '{}',
+    effective_at    timestamptz NOT NULL,
+    -- posted_at never goes backwards for any account the transaction touches.
+    posted_at       timestamptz NOT NULL,
+    reverses_id     bigint REFERENCES ledger_transactions (id),
+    CONSTRAINT ledger_transactions_idempotency_key UNIQUE (idempotency_key)
+);
+
+-- A transaction is reversed at most once.
+CREATE UNIQUE INDEX ledger_transactions_reverses ON ledger_transactions (reverses_id)
+    WHERE reverses_id IS NOT NULL;
+CREATE INDEX ledger_transactions_cause ON ledger_transactions (cause_kind, cause_id);
+
+CREATE TABLE ledger_postings (
+    account_id     bigint NOT NULL,
+    seq            bigint NOT NULL CHECK (seq >= 1),
+    transaction_id bigint NOT NULL REFERENCES ledger_transactions (id),
+    leg            smallint NOT NULL CHECK (leg >= 1),
+    amount         numeric NOT NULL CHECK (amount <> 0),
+    currency       text NOT NULL,
+    balance_after  numeric NOT NULL,
+    posted_at      timestamptz NOT NULL,
+    prev_hash      bytea NOT NULL,
+    hash           bytea NOT NULL,
+    PRIMARY KEY (account_id, seq),
+    CONSTRAINT ledger_postings_leg UNIQUE (transaction_id, leg),
+    -- a posting is in its account's currency
+    FOREIGN KEY (account_id, currency) REFERENCES ledger_accounts (id, currency)
+);
+
+CREATE INDEX ledger_postings_account_time ON ledger_postings (account_id, posted_at);
+
+-- History is append-only: no UPDATE, DELETE or TRUNCATE on transactions and
+-- postings. A correction is a reversal transaction (reverses_id).
+-- +goose StatementBegin
+CREATE FUNCTION ledger_refuse_change() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'ledger: % on % refused: ledger history is append-only (post a reversal instead)',
+        TG_OP, TG_TABLE_NAME USING ERRCODE = 'restrict_violation';
+END
+$$;
+-- +goose StatementEnd
+
+CREATE TRIGGER ledger_transactions_append_only BEFORE UPDATE OR DELETE ON ledger_transactions
+    FOR EACH STATEMENT EXECUTE FUNCTION ledger_refuse_change();
+CREATE TRIGGER ledger_transactions_no_truncate BEFORE TRUNCATE ON ledger_transactions
+    FOR EACH STATEMENT EXECUTE FUNCTION ledger_refuse_change();
+CREATE TRIGGER ledger_postings_append_only BEFORE UPDATE OR DELETE ON ledger_postings
+    FOR EACH STATEMENT EXECUTE FUNCTION ledger_refuse_change();
+CREATE TRIGGER ledger_postings_no_truncate BEFORE TRUNCATE ON ledger_postings
+    FOR EACH STATEMENT EXECUTE FUNCTION ledger_refuse_change();
+-- An account's identity never changes (only its balance and chain head do).
+-- The trigger fires only when a statement names one of these columns, so the
+-- balance updates of ledger_post pay nothing for it.
+CREATE TRIGGER ledger_accounts_identity_fixed
+    BEFORE UPDATE OF id, code, owner_kind, owner_id, purpose, currency, allow_negative ON ledger_accounts
+    FOR EACH STATEMENT EXECUTE FUNCTION ledger_refuse_change();
+CREATE TRIGGER ledger_accounts_no_delete BEFORE DELETE OR TRUNCATE ON ledger_accounts
+    FOR EACH STATEMENT EXECUTE FUNCTION ledger_refuse_change();
+
+-- Double entry, enforced at COMMIT: every transaction has at least two
+-- postings and they sum to zero per currency. Deferred, because the sum is
+-- only whole once every posting is in. Fires for a new transaction and for
+-- any posting added later to an old one.
+-- +goose StatementBegin
+CREATE FUNCTION ledger_check_balanced() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    v_tx bigint;
+    v_n bigint;
+    v_ok boolean;
+BEGIN
+    IF TG_TABLE_NAME = 'ledger_transactions' THEN
+        v_tx := NEW.id;
+    ELSE
+        v_tx := NEW.transaction_id;
+    END IF;
+    SELECT coalesce(sum(c), 0), coalesce(bool_and(s = 0), true) INTO v_n, v_ok
+    FROM (SELECT count(*) AS c, sum(p.amount) AS s
+          FROM ledger_postings p WHERE p.transaction_id = v_tx GROUP BY p.currency) per_currency;
+    IF v_n < 2 OR NOT v_ok THEN
+        RAISE EXCEPTION 'ledger: transaction % is not balanced (% postings, zero sum per currency: %)',
+            v_tx, v_n, v_ok
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'ledger_transaction_balanced';
+    END IF;
+    RETURN NULL;
+END
+$$;
+-- +goose StatementEnd
+
+CREATE CONSTRAINT TRIGGER ledger_transaction_balanced AFTER INSERT ON ledger_transactions
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION ledger_check_balanced();
+CREATE CONSTRAINT TRIGGER ledger_posting_balanced AFTER INSERT ON ledger_postings
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION ledger_check_balanced();
+
+-- ledger_post posts one transaction in ONE round trip. It never raises for
+-- an expected refusal (insufficient funds, idempotency conflict, unknown
+-- account, ...): it returns an outcome row instead and writes nothing, so a
+-- refusal does not abort the caller's database transaction.
+--
+-- Legs come as parallel arrays; a leg names its account by id (non-zero) or
+-- by code. Steps: lock every named account in id order (FOR UPDATE: no
+-- deadlocks); resolve legs and apply them in order to running balances;
+-- compute the request hash; if the key exists, return 'existing' (same hash)
+-- or 'conflict'; refuse an overdraft of an account that forbids negatives
+-- ('insufficient_funds', detail = account code); insert the transaction (ON
+-- CONFLICT on the key: a racing twin is detected without an error); chain the
+-- posting hashes; insert the postings; update the balances.
+--
+-- Outcomes: posted (one row per leg), existing (one row, transaction_id set),
+-- conflict, insufficient_funds, unknown_account, currency_mismatch,
+-- not_found (reversed transaction missing), already_reversed.
+-- +goose StatementBegin
+CREATE FUNCTION ledger_post(
+    p_key text, p_cause_kind text, p_cause_id text, p_description text,
+    p_metadata jsonb, p_effective_at timestamptz, p_reverses_id bigint,
+    p_account_ids bigint[], p_account_codes text[], p_amounts numeric[], p_currencies text[])
+RETURNS TABLE (outcome text, detail text, transaction_id bigint, posted_at timestamptz,
+               leg int, account_id bigint, account_code text, seq bigint,
+               balance_after numeric, hash bytea)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    n int := coalesce(cardinality(p_amounts), 0);
+    a_id bigint[] := '{}';
+    a_code text[] := '{}';
+    a_cur text[] := '{}';
+    a_neg boolean[] := '{}';
+    a_bal numeric[] := '{}';
+    a_seq bigint[] := '{}';
+    a_hash bytea[] := '{}';
+    l_acc int[] := '{}';
+    l_bal numeric[] := '{}';
+    l_seq bigint[] := '{}';
+    l_prev bytea[] := '{}';
+    l_hash bytea[] := '{}';
+    v_last timestamptz;
+    v_posted timestamptz;
+    v_short text;
+    v_req bytea;
+    v_tx bigint;
+    v_old_req bytea;
+    r record;
+    i int;
+    j int;
+    k int;
+BEGIN
+    IF n < 2 OR cardinality(p_account_ids) <> n OR cardinality(p_account_codes) <> n
+       OR cardinality(p_currencies) <> n THEN
+        RAISE EXCEPTION 'ledger_post: need at least two legs in parallel arrays of equal length'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    FOR r IN
+        SELECT a.id, a.code, a.currency, a.allow_negative, a.balance, a.last_seq, a.last_hash,
+               a.last_posted_at
+        FROM ledger_accounts a
+        WHERE a.id = ANY (p_account_ids) OR a.code = ANY (p_account_codes)
+        ORDER BY a.id
+        FOR UPDATE
+    LOOP
+        a_id := a_id || r.id;
+        a_code := a_code || r.code;
+        a_cur := a_cur || r.currency;
+        a_neg := a_neg || r.allow_negative;
+        a_bal := a_bal || r.balance;
+        a_seq := a_seq || r.last_seq;
+        a_hash := a_hash || r.last_hash;
+        v_last := greatest(v_last, r.last_posted_at);
+    END LOOP;
+
+    FOR i IN 1..n LOOP
+        j := NULL;
+        FOR k IN 1..coalesce(cardinality(a_id), 0) LOOP
+            IF (coalesce(p_account_ids[i], 0) <> 0 AND a_id[k] = p_account_ids[i])
+               OR (coalesce(p_account_ids[i], 0) = 0 AND a_code[k] = p_account_codes[i]) THEN
+                j := k;
+                EXIT;
+            END IF;
+        END LOOP;
+        IF j IS NULL THEN
+            RETURN QUERY SELECT 'unknown_account'::text,
+                CASE WHEN coalesce(p_account_ids[i], 0) <> 0 THEN p_account_ids[i]::text
+                     ELSE p_account_codes[i] END,
+                NULL::bigint, NULL::timestamptz, i, NULL::bigint, NULL::text, NULL::bigint,
+                NULL::numeric, NULL::bytea;
+            RETURN;
+        END IF;
+        IF a_cur[j] <> p_currencies[i] THEN
+            RETURN QUERY SELECT 'currency_mismatch'::text, a_code[j], NULL::bigint, NULL::timestamptz,
+                i, a_id[j], a_code[j], NULL::bigint, NULL::numeric, NULL::bytea;
+            RETURN;
+        END IF;
+        a_bal[j] := a_bal[j] + p_amounts[i];
+        a_seq[j] := a_seq[j] + 1;
+        IF v_short IS NULL AND NOT a_neg[j] AND a_bal[j] < 0 THEN
+            v_short := a_code[j];
+        END IF;
+        l_acc[i] := j;
+        l_bal[i] := a_bal[j];
+        l_seq[i] := a_seq[j];
+    END LOOP;
+
+    SELECT sha256(convert_to(concat_ws('|', 'saldo-ledger-request-v1', p_cause_kind, p_cause_id,
+               coalesce(p_reverses_id::text, ''),
+               string_agg(a_id[l_acc[g]]::text || ':' || trim_scale(p_amounts[g])::text || ':'
+                          || p_currencies[g], ';' ORDER BY a_id[l_acc[g]], p_amounts[g], g)), 'UTF8'))
+    INTO v_req
+    FROM generate_subscripts(p_amounts, 1) AS g;
+
+    SELECT t.id, t.request_hash INTO v_tx, v_old_req
+    FROM ledger_transactions t WHERE t.idempotency_key = p_key;
+    IF FOUND THEN
+        RETURN QUERY SELECT CASE WHEN v_old_req = v_req THEN 'existing' ELSE 'conflict' END,
+            NULL::text, v_tx, NULL::timestamptz, NULL::int, NULL::bigint, NULL::text, NULL::bigint,
+            NULL::numeric, NULL::bytea;
+        RETURN;
+    END IF;
+
+    IF p_reverses_id IS NOT NULL THEN
+        IF NOT EXISTS (SELECT 1 FROM ledger_transactions t WHERE t.id = p_reverses_id) THEN
+            RETURN QUERY SELECT 'not_found'::text, p_reverses_id::text, NULL::bigint,
+                NULL::timestamptz, NULL::int, NULL::bigint, NULL::text, NULL::bigint,
+                NULL::numeric, NULL::bytea;
+            RETURN;
+        END IF;
+        SELECT t.id INTO v_tx FROM ledger_transactions t WHERE t.reverses_id = p_reverses_id;
+        IF FOUND THEN
+            RETURN QUERY SELECT 'already_reversed'::text, p_reverses_id::text, v_tx,
+                NULL::timestamptz, NULL::int, NULL::bigint, NULL::text, NULL::bigint,
+                NULL::numeric, NULL::bytea;
+            RETURN;
+        END IF;
+    END IF;
+
+    IF v_short IS NOT NULL THEN
+        RETURN QUERY SELECT 'insufficient_funds'::text, v_short, NULL::bigint, NULL::timestamptz,
+            NULL::int, NULL::bigint, NULL::text, NULL::bigint, NULL::numeric, NULL::bytea;
+        RETURN;
+    END IF;
+
+    -- posted_at never goes backwards on any of the accounts (a clock step
+    -- back must not reorder history), so balance-at-time queries stay exact.
+    v_posted := greatest(clock_timestamp(), v_last);
+
+    INSERT INTO ledger_transactions AS t (idempotency_key, request_hash, cause_kind, cause_id,
+        description, metadata, effective_at, posted_at, reverses_id)
+    VALUES (p_key, v_req, p_cause_kind, p_cause_id, coalesce(p_description, ''),
+        coalesce(p_metadata, '{}'), coalesce(p_effective_at, v_posted), v_posted, p_reverses_id)
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING t.id INTO v_tx;
+    IF v_tx IS NULL THEN
+        -- A concurrent Post with the same key (touching other accounts, so
+        -- not queued behind our locks) committed first.
+        SELECT t.id, t.request_hash INTO v_tx, v_old_req
+        FROM ledger_transactions t WHERE t.idempotency_key = p_key;
+        RETURN QUERY SELECT CASE WHEN v_old_req = v_req THEN 'existing' ELSE 'conflict' END,
+            NULL::text, v_tx, NULL::timestamptz, NULL::int, NULL::bigint, NULL::text, NULL::bigint,
+            NULL::numeric, NULL::bytea;
+        RETURN;
+    END IF;
+
+    FOR i IN 1..n LOOP
+        j := l_acc[i];
+        l_prev[i] := a_hash[j];
+        l_hash[i] := sha256(convert_to(concat_ws('|', 'saldo-ledger-posting-v1',
+            a_id[j], l_seq[i], v_tx, i,
+            trim_scale(p_amounts[i])::text, p_currencies[i], trim_scale(l_bal[i])::text,
+            (extract(epoch FROM v_posted) * 1000000)::bigint), 'UTF8') || a_hash[j]);
+        a_hash[j] := l_hash[i];
+    END LOOP;
+
+    INSERT INTO ledger_postings (account_id, seq, transaction_id, leg, amount, currency,
+        balance_after, posted_at, prev_hash, hash)
+    SELECT a_id[l_acc[g]], l_seq[g], v_tx, g, p_amounts[g], p_currencies[g], l_bal[g], v_posted,
+        l_prev[g], l_hash[g]
+    FROM generate_subscripts(p_amounts, 1) AS g;
+
+    UPDATE ledger_accounts AS a
+    SET balance = a_bal[array_position(a_id, a.id)], last_seq = a_seq[array_position(a_id, a.id)],
+        last_hash = a_hash[array_position(a_id, a.id)], last_posted_at = v_posted
+    WHERE a.id = ANY (a_id);
+
+    RETURN QUERY SELECT 'posted'::text, NULL::text, v_tx, v_posted, g, a_id[l_acc[g]],
+        a_code[l_acc[g]], l_seq[g], l_bal[g], l_hash[g]
+    FROM generate_subscripts(p_amounts, 1) AS g ORDER BY g;
+END
+$$;
+-- +goose StatementEnd
