@@ -1,0 +1,86 @@
+// Package audit runs every invariant saldo keeps, across packages, in one
+// place: the ledger's own checks (balances replayed from postings, zero-sum
+// transactions, no forbidden negative in history, gap-free sequences, hash
+// chains), the attempts core's (at most one succeeded and one open attempt
+// per subject, finals never change, every unknown has a resolver or a
+// review flag) and payouts' (reserved balance equals open outgoing attempts,
+// statuses match attempts, one ledger effect per final attempt).
+//
+// `saldo audit verify` prints it; tests run it after every concurrency,
+// crash and chaos scenario.
+package audit
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/ledger"
+	"github.com/saldo/saldo/payouts"
+)
+
+// Violation is one broken invariant.
+type Violation struct {
+	Area   string // ledger, attempts, payouts
+	Check  string
+	Detail string
+}
+
+func (v Violation) String() string { return v.Area + "/" + v.Check + ": " + v.Detail }
+
+// Result of a full audit.
+type Result struct {
+	Ledger     ledger.Report
+	Violations []Violation
+}
+
+// OK reports whether every invariant holds.
+func (r Result) OK() bool { return len(r.Violations) == 0 }
+
+// Summary is a one-line description.
+func (r Result) Summary() string {
+	if r.OK() {
+		return fmt.Sprintf("audit OK: %d accounts, %d transactions, %d postings", r.Ledger.Accounts, r.Ledger.Transactions, r.Ledger.Postings)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "audit FAILED: %d violations", len(r.Violations))
+	for i, v := range r.Violations {
+		if i == 20 {
+			fmt.Fprintf(&b, "\n  ... %d more", len(r.Violations)-20)
+			break
+		}
+		b.WriteString("\n  " + v.String())
+	}
+	return b.String()
+}
+
+// Run runs every check against db.
+func Run(ctx context.Context, db *pgxpool.Pool) (Result, error) {
+	var res Result
+	rep, err := ledger.Verify(ctx, db)
+	if err != nil {
+		return res, err
+	}
+	res.Ledger = rep
+	for _, v := range rep.Violations {
+		res.Violations = append(res.Violations, Violation{"ledger", string(v.Kind), v.String()})
+	}
+	av, err := attempts.Verify(ctx, db)
+	if err != nil {
+		return res, err
+	}
+	for _, v := range av {
+		res.Violations = append(res.Violations, Violation{"attempts", v.Code, v.String()})
+	}
+	pv, err := payouts.Verify(ctx, db)
+	if err != nil {
+		return res, err
+	}
+	for _, v := range pv {
+		res.Violations = append(res.Violations, Violation{"payouts", v.Check, v.Detail})
+	}
+	return res, nil
+}

@@ -1,0 +1,134 @@
+// Package merchants holds the merchants that own balances, payouts and
+// charges, and the admin funding adjustment that brings outside money into a
+// merchant's available balance as a balanced ledger transaction.
+package merchants
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/saldo/saldo/ledger"
+	"github.com/saldo/saldo/money"
+)
+
+// Errors. Match with errors.Is.
+var (
+	ErrInvalid  = errors.New("merchants: invalid input")
+	ErrNotFound = errors.New("merchants: not found")
+	ErrExists   = errors.New("merchants: already exists")
+)
+
+// Merchant is an account holder of the platform.
+type Merchant struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// Create inserts a merchant. The id is chosen by the caller (lowercase
+// letters, digits, '_' and '-', up to 63 characters) so ledger account codes
+// stay readable: merchant/<id>/available/BRL.
+func Create(ctx context.Context, db ledger.DBTX, id, name string) (Merchant, error) {
+	name = strings.TrimSpace(name)
+	if !idPattern.MatchString(id) {
+		return Merchant{}, fmt.Errorf("%w: id %q: lowercase letters, digits, '_' or '-', 1-63 characters", ErrInvalid, id)
+	}
+	if name == "" || len(name) > 200 {
+		return Merchant{}, fmt.Errorf("%w: name must be 1-200 characters", ErrInvalid)
+	}
+	m := Merchant{ID: id, Name: name}
+	err := db.QueryRow(ctx, `INSERT INTO merchants (id, name) VALUES ($1, $2) RETURNING created_at`, id, name).Scan(&m.CreatedAt)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "23505" {
+		return Merchant{}, fmt.Errorf("%w: %s", ErrExists, id)
+	}
+	return m, err
+}
+
+// Get returns a merchant.
+func Get(ctx context.Context, db ledger.DBTX, id string) (Merchant, error) {
+	m := Merchant{ID: id}
+	err := db.QueryRow(ctx, `SELECT name, created_at FROM merchants WHERE id = $1`, id).Scan(&m.Name, &m.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Merchant{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	return m, err
+}
+
+// List returns merchants ordered by id, after the given id, at most limit (capped at 100).
+func List(ctx context.Context, db ledger.DBTX, after string, limit int) ([]Merchant, error) {
+	if limit <= 0 || limit > 100 {
+		limit = 100
+	}
+	rows, err := db.Query(ctx, `SELECT id, name, created_at FROM merchants WHERE id > $1 ORDER BY id LIMIT $2`, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Merchant, error) {
+		var m Merchant
+		return m, r.Scan(&m.ID, &m.Name, &m.CreatedAt)
+	})
+}
+
+// Funding is an admin adjustment: money entering (positive) or leaving
+// (negative) a merchant's available balance from outside the ledger, against
+// the platform's external funding account.
+type Funding struct {
+	MerchantID string
+	Amount     money.Amount // non-zero; negative takes money out
+	// Key makes the adjustment idempotent (required).
+	Key string
+	// Reason and Actor are recorded on the ledger transaction (required).
+	Reason string
+	Actor  string
+}
+
+// CauseFunding is the ledger cause kind of funding adjustments.
+const CauseFunding = "funding"
+
+// Fund posts the adjustment as one balanced ledger transaction. A negative
+// adjustment larger than the available balance fails with
+// ledger.ErrInsufficientFunds and writes nothing.
+func Fund(ctx context.Context, db ledger.DBTX, f Funding) (ledger.Transaction, error) {
+	switch {
+	case !f.Amount.IsValid() || f.Amount.IsZero():
+		return ledger.Transaction{}, fmt.Errorf("%w: amount must be non-zero", ErrInvalid)
+	case f.Key == "":
+		return ledger.Transaction{}, fmt.Errorf("%w: key is required", ErrInvalid)
+	case strings.TrimSpace(f.Reason) == "" || strings.TrimSpace(f.Actor) == "":
+		return ledger.Transaction{}, fmt.Errorf("%w: reason and actor are required", ErrInvalid)
+	}
+	if _, err := Get(ctx, db, f.MerchantID); err != nil {
+		return ledger.Transaction{}, err
+	}
+	cur := f.Amount.Currency()
+	avail, err := ledger.EnsureAccount(ctx, db, ledger.MerchantAvailable(f.MerchantID, cur))
+	if err != nil {
+		return ledger.Transaction{}, err
+	}
+	funding, err := ledger.EnsureAccount(ctx, db, ledger.PlatformFunding(cur))
+	if err != nil {
+		return ledger.Transaction{}, err
+	}
+	amt := f.Amount.Decimal()
+	return ledger.Post(ctx, db, ledger.TransactionInput{
+		IdempotencyKey: "funding:" + f.MerchantID + ":" + f.Key,
+		CauseKind:      CauseFunding,
+		CauseID:        f.MerchantID,
+		Description:    f.Reason,
+		Metadata:       map[string]string{"actor": f.Actor, "merchant_id": f.MerchantID},
+		Postings: []ledger.PostingInput{
+			{AccountID: funding.ID, Amount: amt.Neg(), Currency: cur},
+			{AccountID: avail.ID, Amount: amt, Currency: cur},
+		},
+	})
+}

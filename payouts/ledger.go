@@ -1,0 +1,151 @@
+package payouts
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/saldo/saldo/ledger"
+	"github.com/saldo/saldo/money"
+)
+
+// Ledger causes of payout transactions. Each names the attempt (CauseID is
+// the attempt id) and is posted under a key derived from it, so a repeated
+// callback can never move money twice.
+const (
+	CauseReserve = "payout_reserve" // available -> reserved, when an attempt opens
+	CauseSettle  = "payout_settle"  // reserved -> provider clearing, when it succeeds
+	CauseRelease = "payout_release" // reserved -> available, when it failed
+)
+
+// accountCache maps account codes to ids. Only ids of accounts known to be
+// committed are cached (accounts are never deleted or renamed, so such an id
+// stays valid); an account created inside a transaction that then rolled
+// back must never be cached.
+type accountCache struct{ ids sync.Map } // code -> int64
+
+// prepareAccounts makes sure the accounts a payout of this merchant and
+// currency touches exist, committed on their own before the opening
+// transaction (creating an account is harmless if the payout then fails).
+// Inside transactions the ids then come from the cache, so no transaction
+// ever waits for a second pool connection.
+func (s *Service) prepareAccounts(ctx context.Context, merchantID string, cur money.Currency) error {
+	for _, spec := range []ledger.AccountSpec{
+		ledger.MerchantAvailable(merchantID, cur),
+		ledger.MerchantReserved(merchantID, cur),
+		ledger.ProviderClearing(s.provider, cur),
+	} {
+		if _, ok := s.accounts.ids.Load(spec.Code()); ok {
+			continue
+		}
+		a, err := ledger.EnsureAccount(ctx, s.pool, spec)
+		if err != nil {
+			return err
+		}
+		s.accounts.ids.Store(spec.Code(), a.ID)
+	}
+	return nil
+}
+
+// accountID returns the id of the account spec names, inside tx: from the
+// cache, else read (and cached: it was committed before tx could see it,
+// since this package creates accounts only in prepareAccounts), else created
+// inside tx and not cached.
+func (s *Service) accountID(ctx context.Context, tx pgx.Tx, spec ledger.AccountSpec) (int64, error) {
+	code := spec.Code()
+	if id, ok := s.accounts.ids.Load(code); ok {
+		return id.(int64), nil
+	}
+	a, err := ledger.AccountByCode(ctx, tx, code)
+	if err == nil {
+		s.accounts.ids.Store(code, a.ID)
+		return a.ID, nil
+	}
+	if !errors.Is(err, ledger.ErrAccountNotFound) {
+		return 0, err
+	}
+	a, err = ledger.EnsureAccount(ctx, tx, spec)
+	return a.ID, err
+}
+
+// move posts one two-legged transfer of p's amount from one account to
+// another, caused by attempt id.
+func (s *Service) move(ctx context.Context, tx pgx.Tx, p Payout, attemptID uuid.UUID, cause string, from, to ledger.AccountSpec) error {
+	fromID, err := s.accountID(ctx, tx, from)
+	if err != nil {
+		return err
+	}
+	toID, err := s.accountID(ctx, tx, to)
+	if err != nil {
+		return err
+	}
+	cur := p.Amount.Currency()
+	amt := p.Amount.Decimal()
+	_, err = ledger.Post(ctx, tx, ledger.TransactionInput{
+		IdempotencyKey: cause + ":" + attemptID.String(),
+		CauseKind:      cause,
+		CauseID:        attemptID.String(),
+		Description:    fmt.Sprintf("%s %s of %s %s", cause, p.Amount, p.Kind, p.ID),
+		Metadata:       map[string]string{"payout_id": p.ID, "merchant_id": p.MerchantID},
+		Postings: []ledger.PostingInput{
+			{AccountID: fromID, Amount: amt.Neg(), Currency: cur},
+			{AccountID: toID, Amount: amt, Currency: cur},
+		},
+	})
+	var insufficient *ledger.InsufficientFundsError
+	if errors.As(err, &insufficient) && cause == CauseReserve {
+		return &InsufficientBalanceError{MerchantID: p.MerchantID, Requested: p.Amount.String(), Err: err}
+	}
+	return err
+}
+
+// InsufficientBalanceError: the merchant's available balance cannot cover
+// the reserve. Nothing was written. It matches ledger.ErrInsufficientFunds
+// and ErrInsufficientBalance.
+type InsufficientBalanceError struct {
+	MerchantID string
+	Requested  string
+	Err        error
+}
+
+func (e *InsufficientBalanceError) Error() string {
+	return fmt.Sprintf("payouts: merchant %s has insufficient available balance for %s", e.MerchantID, e.Requested)
+}
+
+// Unwrap exposes the ledger error.
+func (e *InsufficientBalanceError) Unwrap() error { return e.Err }
+
+// Is matches ErrInsufficientBalance.
+func (e *InsufficientBalanceError) Is(target error) bool { return target == ErrInsufficientBalance }
+
+// ErrInsufficientBalance: the merchant cannot afford the payout (R23).
+var ErrInsufficientBalance = errors.New("payouts: insufficient available balance")
+
+// reserve moves the amount from the merchant's available balance into its
+// reserve, in the transaction that opens the attempt (R22). The available
+// account forbids negatives, so an overdraft fails here, under the row lock.
+func (s *Service) reserve(ctx context.Context, tx pgx.Tx, p Payout, attemptID uuid.UUID) error {
+	cur := p.Amount.Currency()
+	return s.move(ctx, tx, p, attemptID, CauseReserve,
+		ledger.MerchantAvailable(p.MerchantID, cur), ledger.MerchantReserved(p.MerchantID, cur))
+}
+
+// settle moves the reserve to the provider's clearing account: the money
+// left the platform.
+func (s *Service) settle(ctx context.Context, tx pgx.Tx, p Payout, attemptID uuid.UUID) error {
+	cur := p.Amount.Currency()
+	return s.move(ctx, tx, p, attemptID, CauseSettle,
+		ledger.MerchantReserved(p.MerchantID, cur), ledger.ProviderClearing(p.Provider, cur))
+}
+
+// release gives the reserve back to available: the attempt failed
+// definitively, so the money never left.
+func (s *Service) release(ctx context.Context, tx pgx.Tx, p Payout, attemptID uuid.UUID) error {
+	cur := p.Amount.Currency()
+	return s.move(ctx, tx, p, attemptID, CauseRelease,
+		ledger.MerchantReserved(p.MerchantID, cur), ledger.MerchantAvailable(p.MerchantID, cur))
+}

@@ -1,0 +1,630 @@
+// Package payouts moves money out of the platform: bank payouts, Pix
+// transfers, refunds and split payouts (RULES.md R21-R23).
+//
+// The rule that defines it: the merchant's available balance is debited into
+// a reserve in the SAME database transaction that opens the attempt; the
+// reserve moves to the provider's clearing account when the attempt
+// succeeds, and back to available only when it is resolved failed. An
+// unknown attempt holds its reserve, so it can never free money for a second
+// operation (R22). The no-overdraft rule is the ledger's CHECK on the
+// available account, evaluated under the account row lock, so however many
+// payouts race, the balance never goes negative (R23).
+//
+// A payout is the intent; each conversation with the provider is an attempt
+// (package attempts) whose subject is the payout id. When an attempt reaches
+// a final status the attempts core calls AttemptFinal inside its transition
+// transaction, and the ledger effect (settle or release) commits with it.
+package payouts
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/shopspring/decimal"
+
+	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/money"
+	"github.com/saldo/saldo/providers"
+)
+
+// Errors. Match with errors.Is. Validation errors are *FieldError and match
+// ErrInvalid.
+var (
+	// ErrNotFound: no such payout (or not the caller's merchant's).
+	ErrNotFound = errors.New("payouts: not found")
+	// ErrIdempotencyConflict: the client key was used before with a
+	// different request. Nothing was written.
+	ErrIdempotencyConflict = errors.New("payouts: client key reused with a different request")
+	// ErrNotRetryable: only a payout whose last attempt failed definitively
+	// may be retried.
+	ErrNotRetryable = errors.New("payouts: payout is not in a retryable state")
+	// ErrUnknownMerchant: the merchant does not exist.
+	ErrUnknownMerchant = errors.New("payouts: unknown merchant")
+)
+
+// Status is what a caller sees.
+type Status string
+
+// Statuses (R24): processing covers a pending or unknown attempt.
+const (
+	StatusProcessing Status = "processing"
+	StatusSucceeded  Status = "succeeded"
+	StatusFailed     Status = "failed"
+)
+
+// Kind of a payout; it is also the attempts kind of its attempts.
+type Kind = attempts.Kind
+
+// Clock tells the time (tests move it).
+type Clock interface{ Now() time.Time }
+
+// Config configures a Service.
+type Config struct {
+	Pool     *pgxpool.Pool
+	Attempts *attempts.Service
+	// Provider is the name of the provider outgoing money goes through.
+	Provider string
+	Clock    Clock
+	Logger   *slog.Logger
+}
+
+// Service creates payouts and owns their ledger effects.
+type Service struct {
+	pool     *pgxpool.Pool
+	attempts *attempts.Service
+	provider string
+	clock    Clock
+	log      *slog.Logger
+	accounts accountCache
+}
+
+// New builds a Service and registers it as the owner of the outgoing
+// attempt kinds (payout, pix_transfer, split_leg).
+func New(cfg Config) (*Service, error) {
+	if cfg.Pool == nil || cfg.Attempts == nil {
+		return nil, errors.New("payouts: Config.Pool and Config.Attempts are required")
+	}
+	p, ok := cfg.Attempts.Provider(cfg.Provider)
+	if !ok {
+		return nil, fmt.Errorf("payouts: provider %q is not registered with attempts", cfg.Provider)
+	}
+	caps := p.Capabilities()
+	for _, op := range []providers.Operation{providers.OpPixTransfer, providers.OpBankPayout} {
+		if !caps.Supports(op) {
+			return nil, fmt.Errorf("payouts: provider %q does not support %s", cfg.Provider, op)
+		}
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = attempts.SystemClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Service{pool: cfg.Pool, attempts: cfg.Attempts, provider: cfg.Provider, clock: cfg.Clock, log: cfg.Logger}
+	for _, k := range []attempts.Kind{attempts.KindPayout, attempts.KindPixTransfer, attempts.KindSplitLeg} {
+		cfg.Attempts.RegisterOwner(k, s)
+	}
+	return s, nil
+}
+
+// Payout is an outgoing money intent as a caller sees it.
+type Payout struct {
+	ID               string                 `json:"id"`
+	MerchantID       string                 `json:"merchant_id"`
+	Kind             Kind                   `json:"kind"`
+	Operation        providers.Operation    `json:"operation"`
+	Provider         string                 `json:"provider"`
+	Amount           money.Amount           `json:"amount"`
+	Destination      *providers.Destination `json:"destination,omitempty"`
+	Description      string                 `json:"description,omitempty"`
+	Metadata         map[string]string      `json:"metadata,omitempty"`
+	ChargeID         string                 `json:"charge_id,omitempty"`
+	SplitID          string                 `json:"split_id,omitempty"`
+	LegIndex         *int                   `json:"leg_index,omitempty"`
+	Status           Status                 `json:"status"`
+	FailureCode      string                 `json:"failure_code,omitempty"`
+	FailureReason    string                 `json:"failure_reason,omitempty"`
+	CurrentAttemptID *uuid.UUID             `json:"current_attempt_id,omitempty"`
+	AttemptCount     int                    `json:"attempt_count"`
+	CreatedAt        time.Time              `json:"created_at"`
+	UpdatedAt        time.Time              `json:"updated_at"`
+}
+
+// PayoutRequest asks for one bank payout or Pix transfer.
+type PayoutRequest struct {
+	MerchantID string
+	// ClientKey makes creation idempotent for the caller: the same key with
+	// the same request returns the same payout; with a different request,
+	// ErrIdempotencyConflict. Optional at this level (the HTTP API requires it).
+	ClientKey   string
+	Operation   providers.Operation // pix_transfer or bank_payout
+	Amount      money.Amount
+	Destination *providers.Destination
+	Description string
+	Metadata    map[string]string
+}
+
+func (r PayoutRequest) kind() Kind {
+	if r.Operation == providers.OpBankPayout {
+		return attempts.KindPayout
+	}
+	return attempts.KindPixTransfer
+}
+
+func validateCommon(amount money.Amount, description string, metadata map[string]string) error {
+	if !amount.IsValid() {
+		return invalid("amount", "required")
+	}
+	if !amount.IsPositive() {
+		return invalid("amount", "must be greater than zero")
+	}
+	if len(description) > 140 {
+		return invalid("description", "longer than 140 characters")
+	}
+	if len(metadata) > 20 {
+		return invalid("metadata", "at most 20 keys")
+	}
+	for k, v := range metadata {
+		if k == "" || len(k) > 40 || len(v) > 500 {
+			return invalid("metadata", "keys 1-40 characters, values up to 500")
+		}
+	}
+	return nil
+}
+
+// CreatePayout validates the request and, in ONE database transaction,
+// inserts the payout, opens its first attempt, reserves the amount from the
+// merchant's available balance and enqueues the submit job (R11, R22).
+// Insufficient balance returns an error matching ledger.ErrInsufficientFunds
+// and writes nothing.
+func (s *Service) CreatePayout(ctx context.Context, req PayoutRequest) (Payout, error) {
+	if req.Operation != providers.OpPixTransfer && req.Operation != providers.OpBankPayout {
+		return Payout{}, invalid("operation", "must be pix_transfer or bank_payout")
+	}
+	if err := validateCommon(req.Amount, req.Description, req.Metadata); err != nil {
+		return Payout{}, err
+	}
+	dest, err := ValidateDestination(req.Operation, req.Destination)
+	if err != nil {
+		return Payout{}, err
+	}
+	req.Destination = dest
+	hash := requestHash("payout", req.Operation, req.Amount.String(), req.Amount.Currency().Code(), dest, req.Description, req.Metadata)
+
+	if err := s.requireMerchant(ctx, req.MerchantID); err != nil {
+		return Payout{}, err
+	}
+	if err := s.prepareAccounts(ctx, req.MerchantID, req.Amount.Currency()); err != nil {
+		return Payout{}, err
+	}
+	var out Payout
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		existing, err := s.claimClientKey(ctx, tx, req.MerchantID, req.ClientKey, hash, "payout")
+		if err != nil || existing != "" {
+			if err == nil {
+				out, err = s.get(ctx, tx, req.MerchantID, existing)
+			}
+			return err
+		}
+		p := Payout{
+			ID: newID("po_"), MerchantID: req.MerchantID, Kind: req.kind(), Operation: req.Operation,
+			Provider: s.provider, Amount: req.Amount, Destination: dest, Description: req.Description,
+			Metadata: req.Metadata, Status: StatusProcessing,
+		}
+		if err := s.insertPayout(ctx, tx, &p); err != nil {
+			return err
+		}
+		if err := s.bindClientKey(ctx, tx, req.MerchantID, req.ClientKey, p.ID); err != nil {
+			return err
+		}
+		if err := s.openAttempt(ctx, tx, &p); err != nil {
+			return err
+		}
+		out = p
+		return nil
+	})
+	return out, err
+}
+
+// Retry opens a new attempt, with a NEW key, for a payout whose last attempt
+// failed definitively (R6), reserving the amount again in the same
+// transaction. It fails with ErrNotRetryable unless the payout is failed.
+func (s *Service) Retry(ctx context.Context, merchantID, payoutID string) (Payout, error) {
+	var out Payout
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		p, err := s.getForUpdate(ctx, tx, merchantID, payoutID)
+		if err != nil {
+			return err
+		}
+		if p.Status != StatusFailed {
+			return fmt.Errorf("%w: payout %s is %s", ErrNotRetryable, p.ID, p.Status)
+		}
+		if err := s.openAttempt(ctx, tx, &p); err != nil {
+			return err
+		}
+		out = p
+		return nil
+	})
+	return out, err
+}
+
+// openAttempt opens the payout's next attempt, reserves its amount, and
+// records it as current, inside tx. p is updated in place.
+func (s *Service) openAttempt(ctx context.Context, tx pgx.Tx, p *Payout) error {
+	in := providers.OperationInput{
+		Operation:   p.Operation,
+		Amount:      p.Amount.Format(),
+		Currency:    p.Amount.Currency().Code(),
+		Destination: p.Destination,
+		Description: p.Description,
+		Metadata:    map[string]string{"saldo_payout_id": p.ID, "saldo_merchant_id": p.MerchantID},
+	}
+	a, err := s.attempts.Open(ctx, tx, attempts.OpenParams{Kind: p.Kind, SubjectID: p.ID, Provider: p.Provider, Input: in})
+	if err != nil {
+		if errors.Is(err, attempts.ErrInvalid) {
+			return fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		return err
+	}
+	if err := s.reserve(ctx, tx, *p, a.ID); err != nil {
+		return err
+	}
+	now := s.clock.Now()
+	p.Status, p.FailureCode, p.FailureReason = StatusProcessing, "", ""
+	p.CurrentAttemptID = &a.ID
+	p.AttemptCount++
+	p.UpdatedAt = now
+	_, err = tx.Exec(ctx, `UPDATE payouts SET status = 'processing', failure_code = NULL, failure_reason = NULL,
+		current_attempt_id = $2, attempt_count = attempt_count + 1, updated_at = $3 WHERE id = $1`, p.ID, a.ID, now)
+	return err
+}
+
+// AttemptFinal is called by the attempts core inside the transaction that
+// moves an attempt to succeeded or failed: settle the reserve on success,
+// release it on failure, and update the payout the caller sees. Exactly once
+// per attempt (the transition is conditional), and the ledger keys make a
+// repeat harmless anyway.
+func (s *Service) AttemptFinal(ctx context.Context, tx pgx.Tx, a attempts.Attempt) error {
+	p, err := s.getForUpdate(ctx, tx, "", a.SubjectID)
+	if err != nil {
+		return fmt.Errorf("payouts: attempt %s names payout %s: %w", a.ID, a.SubjectID, err)
+	}
+	now := s.clock.Now()
+	switch a.Status {
+	case attempts.StatusSucceeded:
+		if err := s.settle(ctx, tx, p, a.ID); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `UPDATE payouts SET status = 'succeeded', failure_code = NULL, failure_reason = NULL,
+			updated_at = $2 WHERE id = $1`, p.ID, now)
+	case attempts.StatusFailed:
+		if err := s.release(ctx, tx, p, a.ID); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `UPDATE payouts SET status = 'failed', failure_code = $2, failure_reason = $3,
+			updated_at = $4 WHERE id = $1 AND current_attempt_id = $5`,
+			p.ID, nullable(a.FailureCode), nullable(a.FailureReason), now, a.ID)
+	default:
+		return fmt.Errorf("payouts: AttemptFinal called with status %s", a.Status)
+	}
+	if err == nil {
+		s.log.InfoContext(ctx, "payout attempt final", "payout_id", p.ID, "attempt_id", a.ID,
+			"reference", a.Reference, "provider", a.Provider, "status", a.Status)
+	}
+	return err
+}
+
+// inTx runs f in a transaction, committing when it returns nil.
+func (s *Service) inTx(ctx context.Context, f func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, s.pool, f)
+}
+
+// claimClientKey records (merchant, key, hash) or finds what the key
+// created before. It returns the existing object id when the same request
+// was made before, ErrIdempotencyConflict for a different request, and ""
+// when the caller should create. A concurrent creator with the same key
+// blocks on the row until the first commits (then sees it) or rolls back
+// (then creates).
+func (s *Service) claimClientKey(ctx context.Context, tx pgx.Tx, merchantID, key string, hash []byte, kind string) (string, error) {
+	if key == "" {
+		return "", nil
+	}
+	if len(key) > 255 {
+		return "", invalid("client_key", "longer than 255 characters")
+	}
+	tag, err := tx.Exec(ctx, `INSERT INTO payout_requests (merchant_id, client_key, request_hash, object_kind, object_id, created_at)
+		VALUES ($1, $2, $3, $4, '', $5) ON CONFLICT DO NOTHING`, merchantID, key, hash, kind, s.clock.Now())
+	if err != nil {
+		return "", err
+	}
+	if tag.RowsAffected() == 1 {
+		return "", nil
+	}
+	var prevHash []byte
+	var prevKind, objectID string
+	if err := tx.QueryRow(ctx, `SELECT request_hash, object_kind, object_id FROM payout_requests
+		WHERE merchant_id = $1 AND client_key = $2`, merchantID, key).Scan(&prevHash, &prevKind, &objectID); err != nil {
+		return "", err
+	}
+	if prevKind != kind || hex.EncodeToString(prevHash) != hex.EncodeToString(hash) {
+		return "", fmt.Errorf("%w (key %q)", ErrIdempotencyConflict, key)
+	}
+	return objectID, nil
+}
+
+func (s *Service) bindClientKey(ctx context.Context, tx pgx.Tx, merchantID, key, objectID string) error {
+	if key == "" {
+		return nil
+	}
+	_, err := tx.Exec(ctx, `UPDATE payout_requests SET object_id = $3 WHERE merchant_id = $1 AND client_key = $2`,
+		merchantID, key, objectID)
+	return err
+}
+
+func (s *Service) requireMerchant(ctx context.Context, merchantID string) error {
+	var ok bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM merchants WHERE id = $1)`, merchantID).Scan(&ok); err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("%w: %q", ErrUnknownMerchant, merchantID)
+	}
+	return nil
+}
+
+func (s *Service) insertPayout(ctx context.Context, tx pgx.Tx, p *Payout) error {
+	now := s.clock.Now()
+	p.CreatedAt, p.UpdatedAt = now, now
+	dest, err := json.Marshal(p.Destination)
+	if err != nil {
+		return err
+	}
+	if p.Destination == nil {
+		dest = nil
+	}
+	meta, err := json.Marshal(orEmpty(p.Metadata))
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO payouts (id, merchant_id, kind, operation, provider, amount, currency,
+		destination, description, metadata, charge_id, split_id, leg_index, status, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 'processing', $14, $14)`,
+		p.ID, p.MerchantID, p.Kind, p.Operation, p.Provider, p.Amount.Decimal(), p.Amount.Currency().Code(),
+		dest, nullable(p.Description), meta, nullable(p.ChargeID), nullable(p.SplitID), p.LegIndex, now)
+	return err
+}
+
+const payoutColumns = `id, merchant_id, kind, operation, provider, amount, currency, destination, description,
+	metadata, charge_id, split_id, leg_index, status, failure_code, failure_reason, current_attempt_id,
+	attempt_count, created_at, updated_at`
+
+func scanPayout(row pgx.Row) (Payout, error) {
+	var p Payout
+	var amount decimal.Decimal
+	var currency string
+	var dest, meta []byte
+	var description, chargeID, splitID, failureCode, failureReason *string
+	err := row.Scan(&p.ID, &p.MerchantID, &p.Kind, &p.Operation, &p.Provider, &amount, &currency, &dest,
+		&description, &meta, &chargeID, &splitID, &p.LegIndex, &p.Status, &failureCode, &failureReason,
+		&p.CurrentAttemptID, &p.AttemptCount, &p.CreatedAt, &p.UpdatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return p, ErrNotFound
+	}
+	if err != nil {
+		return p, err
+	}
+	if p.Amount, err = toAmount(amount, currency); err != nil {
+		return p, fmt.Errorf("payouts: stored amount of %s: %w", p.ID, err)
+	}
+	if len(dest) > 0 && string(dest) != "null" {
+		p.Destination = new(providers.Destination)
+		if err := json.Unmarshal(dest, p.Destination); err != nil {
+			return p, err
+		}
+	}
+	if len(meta) > 0 {
+		if err := json.Unmarshal(meta, &p.Metadata); err != nil {
+			return p, err
+		}
+		if len(p.Metadata) == 0 {
+			p.Metadata = nil
+		}
+	}
+	p.Description, p.ChargeID, p.SplitID = deref(description), deref(chargeID), deref(splitID)
+	p.FailureCode, p.FailureReason = deref(failureCode), deref(failureReason)
+	return p, nil
+}
+
+// get reads a payout; merchantID "" skips the ownership filter (internal use).
+func (s *Service) get(ctx context.Context, db dbtx, merchantID, id string) (Payout, error) {
+	return scanPayout(db.QueryRow(ctx, `SELECT `+payoutColumns+` FROM payouts
+		WHERE id = $1 AND ($2 = '' OR merchant_id = $2)`, id, merchantID))
+}
+
+func (s *Service) getForUpdate(ctx context.Context, tx pgx.Tx, merchantID, id string) (Payout, error) {
+	return scanPayout(tx.QueryRow(ctx, `SELECT `+payoutColumns+` FROM payouts
+		WHERE id = $1 AND ($2 = '' OR merchant_id = $2) FOR UPDATE`, id, merchantID))
+}
+
+type dbtx interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// View is a payout with its attempt timeline, for callers polling a
+// processing payout (R24).
+type View struct {
+	Payout
+	// NeedsAttention: the current attempt is in the human review queue.
+	NeedsAttention bool           `json:"needs_attention"`
+	Attempts       []AttemptView  `json:"attempts"`
+}
+
+// AttemptView is one attempt as a caller sees it.
+type AttemptView struct {
+	ID            uuid.UUID         `json:"id"`
+	Status        attempts.Status   `json:"status"`
+	Reference     string            `json:"reference"`
+	ProviderID    string            `json:"provider_id,omitempty"`
+	FailureCode   string            `json:"failure_code,omitempty"`
+	FailureReason string            `json:"failure_reason,omitempty"`
+	CallCount     int               `json:"call_count"`
+	Review        bool              `json:"review"`
+	CreatedAt     time.Time         `json:"created_at"`
+	ResolvedAt    *time.Time        `json:"resolved_at,omitempty"`
+	Events        []attempts.Event  `json:"events,omitempty"`
+}
+
+// Get returns a merchant's payout with its attempts and their events.
+// Another merchant's payout is ErrNotFound.
+func (s *Service) Get(ctx context.Context, merchantID, id string) (View, error) {
+	if merchantID == "" {
+		return View{}, ErrNotFound
+	}
+	p, err := s.get(ctx, s.pool, merchantID, id)
+	if err != nil {
+		return View{}, err
+	}
+	v := View{Payout: p}
+	as, err := s.attempts.ForSubject(ctx, s.pool, p.ID)
+	if err != nil {
+		return View{}, err
+	}
+	for _, a := range as {
+		if a.Kind != p.Kind {
+			continue
+		}
+		evs, err := s.attempts.Events(ctx, s.pool, a.ID)
+		if err != nil {
+			return View{}, err
+		}
+		v.Attempts = append(v.Attempts, AttemptView{ID: a.ID, Status: a.Status, Reference: a.Reference,
+			ProviderID: a.ProviderID, FailureCode: a.FailureCode, FailureReason: a.FailureReason,
+			CallCount: a.CallCount, Review: a.Review, CreatedAt: a.CreatedAt, ResolvedAt: a.ResolvedAt, Events: evs})
+		if p.CurrentAttemptID != nil && a.ID == *p.CurrentAttemptID && a.Review {
+			v.NeedsAttention = true
+		}
+	}
+	return v, nil
+}
+
+// ListParams filters a merchant's payouts. Cursor is opaque (from a
+// previous page); Limit is capped at 100.
+type ListParams struct {
+	MerchantID string
+	Status     Status
+	Kind       Kind
+	SplitID    string
+	Cursor     string
+	Limit      int
+}
+
+// List returns a page of a merchant's payouts, newest first, and the cursor
+// of the next page ("" at the end).
+func (s *Service) List(ctx context.Context, p ListParams) ([]Payout, string, error) {
+	limit := p.Limit
+	if limit <= 0 || limit > 100 {
+		limit = 100
+	}
+	var afterAt time.Time
+	afterID := ""
+	if p.Cursor != "" {
+		var err error
+		if afterAt, afterID, err = decodeCursor(p.Cursor); err != nil {
+			return nil, "", invalid("cursor", "malformed")
+		}
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+payoutColumns+` FROM payouts
+		WHERE merchant_id = $1 AND ($2 = '' OR status = $2) AND ($3 = '' OR kind = $3) AND ($4 = '' OR split_id = $4)
+		  AND ($5 = '' OR (created_at, id) < ($6, $5))
+		ORDER BY created_at DESC, id DESC LIMIT $7`,
+		p.MerchantID, string(p.Status), string(p.Kind), p.SplitID, afterID, afterAt, limit+1)
+	if err != nil {
+		return nil, "", err
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Payout, error) { return scanPayout(r) })
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(out) > limit {
+		out = out[:limit]
+		last := out[len(out)-1]
+		next = encodeCursor(last.CreatedAt, last.ID)
+	}
+	return out, next, nil
+}
+
+func encodeCursor(t time.Time, id string) string {
+	b, _ := json.Marshal([2]string{t.UTC().Format(time.RFC3339Nano), id})
+	return hex.EncodeToString(b)
+}
+
+func decodeCursor(c string) (time.Time, string, error) {
+	b, err := hex.DecodeString(c)
+	if err != nil {
+		return time.Time{}, "", err
+	}
+	var v [2]string
+	if err := json.Unmarshal(b, &v); err != nil {
+		return time.Time{}, "", err
+	}
+	t, err := time.Parse(time.RFC3339Nano, v[0])
+	return t, v[1], err
+}
+
+// newID returns prefix + 32 random lowercase hex characters.
+func newID(prefix string) string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+// requestHash is the sha256 of the canonical JSON of the parts of a request.
+func requestHash(parts ...any) []byte {
+	b, _ := json.Marshal(parts)
+	h := sha256.Sum256(b)
+	return h[:]
+}
+
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func orEmpty(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+// toAmount rebuilds an amount read from the database.
+func toAmount(d decimal.Decimal, code string) (money.Amount, error) {
+	cur, err := money.LookupCurrency(code)
+	if err != nil {
+		return money.Amount{}, err
+	}
+	return money.New(d, cur)
+}

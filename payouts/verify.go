@@ -1,0 +1,106 @@
+package payouts
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/shopspring/decimal"
+)
+
+// Violation is one broken payouts invariant found by Verify.
+type Violation struct {
+	Check  string
+	Detail string
+}
+
+func (v Violation) String() string { return v.Check + ": " + v.Detail }
+
+// Verify checks the invariants that tie payouts to attempts and the ledger,
+// for `saldo audit verify` and after every test:
+//
+//   - reserved: every merchant's reserved balance per currency equals the sum
+//     of its outgoing money whose current attempt is open (pending or
+//     unknown). An unknown attempt holds its reserve (R22); a final one has
+//     moved it out (settled or released);
+//   - status: a payout is processing exactly when its current attempt is
+//     open, succeeded exactly when it is succeeded, failed when failed;
+//   - ledger effects: each outgoing attempt that reached a final status has
+//     exactly one settle (succeeded) or release (failed) ledger transaction,
+//     and every attempt has exactly one reserve.
+func Verify(ctx context.Context, db dbtx) ([]Violation, error) {
+	var out []Violation
+	rows, err := db.Query(ctx, `
+		WITH open_out AS (
+			SELECT p.merchant_id, p.currency, sum(p.amount) AS amount
+			FROM attempts a JOIN payouts p ON p.id = a.subject_id AND a.direction = 'out'
+			WHERE a.status IN ('pending', 'unknown')
+			GROUP BY 1, 2
+		), reserved AS (
+			SELECT owner_id AS merchant_id, currency, balance
+			FROM ledger_accounts WHERE owner_kind = 'merchant' AND purpose = 'reserved'
+		)
+		SELECT merchant_id, currency, coalesce(r.balance, 0), coalesce(o.amount, 0)
+		FROM reserved r FULL JOIN open_out o USING (merchant_id, currency)
+		WHERE coalesce(r.balance, 0) <> coalesce(o.amount, 0)
+		ORDER BY 1, 2`)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var m, cur string
+		var bal, open decimal.Decimal
+		if err := rows.Scan(&m, &cur, &bal, &open); err != nil {
+			return nil, err
+		}
+		out = append(out, Violation{"reserved", fmt.Sprintf("merchant %s %s: reserved balance %s, open outgoing attempts %s", m, cur, bal, open)})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+
+	rows, err = db.Query(ctx, `
+		SELECT p.id, p.status, coalesce(a.status, '<none>')
+		FROM payouts p LEFT JOIN attempts a ON a.id = p.current_attempt_id
+		WHERE NOT ((p.status = 'processing' AND a.status IN ('pending', 'unknown'))
+		        OR (p.status = 'succeeded' AND a.status = 'succeeded')
+		        OR (p.status = 'failed' AND a.status = 'failed'))
+		ORDER BY p.id`)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var id, ps, as string
+		if err := rows.Scan(&id, &ps, &as); err != nil {
+			return nil, err
+		}
+		out = append(out, Violation{"status", fmt.Sprintf("payout %s is %s but its current attempt is %s", id, ps, as)})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+
+	rows, err = db.Query(ctx, `
+		SELECT a.id, a.status,
+		       count(*) FILTER (WHERE t.cause_kind = 'payout_reserve'),
+		       count(*) FILTER (WHERE t.cause_kind = 'payout_settle'),
+		       count(*) FILTER (WHERE t.cause_kind = 'payout_release')
+		FROM attempts a JOIN payouts p ON p.id = a.subject_id AND a.direction = 'out'
+		LEFT JOIN ledger_transactions t ON t.cause_id = a.id::text
+		GROUP BY a.id, a.status
+		HAVING count(*) FILTER (WHERE t.cause_kind = 'payout_reserve') <> 1
+		    OR count(*) FILTER (WHERE t.cause_kind = 'payout_settle') <> (a.status = 'succeeded')::int
+		    OR count(*) FILTER (WHERE t.cause_kind = 'payout_release') <> (a.status = 'failed')::int
+		ORDER BY a.id`)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var id, st string
+		var res, set, rel int
+		if err := rows.Scan(&id, &st, &res, &set, &rel); err != nil {
+			return nil, err
+		}
+		out = append(out, Violation{"ledger_effects", fmt.Sprintf("attempt %s (%s): %d reserve, %d settle, %d release transactions", id, st, res, set, rel)})
+	}
+	return out, rows.Err()
+}
