@@ -517,3 +517,7 @@ func deadURL(t testing.TB) string {
 	require.NoError(t, l.Close())
 	return "http://" + addr
 }
+
+func (a Attempt) inputForTest() providers.OperationInput {
+	return providers.OperationInput{Operation: providers.Operation(a.Operation), Amount: "1.00", Currency: "BRL"}
+}

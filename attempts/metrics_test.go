@@ -18,3 +18,9 @@ func testCounter(v *prometheus.CounterVec) float64 {
 	}
 	return total
 }
+
+func promGaugeValue(g prometheus.Gauge) float64 {
+	var pb dto.Metric
+	_ = g.Write(&pb)
+	return pb.GetGauge().GetValue()
+}
