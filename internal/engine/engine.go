@@ -1,0 +1,137 @@
+// Package engine wires saldo's packages into one running system: the
+// database pool, the providers, the attempts core, payouts, and the River
+// client whose workers submit and resolve attempts. `saldo serve`, `saldo
+// dev`, the benchmarks and end-to-end tests all build it the same way.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/payouts"
+	"github.com/saldo/saldo/providers"
+)
+
+// Config configures an Engine.
+type Config struct {
+	// Pool is the database; the engine does not close it.
+	Pool *pgxpool.Pool
+	// Providers available to attempts, by their Name().
+	Providers []providers.Provider
+	// PayoutProvider names the provider outgoing money uses.
+	PayoutProvider string
+	// Clock for attempts and payouts; default the wall clock.
+	Clock attempts.Clock
+	Logger *slog.Logger
+	// RunWorkers: this process works River jobs. False makes an insert-only
+	// engine (an API-only process).
+	RunWorkers bool
+	// MaxWorkers is the River worker count of the default queue. Default 50.
+	MaxWorkers int
+	// FetchPollInterval of River's producer. Default River's (1s); tests and
+	// benchmarks use a few milliseconds.
+	FetchPollInterval time.Duration
+	// Attempts lets the caller tune the attempts core; Pool, Providers,
+	// Clock and Logger are filled in by the engine.
+	Attempts attempts.Config
+	// Metrics for attempts, optional.
+	Metrics *attempts.Metrics
+	// Register, optional, adds more workers (charges, notifications) and is
+	// called with the built services before the River client is created.
+	Register func(e *Engine, w *river.Workers) error
+}
+
+// Engine is a wired saldo.
+type Engine struct {
+	Pool     *pgxpool.Pool
+	Attempts *attempts.Service
+	Payouts  *payouts.Service
+	River    *river.Client[pgx.Tx]
+	Logger   *slog.Logger
+	Clock    attempts.Clock
+	// Periodic jobs added by Register functions.
+	Periodic []*river.PeriodicJob
+}
+
+// New builds the services and the River client (not started).
+func New(cfg Config) (*Engine, error) {
+	if cfg.Pool == nil {
+		return nil, errors.New("engine: Config.Pool is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = attempts.SystemClock{}
+	}
+	if cfg.MaxWorkers <= 0 {
+		cfg.MaxWorkers = 50
+	}
+	byName := map[string]providers.Provider{}
+	for _, p := range cfg.Providers {
+		if _, dup := byName[p.Name()]; dup {
+			return nil, fmt.Errorf("engine: provider %q configured twice", p.Name())
+		}
+		byName[p.Name()] = p
+	}
+	ac := cfg.Attempts
+	ac.Pool, ac.Providers, ac.Clock, ac.Logger, ac.Metrics = cfg.Pool, byName, cfg.Clock, cfg.Logger, cfg.Metrics
+	att, err := attempts.New(ac)
+	if err != nil {
+		return nil, err
+	}
+	po, err := payouts.New(payouts.Config{Pool: cfg.Pool, Attempts: att, Provider: cfg.PayoutProvider,
+		Clock: cfg.Clock, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{Pool: cfg.Pool, Attempts: att, Payouts: po, Logger: cfg.Logger, Clock: cfg.Clock}
+
+	workers := river.NewWorkers()
+	att.AddWorkers(workers)
+	if cfg.Register != nil {
+		if err := cfg.Register(e, workers); err != nil {
+			return nil, err
+		}
+	}
+	rc := &river.Config{Logger: cfg.Logger, Workers: workers}
+	if cfg.RunWorkers {
+		rc.Queues = map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.MaxWorkers}}
+		rc.PeriodicJobs = append(att.PeriodicJobs(), e.Periodic...)
+		if cfg.FetchPollInterval > 0 {
+			rc.FetchPollInterval = cfg.FetchPollInterval
+			rc.FetchCooldown = min(cfg.FetchPollInterval, 100*time.Millisecond)
+		}
+	}
+	client, err := river.NewClient(riverpgxv5.New(cfg.Pool), rc)
+	if err != nil {
+		return nil, fmt.Errorf("engine: river client: %w", err)
+	}
+	att.SetRiverClient(client)
+	e.River = client
+	return e, nil
+}
+
+// Start starts River's workers (when configured to run them).
+func (e *Engine) Start(ctx context.Context) error { return e.River.Start(ctx) }
+
+// Stop stops River gracefully: running jobs (in-flight provider calls)
+// finish and record their results; ctx bounds the wait, after which jobs are
+// cancelled (attempts stay safe: a call in flight becomes unknown and is
+// resolved by lookup).
+func (e *Engine) Stop(ctx context.Context) error {
+	err := e.River.Stop(ctx)
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return e.River.StopAndCancel(context.Background())
+	}
+	return err
+}
