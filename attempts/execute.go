@@ -106,6 +106,13 @@ func (s *Service) Execute(ctx context.Context, id uuid.UUID) (ExecuteResult, err
 	sr := prov.Submit(ctx, providers.SubmitRequest{Operation: providers.Operation(a.Operation),
 		IdempotencyKey: a.IdempotencyKey, Reference: a.Reference, Payload: a.Payload})
 	outcome := Classify(sr)
+	if outcome == OutcomeSucceeded && providers.Operation(a.Operation) == providers.OpPixCharge {
+		// For a Pix cob, Submit "succeeded" means the cob was created, not
+		// paid (providers contract): the attempt stays open until a lookup
+		// or webhook says paid (succeeded) or expired (failed). Marking it
+		// succeeded here would credit a merchant for money never received.
+		outcome = OutcomeProcessing
+	}
 	res.Sent, res.Outcome = true, outcome
 	if s.hookAfterCall != nil {
 		if err := s.hookAfterCall(a); err != nil {

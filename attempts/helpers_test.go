@@ -266,7 +266,7 @@ func newTestProvider(name string, base string, caps providers.Capabilities, read
 
 func (p *testProvider) setBase(u string) { p.base.Store(&u) }
 
-func (p *testProvider) Name() string                          { return p.name }
+func (p *testProvider) Name() string                         { return p.name }
 func (p *testProvider) Capabilities() providers.Capabilities { return p.caps }
 
 func (p *testProvider) EncodePayload(in providers.OperationInput, reference string) ([]byte, error) {

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 )
@@ -139,11 +138,5 @@ type SweepAttemptsWorker struct {
 // Work implements river.Worker.
 func (w *SweepAttemptsWorker) Work(ctx context.Context, _ *river.Job[SweepAttemptsArgs]) error {
 	_, err := w.svc.Sweep(ctx)
-	return err
-}
-
-// enqueue helpers used outside transitions.
-func (s *Service) enqueueSubmit(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
-	_, err := s.riverClient(ctx).InsertTx(ctx, tx, SubmitAttemptArgs{AttemptID: id}, s.submitOpts())
 	return err
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/saldo/saldo/providers"
@@ -393,4 +394,34 @@ func TestReviewQueuePaging(t *testing.T) {
 	require.Equal(t, ids, got)
 	_, _, err := h.svc.ReviewQueue(h.ctx, h.pool, ReviewQueueParams{After: "garbage"})
 	require.ErrorIs(t, err, ErrInvalid)
+}
+
+// TestPixChargeCobCreatedIsNotPaid: a pix_charge Submit that "succeeded"
+// created the cob; the attempt stays open (processing, with the cob data)
+// until the payer pays, and the owner hears only about the payment.
+func TestPixChargeCobCreatedIsNotPaid(t *testing.T) {
+	t.Parallel()
+	h := setup(t, harnessOpts{})
+	var a Attempt
+	err := pgx.BeginFunc(h.ctx, h.pool, func(tx pgx.Tx) error {
+		var err error
+		a, err = h.svc.Open(h.ctx, tx, OpenParams{Kind: KindPixCharge, SubjectID: newSubject(), Provider: "fake",
+			Input: providers.OperationInput{Operation: providers.OpPixCharge, Amount: "25.50", Currency: "BRL"}})
+		return err
+	})
+	require.NoError(t, err)
+	r, err := h.svc.Execute(h.ctx, a.ID)
+	require.NoError(t, err)
+	require.Equal(t, OutcomeProcessing, r.Outcome)
+	require.Equal(t, StatusPending, r.Attempt.Status)
+	require.Equal(t, "processing", r.Attempt.ProviderState)
+	require.Zero(t, h.owner.count(a.ID))
+
+	res, err := h.svc.ResolveByReference(h.ctx, ResolveInput{Reference: a.Reference, State: providers.StateSucceeded,
+		Source: SourceWebhook, Actor: "evt_paid"})
+	require.NoError(t, err)
+	require.True(t, res.Transitioned)
+	require.Equal(t, StatusSucceeded, res.Attempt.Status)
+	require.Equal(t, 1, h.owner.count(a.ID))
+	h.requireNoViolations()
 }

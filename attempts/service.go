@@ -44,7 +44,9 @@ type Owner interface {
 type OwnerFunc func(ctx context.Context, tx pgx.Tx, a Attempt) error
 
 // AttemptFinal calls f.
-func (f OwnerFunc) AttemptFinal(ctx context.Context, tx pgx.Tx, a Attempt) error { return f(ctx, tx, a) }
+func (f OwnerFunc) AttemptFinal(ctx context.Context, tx pgx.Tx, a Attempt) error {
+	return f(ctx, tx, a)
+}
 
 // Config configures a Service. Pool and Providers are required.
 type Config struct {
