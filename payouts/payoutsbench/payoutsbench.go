@@ -1,0 +1,258 @@
+// Package payoutsbench measures payouts end to end: creation (reserve in the
+// opening transaction), River workers submitting to the simulated provider,
+// resolution of unknowns, settlement. `saldo bench payouts` prints it next to
+// the ledger's uncontended figure measured in the same run.
+package payoutsbench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/audit"
+	"github.com/saldo/saldo/internal/engine"
+	"github.com/saldo/saldo/merchants"
+	"github.com/saldo/saldo/money"
+	"github.com/saldo/saldo/payouts"
+	"github.com/saldo/saldo/providers"
+	"github.com/saldo/saldo/providers/sim"
+)
+
+// Options of a run.
+type Options struct {
+	Merchants int           // merchants payouts are spread over (default 50)
+	Workers   int           // goroutines creating payouts (default 8)
+	Duration  time.Duration // how long payouts are created (default 10s)
+	// Faults is a sim random fault profile ("hang_after=0.05,error_after=0.05");
+	// empty: no faults.
+	Faults string
+	// SimURL: a running `saldo sim-provider`; empty starts one in process.
+	SimURL string
+	// RiverWorkers working submit/resolve jobs (default 32).
+	RiverWorkers int
+	// DrainTimeout bounds the wait for the last payouts to become final
+	// (default 2m).
+	DrainTimeout time.Duration
+	// RunID prefixes merchant ids (default from the time).
+	RunID string
+}
+
+// Result of a run.
+type Result struct {
+	Created    int64         // payouts created during Duration
+	Final      int64         // payouts that reached a final status during Duration
+	PerSecond  float64       // Final / Duration
+	Unknown    int64         // attempts that went through unknown
+	Failed     int64         // payouts failed (after resolution)
+	P50, P99   time.Duration // creation -> final status
+	Duplicates []string      // sim oracle: references paid more than once
+	Audit      audit.Result
+	Elapsed    time.Duration
+}
+
+func (r Result) String() string {
+	return fmt.Sprintf("payouts: %d created, %d final in window (%.1f/s), %d went unknown, %d failed, time to final p50 %.1f ms p99 %.1f ms, sim duplicates %d",
+		r.Created, r.Final, r.PerSecond, r.Unknown, r.Failed, ms(r.P50), ms(r.P99), len(r.Duplicates))
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func (o *Options) defaults() {
+	if o.Merchants <= 0 {
+		o.Merchants = 50
+	}
+	if o.Workers <= 0 {
+		o.Workers = 8
+	}
+	if o.Duration <= 0 {
+		o.Duration = 10 * time.Second
+	}
+	if o.RiverWorkers <= 0 {
+		o.RiverWorkers = 32
+	}
+	if o.DrainTimeout <= 0 {
+		o.DrainTimeout = 2 * time.Minute
+	}
+	if o.RunID == "" {
+		o.RunID = fmt.Sprintf("pb%d", time.Now().UnixNano()%1_000_000_000)
+	}
+}
+
+// Run runs the benchmark against pool (a migrated database).
+func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
+	o.defaults()
+	var res Result
+	simURL := o.SimURL
+	var srv *sim.Server
+	if simURL == "" {
+		cfg := sim.Config{Seed: 1, HangFor: 10 * time.Second}
+		if o.Faults != "" {
+			p, err := sim.ParseFaultProfile(o.Faults)
+			if err != nil {
+				return res, err
+			}
+			cfg.Random = p
+		}
+		srv = sim.NewServer(cfg).Start()
+		defer srv.Close()
+		simURL = srv.URL()
+	}
+	httpSettings := providers.HTTPSettings{ConnectTimeout: time.Second, ReadTimeout: 2 * time.Second}
+	caps, err := sim.FetchCapabilities(ctx, simURL, httpSettings)
+	if err != nil {
+		return res, fmt.Errorf("payoutsbench: sim at %s: %w", simURL, err)
+	}
+	prov := sim.NewProvider(simURL, sim.WithHTTPSettings(httpSettings), sim.WithCapabilities(caps))
+	e, err := engine.New(engine.Config{
+		Pool: pool, Providers: []providers.Provider{prov}, PayoutProvider: prov.Name(),
+		RunWorkers: true, MaxWorkers: o.RiverWorkers, FetchPollInterval: 10 * time.Millisecond,
+		Attempts: attempts.Config{
+			SendBackoffBase: 50 * time.Millisecond, SendBackoffMax: time.Second,
+			ResolveSchedule: []time.Duration{200 * time.Millisecond, 500 * time.Millisecond, time.Second},
+			StaleCallAfter:  30 * time.Second,
+		},
+	})
+	if err != nil {
+		return res, err
+	}
+	ids := make([]string, o.Merchants)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s_%d", o.RunID, i)
+		if _, err := merchants.Create(ctx, pool, ids[i], "bench merchant"); err != nil {
+			return res, err
+		}
+		if _, err := merchants.Fund(ctx, pool, merchants.Funding{MerchantID: ids[i],
+			Amount: money.MustParse("1000000000.00", "BRL"), Key: "bench", Reason: "bench funding", Actor: "bench"}); err != nil {
+			return res, err
+		}
+	}
+	if err := e.Start(ctx); err != nil {
+		return res, err
+	}
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = e.Stop(stopCtx)
+	}()
+
+	start := time.Now()
+	deadline := start.Add(o.Duration)
+	var created atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, o.Workers)
+	for w := range o.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for seq := 0; time.Now().Before(deadline); seq++ {
+				m := ids[(w*7919+seq)%len(ids)]
+				_, err := e.Payouts.CreatePayout(ctx, payouts.PayoutRequest{MerchantID: m,
+					ClientKey: fmt.Sprintf("w%d-%d", w, seq), Operation: providers.OpPixTransfer,
+					Amount:      money.MustParse("1.00", "BRL"),
+					Destination: &providers.Destination{PixKey: &providers.PixKey{Type: "email", Value: "bench@example.com"}}})
+				if err != nil {
+					errs <- err
+					return
+				}
+				created.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return res, err
+	}
+	windowEnd := time.Now()
+	res.Created = created.Load()
+
+	// Drain: every payout reaches a final status before the audit.
+	drainBy := time.Now().Add(o.DrainTimeout)
+	for {
+		var open int64
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM payouts WHERE status = 'processing' AND merchant_id LIKE $1`,
+			o.RunID+"\\_%").Scan(&open); err != nil {
+			return res, err
+		}
+		if open == 0 {
+			break
+		}
+		if time.Now().After(drainBy) {
+			return res, fmt.Errorf("payoutsbench: %d payouts still processing after %s", open, o.DrainTimeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	res.Elapsed = time.Since(start)
+
+	rows, err := pool.Query(ctx, `SELECT updated_at - created_at, updated_at <= $2, status
+		FROM payouts WHERE merchant_id LIKE $1`, o.RunID+"\\_%", windowEnd)
+	if err != nil {
+		return res, err
+	}
+	var lat []time.Duration
+	for rows.Next() {
+		var d time.Duration
+		var inWindow bool
+		var status string
+		if err := rows.Scan(&d, &inWindow, &status); err != nil {
+			return res, err
+		}
+		lat = append(lat, d)
+		if inWindow {
+			res.Final++
+		}
+		if status == "failed" {
+			res.Failed++
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return res, err
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	if len(lat) > 0 {
+		res.P50, res.P99 = lat[len(lat)/2], lat[min(len(lat)-1, len(lat)*99/100)]
+	}
+	res.PerSecond = float64(res.Final) / windowEnd.Sub(start).Seconds()
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM attempts WHERE unknown_at IS NOT NULL`).Scan(&res.Unknown); err != nil {
+		return res, err
+	}
+	if srv != nil {
+		res.Duplicates = srv.Duplicates()
+	} else if res.Duplicates, err = remoteDuplicates(ctx, simURL); err != nil {
+		return res, err
+	}
+	res.Audit, err = audit.Run(ctx, pool)
+	return res, err
+}
+
+// remoteDuplicates asks a standalone sim's oracle for duplicated references.
+func remoteDuplicates(ctx context.Context, simURL string) ([]string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, simURL+"/sim/duplicates", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("payoutsbench: sim oracle answered %s", resp.Status)
+	}
+	var body struct {
+		References []string `json:"references"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		return nil, errors.Join(errors.New("payoutsbench: sim oracle body"), err)
+	}
+	return body.References, nil
+}
