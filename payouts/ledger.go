@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/shopspring/decimal"
 
 	"github.com/saldo/saldo/ledger"
 	"github.com/saldo/saldo/money"
@@ -34,11 +35,11 @@ type accountCache struct{ ids sync.Map } // code -> int64
 // Inside transactions the ids then come from the cache, so no transaction
 // ever waits for a second pool connection.
 func (s *Service) prepareAccounts(ctx context.Context, merchantID string, cur money.Currency) error {
-	for _, spec := range []ledger.AccountSpec{
-		ledger.MerchantAvailable(merchantID, cur),
-		ledger.MerchantReserved(merchantID, cur),
-		ledger.ProviderClearing(s.provider, cur),
-	} {
+	specs := []ledger.AccountSpec{ledger.MerchantAvailable(merchantID, cur), ledger.MerchantReserved(merchantID, cur)}
+	for shard := range ClearingShards {
+		specs = append(specs, clearingShard(s.provider, cur, shard))
+	}
+	for _, spec := range specs {
 		if _, ok := s.accounts.ids.Load(spec.Code()); ok {
 			continue
 		}
@@ -139,7 +140,42 @@ func (s *Service) reserve(ctx context.Context, tx pgx.Tx, p Payout, attemptID uu
 func (s *Service) settle(ctx context.Context, tx pgx.Tx, p Payout, attemptID uuid.UUID) error {
 	cur := p.Amount.Currency()
 	return s.move(ctx, tx, p, attemptID, CauseSettle,
-		ledger.MerchantReserved(p.MerchantID, cur), ledger.ProviderClearing(p.Provider, cur))
+		ledger.MerchantReserved(p.MerchantID, cur), clearingShard(p.Provider, cur, int(attemptID[0])%ClearingShards))
+}
+
+// ClearingShards is how many accounts a provider's clearing balance is
+// spread over per currency. Every successful payout credits the clearing
+// account, which would make one row lock the queue every settlement waits in
+// (a hot account, PITFALLS); settlements spread over the shards by attempt
+// id. The provider's clearing balance is the sum of its shards:
+// provider/<name>/clearing/<CUR> (shard 0) and provider/<name>.<k>/clearing/<CUR>.
+// See docs/decisions/0001-sharded-provider-clearing.md.
+const ClearingShards = 16
+
+// clearingShard names shard k of a provider's clearing account.
+func clearingShard(provider string, cur money.Currency, k int) ledger.AccountSpec {
+	spec := ledger.ProviderClearing(provider, cur)
+	if k > 0 {
+		spec.OwnerID = fmt.Sprintf("%s.%02d", provider, k)
+	}
+	return spec
+}
+
+// ClearingBalance is a provider's clearing balance in a currency: the sum of
+// its shards.
+func ClearingBalance(ctx context.Context, db ledger.DBTX, provider string, cur money.Currency) (decimal.Decimal, error) {
+	total := decimal.Zero
+	for k := range ClearingShards {
+		a, err := ledger.AccountByCode(ctx, db, clearingShard(provider, cur, k).Code())
+		if errors.Is(err, ledger.ErrAccountNotFound) {
+			continue
+		}
+		if err != nil {
+			return total, err
+		}
+		total = total.Add(a.Balance)
+	}
+	return total, nil
 }
 
 // release gives the reserve back to available: the attempt failed

@@ -77,6 +77,12 @@ type Config struct {
 	Provider string
 	Clock    Clock
 	Logger   *slog.Logger
+	// OnFinal, optional, is called inside the transaction that records a
+	// payout attempt's final status, after the payout row was updated, with
+	// the payout as it now stands. It is the notification hook (R24): insert
+	// a job with River's InsertTx on tx so the notice commits with the
+	// status. Returning an error rolls the transition back.
+	OnFinal func(ctx context.Context, tx pgx.Tx, p Payout) error
 }
 
 // Service creates payouts and owns their ledger effects.
@@ -86,6 +92,7 @@ type Service struct {
 	provider string
 	clock    Clock
 	log      *slog.Logger
+	onFinal  func(ctx context.Context, tx pgx.Tx, p Payout) error
 	accounts accountCache
 }
 
@@ -111,7 +118,8 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Service{pool: cfg.Pool, attempts: cfg.Attempts, provider: cfg.Provider, clock: cfg.Clock, log: cfg.Logger}
+	s := &Service{pool: cfg.Pool, attempts: cfg.Attempts, provider: cfg.Provider, clock: cfg.Clock, log: cfg.Logger,
+		onFinal: cfg.OnFinal}
 	for _, k := range []attempts.Kind{attempts.KindPayout, attempts.KindPixTransfer, attempts.KindSplitLeg} {
 		cfg.Attempts.RegisterOwner(k, s)
 	}
@@ -301,22 +309,31 @@ func (s *Service) AttemptFinal(ctx context.Context, tx pgx.Tx, a attempts.Attemp
 		return fmt.Errorf("payouts: attempt %s names payout %s: %w", a.ID, a.SubjectID, err)
 	}
 	now := s.clock.Now()
+	// The payout row first, the ledger effect last: the ledger write locks
+	// shared accounts, so it comes as close to COMMIT as possible.
 	switch a.Status {
 	case attempts.StatusSucceeded:
-		if err := s.settle(ctx, tx, p, a.ID); err != nil {
-			return err
-		}
 		_, err = tx.Exec(ctx, `UPDATE payouts SET status = 'succeeded', failure_code = NULL, failure_reason = NULL,
 			updated_at = $2 WHERE id = $1`, p.ID, now)
-	case attempts.StatusFailed:
-		if err := s.release(ctx, tx, p, a.ID); err != nil {
-			return err
+		if err == nil {
+			err = s.settle(ctx, tx, p, a.ID)
 		}
+	case attempts.StatusFailed:
 		_, err = tx.Exec(ctx, `UPDATE payouts SET status = 'failed', failure_code = $2, failure_reason = $3,
 			updated_at = $4 WHERE id = $1 AND current_attempt_id = $5`,
 			p.ID, nullable(a.FailureCode), nullable(a.FailureReason), now, a.ID)
+		if err == nil {
+			err = s.release(ctx, tx, p, a.ID)
+		}
 	default:
 		return fmt.Errorf("payouts: AttemptFinal called with status %s", a.Status)
+	}
+	if err == nil && s.onFinal != nil {
+		np, gerr := s.get(ctx, tx, "", p.ID)
+		if gerr != nil {
+			return gerr
+		}
+		err = s.onFinal(ctx, tx, np)
 	}
 	if err == nil {
 		s.log.InfoContext(ctx, "payout attempt final", "payout_id", p.ID, "attempt_id", a.ID,

@@ -139,9 +139,9 @@ func TestPayoutSucceedsAndSettles(t *testing.T) {
 	av, res = e.balances()
 	require.Equal(t, "70.00", av)
 	require.Equal(t, "0.00", res)
-	clearing, err := ledger.Balance(e.ctx, e.pool, ledger.ProviderClearing("sim", brl("1").Currency()).Code())
+	clearing, err := payouts.ClearingBalance(e.ctx, e.pool, "sim", brl("1").Currency())
 	require.NoError(t, err)
-	require.Equal(t, "30.00", clearing.Format())
+	require.Equal(t, "30.00", clearing.StringFixed(2))
 	require.Equal(t, 1, e.opsFor(a))
 }
 

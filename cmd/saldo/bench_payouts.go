@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/saldo/saldo/ledger/ledgerbench"
+	"github.com/saldo/saldo/payouts/payoutsbench"
+)
+
+func init() {
+	registerBenchmark(benchmark{
+		Name:    "payouts",
+		Summary: "payouts end to end through River against the simulated PSP, vs ledger transfers/s",
+		Run:     runBenchPayouts,
+	})
+}
+
+func runBenchPayouts(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("bench payouts", flag.ContinueOnError)
+	dbURL := databaseURL(fs)
+	var o payoutsbench.Options
+	fs.IntVar(&o.Merchants, "merchants", 50, "merchants payouts are spread over")
+	fs.IntVar(&o.Workers, "workers", 8, "goroutines creating payouts")
+	fs.DurationVar(&o.Duration, "duration", 10*time.Second, "how long payouts are created")
+	fs.StringVar(&o.Faults, "faults", "", "sim random fault profile, e.g. hang_after=0.05,error_after=0.05,rate_limit=0.05")
+	fs.StringVar(&o.SimURL, "sim-url", "", "a running 'saldo sim-provider' (default: one in process)")
+	fs.IntVar(&o.RiverWorkers, "river-workers", 32, "River workers submitting and resolving attempts")
+	ledgerToo := fs.Bool("ledger", true, "also measure bench ledger's uncontended transfers/s (50 accounts, 8 workers) and print the ratio")
+	server := fs.String("server-url", localServerURL, "server for the throwaway database when no database URL is given")
+	keep := fs.Bool("keep", false, "keep the throwaway database")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %v", fs.Args())
+	}
+	u, cleanup, err := benchDatabase(ctx, dbURL, *server, *keep)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	cfg, err := pgxpool.ParseConfig(u)
+	if err != nil {
+		return err
+	}
+	cfg.MaxConns = int32(o.Workers + o.RiverWorkers + 10)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	faults := o.Faults
+	if faults == "" {
+		faults = "none"
+	}
+	fmt.Printf("saldo bench payouts: %d merchants, %d creators, %d River workers, %s, faults: %s\ndatabase %s\n\n",
+		o.Merchants, o.Workers, o.RiverWorkers, o.Duration, faults, redact(u))
+
+	res, err := payoutsbench.Run(ctx, pool, o)
+	if err != nil {
+		return err
+	}
+	fmt.Println(res)
+	if *ledgerToo {
+		lo := ledgerbench.Options{Accounts: 50, Workers: 8, Duration: o.Duration}
+		lr, err := ledgerbench.Ledger(ctx, pool, lo)
+		if err != nil {
+			return err
+		}
+		fmt.Println(lr)
+		if lr.PerSecond > 0 {
+			fmt.Printf("\nratio payouts/s / ledger transfers/s: %.2fx   (target >= 0.5x with no faults)\n", res.PerSecond/lr.PerSecond)
+		}
+	}
+	if res.Audit.OK() && len(res.Duplicates) == 0 {
+		fmt.Println(res.Audit.Summary())
+		fmt.Println("sim oracle: nobody paid twice")
+		return nil
+	}
+	fmt.Println(res.Audit.Summary())
+	if len(res.Duplicates) > 0 {
+		fmt.Printf("sim oracle: %d references paid more than once: %v\n", len(res.Duplicates), res.Duplicates)
+	}
+	return exitError{Code: 1}
+}
