@@ -91,8 +91,9 @@ var RequestIDHeaders = []string{"Request-Id", "X-Request-Id"}
 // Do performs ONE exchange: builds the request, sends it, reads the body under
 // the read deadline, and reports what happened. It never returns an error:
 // everything is in the Exchange. body may be nil.
-func (c *Client) Do(ctx context.Context, method, url string, header http.Header, body []byte) Exchange {
-	ex := Exchange{Method: method, URL: url, Started: time.Now()}
+func (c *Client) Do(ctx context.Context, method, url string, header http.Header, body []byte) (ex Exchange) {
+	// ex is a named result so the deferred Ended stamp reaches the caller.
+	ex = Exchange{Method: method, URL: url, Started: time.Now()}
 	defer func() { ex.Ended = time.Now() }()
 
 	var mu sync.Mutex

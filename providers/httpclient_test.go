@@ -1,0 +1,134 @@
+package providers_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/saldo/saldo/providers"
+)
+
+func fast() *providers.Client {
+	return providers.NewClient(providers.HTTPSettings{ConnectTimeout: time.Second, ReadTimeout: 200 * time.Millisecond})
+}
+
+// R2: nothing listening: not connected, not written, an error, no status.
+func TestClientConnectRefused(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+
+	ex := fast().Do(context.Background(), http.MethodPost, "http://"+addr+"/x", nil, []byte(`{}`))
+	require.Error(t, ex.Err)
+	require.False(t, ex.Connected)
+	require.False(t, ex.Wrote)
+	require.Zero(t, ex.WireCalls)
+	require.Zero(t, ex.StatusCode)
+	require.False(t, ex.Timeout)
+	require.False(t, ex.Ended.IsZero(), "Ended is stamped")
+	require.False(t, ex.Ended.Before(ex.Started))
+}
+
+// PITFALLS: a 200 whose body never arrives is unknown, not success: the read
+// budget covers the body too.
+func TestClientBodyNeverArrives(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		w.Header().Set("Content-Length", "100")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte(`{"id":`))
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		case <-time.After(5 * time.Second):
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) })
+
+	c := providers.NewClient(providers.HTTPSettings{ConnectTimeout: 100 * time.Millisecond,
+		TLSHandshakeTimeout: 100 * time.Millisecond, ReadTimeout: 100 * time.Millisecond})
+	start := time.Now()
+	ex := c.Do(context.Background(), http.MethodPost, srv.URL, nil, []byte(`{}`))
+	require.Less(t, time.Since(start), 3*time.Second)
+	require.Equal(t, http.StatusOK, ex.StatusCode)
+	require.Error(t, ex.Err, "the body never completed")
+	require.True(t, ex.Timeout)
+	require.True(t, ex.Wrote)
+}
+
+// No answer at all within the read timeout: a timeout after writing.
+func TestClientReadTimeout(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body) // lets the server notice the client leaving
+		select {
+		case <-r.Context().Done():
+		case <-time.After(5 * time.Second):
+		}
+	}))
+	t.Cleanup(srv.Close)
+	ex := fast().Do(context.Background(), http.MethodPost, srv.URL, nil, []byte(`{}`))
+	require.True(t, ex.Timeout)
+	require.True(t, ex.Wrote)
+	require.True(t, ex.Connected)
+	require.Zero(t, ex.StatusCode)
+}
+
+// Headers, request id, Retry-After (seconds and HTTP date), body cap, no
+// redirects followed, one wire call.
+func TestClientReadsAnswer(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		switch r.URL.Path {
+		case "/seconds":
+			require.Equal(t, "k1", r.Header.Get("Idempotency-Key"))
+			require.Equal(t, "application/json", r.Header.Get("Content-Type"))
+			w.Header().Set("Retry-After", "7")
+			w.Header().Set("X-Request-Id", "req_9")
+			w.WriteHeader(http.StatusTooManyRequests)
+		case "/date":
+			w.Header().Set("Retry-After", time.Now().Add(time.Hour).UTC().Format(http.TimeFormat))
+			w.WriteHeader(http.StatusServiceUnavailable)
+		case "/big":
+			_, _ = w.Write([]byte(strings.Repeat("x", 5000)))
+		case "/redirect":
+			http.Redirect(w, r, "/elsewhere", http.StatusFound)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	c := providers.NewClient(providers.HTTPSettings{MaxBodyBytes: 1000, ReadTimeout: time.Second})
+
+	ex := c.Do(context.Background(), http.MethodPost, srv.URL+"/seconds", http.Header{"Idempotency-Key": {"k1"}}, []byte(`{}`))
+	require.Equal(t, http.StatusTooManyRequests, ex.StatusCode)
+	require.Equal(t, 7*time.Second, ex.RetryAfter)
+	require.Equal(t, "req_9", ex.ProviderRequestID)
+	require.Equal(t, 1, ex.WireCalls)
+	require.NoError(t, ex.Err)
+
+	ex = c.Do(context.Background(), http.MethodGet, srv.URL+"/date", nil, nil)
+	require.InDelta(t, float64(time.Hour), float64(ex.RetryAfter), float64(5*time.Second))
+
+	ex = c.Do(context.Background(), http.MethodGet, srv.URL+"/big", nil, nil)
+	require.Len(t, ex.Body, 1000)
+
+	before := calls.Load()
+	ex = c.Do(context.Background(), http.MethodGet, srv.URL+"/redirect", nil, nil)
+	require.Equal(t, http.StatusFound, ex.StatusCode)
+	require.Equal(t, before+1, calls.Load(), "redirect not followed")
+}
