@@ -18,10 +18,10 @@ func TestValidatePixKey(t *testing.T) {
 	}{
 		{PixKeyCPF, "529.982.247-25", "52998224725", ""},
 		{PixKeyCPF, "11144477735", "11144477735", ""},
-		{PixKeyCPF, "52998224724", "", "k.value"},      // wrong check digit
-		{PixKeyCPF, "11111111111", "", "k.value"},      // repeated digit
-		{PixKeyCPF, "5299822472", "", "k.value"},       // 10 digits
-		{PixKeyCPF, "5299822472a", "", "k.value"},      // letter
+		{PixKeyCPF, "52998224724", "", "k.value"}, // wrong check digit
+		{PixKeyCPF, "11111111111", "", "k.value"}, // repeated digit
+		{PixKeyCPF, "5299822472", "", "k.value"},  // 10 digits
+		{PixKeyCPF, "5299822472a", "", "k.value"}, // letter
 		{PixKeyCNPJ, "11.222.333/0001-81", "11222333000181", ""},
 		{PixKeyCNPJ, "11444777000161", "11444777000161", ""},
 		{PixKeyCNPJ, "11222333000182", "", "k.value"},

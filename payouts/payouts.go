@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -87,13 +88,14 @@ type Config struct {
 
 // Service creates payouts and owns their ledger effects.
 type Service struct {
-	pool     *pgxpool.Pool
-	attempts *attempts.Service
-	provider string
-	clock    Clock
-	log      *slog.Logger
-	onFinal  func(ctx context.Context, tx pgx.Tx, p Payout) error
-	accounts accountCache
+	pool      *pgxpool.Pool
+	attempts  *attempts.Service
+	provider  string
+	clock     Clock
+	log       *slog.Logger
+	onFinal   func(ctx context.Context, tx pgx.Tx, p Payout) error
+	accounts  accountCache
+	merchants sync.Map // merchant id -> true, once seen
 }
 
 // New builds a Service and registers it as the owner of the outgoing
@@ -218,25 +220,19 @@ func (s *Service) CreatePayout(ctx context.Context, req PayoutRequest) (Payout, 
 	}
 	var out Payout
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		existing, err := s.claimClientKey(ctx, tx, req.MerchantID, req.ClientKey, hash, "payout")
+		p := Payout{
+			ID: newID("po_"), MerchantID: req.MerchantID, Kind: req.kind(), Operation: req.Operation,
+			Provider: s.provider, Amount: req.Amount, Destination: dest, Description: req.Description,
+			Metadata: req.Metadata, Status: StatusProcessing,
+		}
+		existing, err := s.claimClientKey(ctx, tx, req.MerchantID, req.ClientKey, hash, "payout", p.ID)
 		if err != nil || existing != "" {
 			if err == nil {
 				out, err = s.get(ctx, tx, req.MerchantID, existing)
 			}
 			return err
 		}
-		p := Payout{
-			ID: newID("po_"), MerchantID: req.MerchantID, Kind: req.kind(), Operation: req.Operation,
-			Provider: s.provider, Amount: req.Amount, Destination: dest, Description: req.Description,
-			Metadata: req.Metadata, Status: StatusProcessing,
-		}
-		if err := s.insertPayout(ctx, tx, &p); err != nil {
-			return err
-		}
-		if err := s.bindClientKey(ctx, tx, req.MerchantID, req.ClientKey, p.ID); err != nil {
-			return err
-		}
-		if err := s.openAttempt(ctx, tx, &p); err != nil {
+		if err := s.insertWithAttempt(ctx, tx, &p); err != nil {
 			return err
 		}
 		out = p
@@ -267,10 +263,9 @@ func (s *Service) Retry(ctx context.Context, merchantID, payoutID string) (Payou
 	return out, err
 }
 
-// openAttempt opens the payout's next attempt, reserves its amount, and
-// records it as current, inside tx. p is updated in place.
-func (s *Service) openAttempt(ctx context.Context, tx pgx.Tx, p *Payout) error {
-	in := providers.OperationInput{
+// operationInput is what the provider is asked to do for p.
+func operationInput(p *Payout) providers.OperationInput {
+	return providers.OperationInput{
 		Operation:   p.Operation,
 		Amount:      p.Amount.Format(),
 		Currency:    p.Amount.Currency().Code(),
@@ -278,14 +273,38 @@ func (s *Service) openAttempt(ctx context.Context, tx pgx.Tx, p *Payout) error {
 		Description: p.Description,
 		Metadata:    map[string]string{"saldo_payout_id": p.ID, "saldo_merchant_id": p.MerchantID},
 	}
-	a, err := s.attempts.Open(ctx, tx, attempts.OpenParams{Kind: p.Kind, SubjectID: p.ID, Provider: p.Provider, Input: in})
+}
+
+// open opens p's next attempt in tx (key, reference, payload, submit job).
+func (s *Service) open(ctx context.Context, tx pgx.Tx, p *Payout) (attempts.Attempt, error) {
+	a, err := s.attempts.Open(ctx, tx, attempts.OpenParams{Kind: p.Kind, SubjectID: p.ID, Provider: p.Provider, Input: operationInput(p)})
+	if errors.Is(err, attempts.ErrInvalid) {
+		return a, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return a, err
+}
+
+// insertWithAttempt creates a new payout inside tx: its first attempt, the
+// payout row pointing at it, and the reserve (R22). The reserve comes last:
+// it locks the merchant's balance rows, which should be held for as short a
+// time as possible before COMMIT.
+func (s *Service) insertWithAttempt(ctx context.Context, tx pgx.Tx, p *Payout) error {
+	a, err := s.open(ctx, tx, p)
 	if err != nil {
-		if errors.Is(err, attempts.ErrInvalid) {
-			return fmt.Errorf("%w: %w", ErrInvalid, err)
-		}
 		return err
 	}
-	if err := s.reserve(ctx, tx, *p, a.ID); err != nil {
+	p.CurrentAttemptID, p.AttemptCount = &a.ID, 1
+	if err := s.insertPayout(ctx, tx, p); err != nil {
+		return err
+	}
+	return s.reserve(ctx, tx, *p, a.ID)
+}
+
+// openAttempt opens a failed payout's next attempt, records it as current
+// and reserves its amount again, inside tx. p is updated in place.
+func (s *Service) openAttempt(ctx context.Context, tx pgx.Tx, p *Payout) error {
+	a, err := s.open(ctx, tx, p)
+	if err != nil {
 		return err
 	}
 	now := s.clock.Now()
@@ -293,9 +312,11 @@ func (s *Service) openAttempt(ctx context.Context, tx pgx.Tx, p *Payout) error {
 	p.CurrentAttemptID = &a.ID
 	p.AttemptCount++
 	p.UpdatedAt = now
-	_, err = tx.Exec(ctx, `UPDATE payouts SET status = 'processing', failure_code = NULL, failure_reason = NULL,
-		current_attempt_id = $2, attempt_count = attempt_count + 1, updated_at = $3 WHERE id = $1`, p.ID, a.ID, now)
-	return err
+	if _, err := tx.Exec(ctx, `UPDATE payouts SET status = 'processing', failure_code = NULL, failure_reason = NULL,
+		current_attempt_id = $2, attempt_count = attempt_count + 1, updated_at = $3 WHERE id = $1`, p.ID, a.ID, now); err != nil {
+		return err
+	}
+	return s.reserve(ctx, tx, *p, a.ID)
 }
 
 // AttemptFinal is called by the attempts core inside the transaction that
@@ -353,7 +374,7 @@ func (s *Service) inTx(ctx context.Context, f func(pgx.Tx) error) error {
 // when the caller should create. A concurrent creator with the same key
 // blocks on the row until the first commits (then sees it) or rolls back
 // (then creates).
-func (s *Service) claimClientKey(ctx context.Context, tx pgx.Tx, merchantID, key string, hash []byte, kind string) (string, error) {
+func (s *Service) claimClientKey(ctx context.Context, tx pgx.Tx, merchantID, key string, hash []byte, kind, newID string) (string, error) {
 	if key == "" {
 		return "", nil
 	}
@@ -361,7 +382,7 @@ func (s *Service) claimClientKey(ctx context.Context, tx pgx.Tx, merchantID, key
 		return "", invalid("client_key", "longer than 255 characters")
 	}
 	tag, err := tx.Exec(ctx, `INSERT INTO payout_requests (merchant_id, client_key, request_hash, object_kind, object_id, created_at)
-		VALUES ($1, $2, $3, $4, '', $5) ON CONFLICT DO NOTHING`, merchantID, key, hash, kind, s.clock.Now())
+		VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`, merchantID, key, hash, kind, newID, s.clock.Now())
 	if err != nil {
 		return "", err
 	}
@@ -380,16 +401,12 @@ func (s *Service) claimClientKey(ctx context.Context, tx pgx.Tx, merchantID, key
 	return objectID, nil
 }
 
-func (s *Service) bindClientKey(ctx context.Context, tx pgx.Tx, merchantID, key, objectID string) error {
-	if key == "" {
+// requireMerchant checks the merchant exists (merchants are never deleted,
+// so a merchant seen once is remembered).
+func (s *Service) requireMerchant(ctx context.Context, merchantID string) error {
+	if _, ok := s.merchants.Load(merchantID); ok {
 		return nil
 	}
-	_, err := tx.Exec(ctx, `UPDATE payout_requests SET object_id = $3 WHERE merchant_id = $1 AND client_key = $2`,
-		merchantID, key, objectID)
-	return err
-}
-
-func (s *Service) requireMerchant(ctx context.Context, merchantID string) error {
 	var ok bool
 	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM merchants WHERE id = $1)`, merchantID).Scan(&ok); err != nil {
 		return err
@@ -397,6 +414,7 @@ func (s *Service) requireMerchant(ctx context.Context, merchantID string) error 
 	if !ok {
 		return fmt.Errorf("%w: %q", ErrUnknownMerchant, merchantID)
 	}
+	s.merchants.Store(merchantID, true)
 	return nil
 }
 
@@ -415,10 +433,11 @@ func (s *Service) insertPayout(ctx context.Context, tx pgx.Tx, p *Payout) error 
 		return err
 	}
 	_, err = tx.Exec(ctx, `INSERT INTO payouts (id, merchant_id, kind, operation, provider, amount, currency,
-		destination, description, metadata, charge_id, split_id, leg_index, status, created_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 'processing', $14, $14)`,
+		destination, description, metadata, charge_id, split_id, leg_index, status, current_attempt_id, attempt_count,
+		created_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 'processing', $15, $16, $14, $14)`,
 		p.ID, p.MerchantID, p.Kind, p.Operation, p.Provider, p.Amount.Decimal(), p.Amount.Currency().Code(),
-		dest, nullable(p.Description), meta, nullable(p.ChargeID), nullable(p.SplitID), p.LegIndex, now)
+		dest, nullable(p.Description), meta, nullable(p.ChargeID), nullable(p.SplitID), p.LegIndex, now, p.CurrentAttemptID, p.AttemptCount)
 	return err
 }
 
@@ -485,23 +504,23 @@ type dbtx interface {
 type View struct {
 	Payout
 	// NeedsAttention: the current attempt is in the human review queue.
-	NeedsAttention bool           `json:"needs_attention"`
-	Attempts       []AttemptView  `json:"attempts"`
+	NeedsAttention bool          `json:"needs_attention"`
+	Attempts       []AttemptView `json:"attempts"`
 }
 
 // AttemptView is one attempt as a caller sees it.
 type AttemptView struct {
-	ID            uuid.UUID         `json:"id"`
-	Status        attempts.Status   `json:"status"`
-	Reference     string            `json:"reference"`
-	ProviderID    string            `json:"provider_id,omitempty"`
-	FailureCode   string            `json:"failure_code,omitempty"`
-	FailureReason string            `json:"failure_reason,omitempty"`
-	CallCount     int               `json:"call_count"`
-	Review        bool              `json:"review"`
-	CreatedAt     time.Time         `json:"created_at"`
-	ResolvedAt    *time.Time        `json:"resolved_at,omitempty"`
-	Events        []attempts.Event  `json:"events,omitempty"`
+	ID            uuid.UUID        `json:"id"`
+	Status        attempts.Status  `json:"status"`
+	Reference     string           `json:"reference"`
+	ProviderID    string           `json:"provider_id,omitempty"`
+	FailureCode   string           `json:"failure_code,omitempty"`
+	FailureReason string           `json:"failure_reason,omitempty"`
+	CallCount     int              `json:"call_count"`
+	Review        bool             `json:"review"`
+	CreatedAt     time.Time        `json:"created_at"`
+	ResolvedAt    *time.Time       `json:"resolved_at,omitempty"`
+	Events        []attempts.Event `json:"events,omitempty"`
 }
 
 // Get returns a merchant's payout with its attempts and their events.

@@ -373,8 +373,8 @@ func TestValidationNamesFieldAndWritesNothing(t *testing.T) {
 	cases := map[string]payouts.PayoutRequest{
 		"destination.pix_key.value": {MerchantID: merchant, Operation: providers.OpPixTransfer, Amount: brl("1.00"),
 			Destination: &providers.Destination{PixKey: &providers.PixKey{Type: "cpf", Value: "12345678900"}}},
-		"amount": {MerchantID: merchant, Operation: providers.OpPixTransfer, Amount: brl("0.00"), Destination: pixTo("a@b.co")},
-		"operation": {MerchantID: merchant, Operation: providers.OpRefund, Amount: brl("1.00"), Destination: pixTo("a@b.co")},
+		"amount":              {MerchantID: merchant, Operation: providers.OpPixTransfer, Amount: brl("0.00"), Destination: pixTo("a@b.co")},
+		"operation":           {MerchantID: merchant, Operation: providers.OpRefund, Amount: brl("1.00"), Destination: pixTo("a@b.co")},
 		"destination.pix_key": {MerchantID: merchant, Operation: providers.OpBankPayout, Amount: brl("1.00"), Destination: pixTo("a@b.co")},
 	}
 	for field, req := range cases {

@@ -134,14 +134,15 @@ func (s *Service) CreateSplit(ctx context.Context, req SplitRequest) (Split, err
 
 	var out Split
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		existing, err := s.claimClientKey(ctx, tx, req.MerchantID, req.ClientKey, hash, "split")
+		spID := newID("sp_")
+		existing, err := s.claimClientKey(ctx, tx, req.MerchantID, req.ClientKey, hash, "split", spID)
 		if err != nil || existing != "" {
 			if err == nil {
 				out, err = s.getSplit(ctx, tx, req.MerchantID, existing)
 			}
 			return err
 		}
-		sp := Split{ID: newID("sp_"), MerchantID: req.MerchantID, Total: totalAmount, Description: req.Description,
+		sp := Split{ID: spID, MerchantID: req.MerchantID, Total: totalAmount, Description: req.Description,
 			Metadata: req.Metadata, Status: SplitProcessing, CreatedAt: s.clock.Now()}
 		meta, _ := json.Marshal(orEmpty(req.Metadata))
 		if _, err := tx.Exec(ctx, `INSERT INTO splits (id, merchant_id, currency, total, leg_count, description, metadata, created_at)
@@ -149,18 +150,12 @@ func (s *Service) CreateSplit(ctx context.Context, req SplitRequest) (Split, err
 			nullable(req.Description), meta, sp.CreatedAt); err != nil {
 			return err
 		}
-		if err := s.bindClientKey(ctx, tx, req.MerchantID, req.ClientKey, sp.ID); err != nil {
-			return err
-		}
 		for i, l := range req.Legs {
 			idx := i
 			p := Payout{ID: newID("po_"), MerchantID: req.MerchantID, Kind: attempts.KindSplitLeg, Operation: l.Operation,
 				Provider: s.provider, Amount: l.Amount, Destination: l.Destination, Description: l.Description,
 				SplitID: sp.ID, LegIndex: &idx, Status: StatusProcessing}
-			if err := s.insertPayout(ctx, tx, &p); err != nil {
-				return err
-			}
-			if err := s.openAttempt(ctx, tx, &p); err != nil {
+			if err := s.insertWithAttempt(ctx, tx, &p); err != nil {
 				return err
 			}
 			sp.Legs = append(sp.Legs, p)
