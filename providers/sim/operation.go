@@ -91,6 +91,24 @@ func (o *Operation) snapshot(withKey bool) Operation {
 		cob := *o.Cob
 		c.Cob = &cob
 	}
+	if o.Destination != nil { // callers may mutate their copy
+		d := *o.Destination
+		if d.PixKey != nil {
+			k := *d.PixKey
+			d.PixKey = &k
+		}
+		if d.BankAccount != nil {
+			a := *d.BankAccount
+			d.BankAccount = &a
+		}
+		c.Destination = &d
+	}
+	if o.Metadata != nil {
+		c.Metadata = make(map[string]string, len(o.Metadata))
+		for k, v := range o.Metadata {
+			c.Metadata[k] = v
+		}
+	}
 	if !o.refunded.IsZero() || o.Operation == providers.OpCardCharge || o.Operation == providers.OpPixCharge {
 		c.AmountRefunded = formatAmount(o.refunded, o.Currency)
 	}

@@ -503,6 +503,9 @@ func (s *Server) execute(req opRequest, key string) storedResponse {
 	defer s.mu.Unlock()
 	now := s.now().UTC()
 	s.submitSeq++
+	if s.submitSeq%4096 == 0 {
+		s.pruneKeysLocked(now)
+	}
 	op := &Operation{
 		ID:             fmt.Sprintf("op_%016x", s.idRNG.Uint64()),
 		Reference:      req.reference,
@@ -613,6 +616,15 @@ func (s *Server) execute(req opRequest, key string) storedResponse {
 	}
 	// validate admits only the operations above.
 	return respond(http.StatusBadRequest, errorBody{Error: invalid("operation", "unknown operation %q", req.op)})
+}
+
+// pruneKeysLocked forgets expired keys so long runs do not grow without bound.
+func (s *Server) pruneKeysLocked(now time.Time) {
+	for k, e := range s.keys {
+		if e.done && now.Sub(e.created) >= s.cfg.KeyLifetime {
+			delete(s.keys, k)
+		}
+	}
 }
 
 func (s *Server) findChargeLocked(ref *wireChargeRef) (*Operation, *apiError) {
