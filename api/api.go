@@ -1,0 +1,236 @@
+// Package api is saldo's HTTP API: a chi router with API-key authentication
+// by role, idempotent POSTs, RFC 9457 problem+json errors, provider webhooks
+// and outbound notifications (R24). docs/openapi.yaml describes it and is
+// served at /openapi.yaml; the tests validate every request and response
+// they make against it.
+//
+// # Roles
+//
+// Every /v1 route except provider webhooks needs "Authorization: Bearer
+// sk_...". A key has one role:
+//
+//   - merchant: one merchant's own balances, payouts, splits and
+//     notification endpoints. Another merchant's resources are 404, never
+//     403, so a key cannot probe which ids exist.
+//   - auditor: read-only, everything (merchants, balances, payouts, the
+//     ledger with CSV export, attempts, the review queue). Any POST is 403.
+//   - operator: attempts, the review queue and manual resolution (the
+//     operator id recorded is the key id).
+//   - admin: merchants, keys, funding adjustments, and anything a merchant
+//     key can do on any merchant.
+//
+// # Idempotency
+//
+// A POST with an Idempotency-Key header is run at most once per (API key,
+// Idempotency-Key) pair; routes that move money require the header. See
+// idempotency.go for the exact semantics and the 24 hour retention.
+package api
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/payouts"
+	"github.com/saldo/saldo/providers"
+)
+
+// OpenAPI is the OpenAPI 3 document of this API (docs/openapi.yaml links to
+// this file).
+//
+//go:embed openapi.yaml
+var OpenAPI []byte
+
+// Clock tells the time (tests move it).
+type Clock interface{ Now() time.Time }
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// WebhookHandler is given a verified provider event before the attempts
+// core is. It reports whether it handled the event (handled == false passes
+// it on). Charges plug in here: Config.WebhookHandlers =
+// []WebhookHandler{chargesService.HandleProviderEvent}.
+type WebhookHandler func(ctx context.Context, provider string, ev providers.WebhookEvent) (handled bool, err error)
+
+// Config configures a Server. Pool, Payouts and Attempts are required.
+type Config struct {
+	Pool     *pgxpool.Pool
+	Payouts  *payouts.Service
+	Attempts *attempts.Service
+	// Providers by name, for webhook verification (ParseWebhook).
+	Providers map[string]providers.Provider
+	// WebhookHandlers are tried in order for each verified webhook event;
+	// when none handles it, the event resolves an attempt by reference
+	// (attempts.ResolveByReference, source webhook).
+	WebhookHandlers []WebhookHandler
+	Logger          *slog.Logger
+	// Clock defaults to the wall clock. Webhook timestamps are checked
+	// against it.
+	Clock Clock
+	// MaxBodyBytes bounds request bodies (default 1 MiB); larger is 413.
+	MaxBodyBytes int64
+	// IdempotencyLease is how long a running idempotent request holds its
+	// key before a retry may take it over (the request is presumed dead).
+	// Default 1 minute; it must exceed the longest request.
+	IdempotencyLease time.Duration
+	// IdempotencyRetention is how long finished idempotent requests are
+	// kept for replay (at least and by default 24 hours).
+	IdempotencyRetention time.Duration
+}
+
+// DefaultMaxBodyBytes is the default request body limit.
+const DefaultMaxBodyBytes = 1 << 20
+
+// MinIdempotencyRetention is the shortest time an idempotency key is kept.
+const MinIdempotencyRetention = 24 * time.Hour
+
+// Server is the API. It is an http.Handler.
+type Server struct {
+	cfg     Config
+	pool    *pgxpool.Pool
+	payouts *payouts.Service
+	att     *attempts.Service
+	clock   Clock
+	log     *slog.Logger
+	router  chi.Router
+}
+
+// New builds the API handler. Mount it at the root of a listener (it serves
+// /healthz, /readyz, /openapi.yaml and /v1/...).
+func New(cfg Config) (*Server, error) {
+	if cfg.Pool == nil || cfg.Payouts == nil || cfg.Attempts == nil {
+		return nil, errors.New("api: Config.Pool, Config.Payouts and Config.Attempts are required")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = systemClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.IdempotencyLease <= 0 {
+		cfg.IdempotencyLease = time.Minute
+	}
+	if cfg.IdempotencyRetention < MinIdempotencyRetention {
+		cfg.IdempotencyRetention = MinIdempotencyRetention
+	}
+	if cfg.Providers == nil {
+		cfg.Providers = map[string]providers.Provider{}
+	}
+	s := &Server{cfg: cfg, pool: cfg.Pool, payouts: cfg.Payouts, att: cfg.Attempts, clock: cfg.Clock, log: cfg.Logger}
+	s.router = s.routes()
+	return s, nil
+}
+
+// ServeHTTP serves the API.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+
+func (s *Server) routes() chi.Router {
+	r := chi.NewRouter()
+	r.Use(s.recoverer)
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		s.problem(w, r, errNotFound)
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		s.problem(w, r, errMethodNotAllowed)
+	})
+	r.Get("/healthz", s.healthz)
+	r.Get("/readyz", s.readyz)
+	r.Get("/openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/yaml")
+		_, _ = w.Write(OpenAPI)
+	})
+
+	// Provider webhooks authenticate by signature, not by API key.
+	r.Post("/v1/webhooks/{provider}", s.webhook)
+
+	r.Route("/v1", func(r chi.Router) {
+		r.Use(s.authenticate)
+
+		r.With(s.allow(RoleAdmin)).Post("/keys", s.createKey)
+
+		r.With(s.allow(RoleAdmin), s.idempotent(false)).Post("/merchants", s.createMerchant)
+		r.With(s.allow(RoleAdmin, RoleAuditor)).Get("/merchants", s.listMerchants)
+
+		r.Route("/merchants/{merchant_id}", func(r chi.Router) {
+			r.Use(s.merchantScope)
+			read := s.allow(RoleMerchant, RoleAdmin, RoleAuditor)
+			write := s.allow(RoleMerchant, RoleAdmin)
+
+			r.With(read).Get("/", s.getMerchant)
+			r.With(read).Get("/balances", s.balances)
+
+			r.With(write, s.idempotent(true)).Post("/payouts", s.createPayout)
+			r.With(write, s.idempotent(true)).Post("/pix-transfers", s.createPixTransfer)
+			r.With(read).Get("/payouts", s.listPayouts)
+			r.With(read).Get("/payouts/{payout_id}", s.getPayout)
+			r.With(write, s.idempotent(true)).Post("/payouts/{payout_id}/retry", s.retryPayout)
+
+			r.With(write, s.idempotent(true)).Post("/splits", s.createSplit)
+			r.With(read).Get("/splits/{split_id}", s.getSplit)
+
+			r.With(s.allow(RoleAdmin), s.idempotent(true)).Post("/fundings", s.createFunding)
+
+			r.With(write).Post("/notification-endpoints", s.createNotificationEndpoint)
+			r.With(read).Get("/notification-endpoints", s.listNotificationEndpoints)
+		})
+
+		r.Route("/ledger", func(r chi.Router) {
+			r.Use(s.allow(RoleAuditor, RoleAdmin))
+			r.Get("/transactions", s.listTransactions)
+			r.Get("/transactions/{transaction_id}", s.getTransaction)
+			r.Get("/postings", s.listPostings)
+			r.Get("/balance", s.balanceAt)
+			r.Get("/export.csv", s.exportCSV)
+		})
+
+		ops := s.allow(RoleOperator, RoleAuditor, RoleAdmin)
+		r.With(ops).Get("/attempts/{attempt_id}", s.getAttempt)
+		r.With(ops).Get("/review-queue", s.reviewQueue)
+		r.With(s.allow(RoleOperator), s.idempotent(true)).Post("/attempts/{attempt_id}/resolution", s.resolveAttempt)
+	})
+	return r
+}
+
+func (s *Server) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.log.ErrorContext(r.Context(), "api: panic", "method", r.Method, "path", r.URL.Path, "panic", v)
+				s.problem(w, r, errors.New("panic"))
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	var one int
+	if err := s.pool.QueryRow(ctx, `SELECT 1`).Scan(&one); err != nil {
+		s.log.WarnContext(r.Context(), "api: readyz: database unreachable", "error", err)
+		s.problem(w, r, &apiError{status: http.StatusServiceUnavailable, code: "database_unavailable",
+			title: "Database unavailable", detail: "the database did not answer"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}

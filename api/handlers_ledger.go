@@ -1,0 +1,309 @@
+package api
+
+import (
+	"encoding/csv"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
+
+	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/ledger"
+)
+
+func orderParam(r *http.Request) (ledger.Order, error) {
+	switch r.URL.Query().Get("order") {
+	case "", "asc":
+		return ledger.Ascending, nil
+	case "desc":
+		return ledger.Descending, nil
+	}
+	return 0, invalidField("order", "asc or desc")
+}
+
+func (s *Server) listTransactions(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit, err := limitParam(r, ledger.MaxPageSize)
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	order, err := orderParam(r)
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	pg, err := ledger.ListTransactions(r.Context(), s.pool,
+		ledger.TransactionFilter{CauseKind: q.Get("cause_kind"), CauseID: q.Get("cause_id")},
+		ledger.PageRequest{Cursor: q.Get("cursor"), Limit: limit, Order: order})
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	out := make([]transactionJSON, 0, len(pg.Transactions))
+	for _, t := range pg.Transactions {
+		out = append(out, transactionJSONOf(t))
+	}
+	writeJSON(w, http.StatusOK, pageOf(out, pg.NextCursor))
+}
+
+func (s *Server) getTransaction(w http.ResponseWriter, r *http.Request) {
+	id, err := strconv.ParseInt(chi.URLParam(r, "transaction_id"), 10, 64)
+	if err != nil || id <= 0 {
+		s.problem(w, r, errNotFound)
+		return
+	}
+	t, err := ledger.TransactionByID(r.Context(), s.pool, id)
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, transactionJSONOf(t))
+}
+
+func accountParam(r *http.Request) (string, error) {
+	code := r.URL.Query().Get("account")
+	if code == "" {
+		return "", invalidField("account", "required: an account code such as merchant/m_42/available/BRL")
+	}
+	if _, err := ledger.ParseCode(code); err != nil {
+		return "", invalidField("account", "not an account code (owner_kind/owner_id/purpose/CURRENCY)")
+	}
+	return code, nil
+}
+
+func (s *Server) listPostings(w http.ResponseWriter, r *http.Request) {
+	code, err := accountParam(r)
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	limit, err := limitParam(r, ledger.MaxPageSize)
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	order, err := orderParam(r)
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	pg, err := ledger.ListPostings(r.Context(), s.pool, code, ledger.PageRequest{Cursor: r.URL.Query().Get("cursor"), Limit: limit, Order: order})
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	out := make([]postingJSON, 0, len(pg.Postings))
+	for _, p := range pg.Postings {
+		out = append(out, postingJSONOf(p))
+	}
+	writeJSON(w, http.StatusOK, pageOf(out, pg.NextCursor))
+}
+
+func (s *Server) balanceAt(w http.ResponseWriter, r *http.Request) {
+	code, err := accountParam(r)
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	at, ok, err := timeParam(r, "at")
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	if !ok {
+		at = s.clock.Now()
+	}
+	b, err := ledger.BalanceAt(r.Context(), s.pool, code, at)
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"account": code, "at": at.UTC().Format(time.RFC3339Nano),
+		"balance": b.Format(), "currency": b.Currency().Code()})
+}
+
+// exportCSV streams postings as CSV, one row per posting: every posting of
+// one account (?account=CODE) in sequence order, or of the whole ledger in
+// transaction order. Optional from/to bound posted_at (from inclusive, to
+// exclusive).
+func (s *Server) exportCSV(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	from, hasFrom, err := timeParam(r, "from")
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	to, hasTo, err := timeParam(r, "to")
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	code := q.Get("account")
+	if code != "" {
+		if code, err = accountParam(r); err != nil {
+			s.problem(w, r, err)
+			return
+		}
+		if _, err := ledger.AccountByCode(r.Context(), s.pool, code); err != nil {
+			s.problem(w, r, err)
+			return
+		}
+	}
+	keep := func(p ledger.Posting) bool {
+		return (!hasFrom || !p.PostedAt.Before(from)) && (!hasTo || p.PostedAt.Before(to))
+	}
+	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
+	w.Header().Set("Content-Disposition", `attachment; filename="saldo-ledger.csv"`)
+	w.WriteHeader(http.StatusOK)
+	cw := csv.NewWriter(w)
+	_ = cw.Write([]string{"transaction_id", "leg", "account_code", "seq", "amount", "currency", "balance_after",
+		"posted_at", "cause_kind", "cause_id", "hash"})
+	row := func(p ledger.Posting, causeKind, causeID string) {
+		m := p.Currency.MinorUnits()
+		_ = cw.Write([]string{strconv.FormatInt(p.TransactionID, 10), strconv.Itoa(p.Leg), p.AccountCode,
+			strconv.FormatInt(p.Seq, 10), p.Amount.StringFixed(m), p.Currency.Code(), p.BalanceAfter.StringFixed(m),
+			p.PostedAt.UTC().Format(time.RFC3339Nano), causeKind, causeID, hex.EncodeToString(p.Hash)})
+	}
+	cursor := ""
+	for {
+		if code != "" {
+			pg, err := ledger.ListPostings(r.Context(), s.pool, code, ledger.PageRequest{Cursor: cursor, Limit: ledger.MaxPageSize})
+			if err != nil {
+				s.log.ErrorContext(r.Context(), "api: csv export aborted", "error", err)
+				return
+			}
+			for _, p := range pg.Postings {
+				if keep(p) {
+					row(p, "", "")
+				}
+			}
+			cursor = pg.NextCursor
+		} else {
+			pg, err := ledger.ListTransactions(r.Context(), s.pool, ledger.TransactionFilter{}, ledger.PageRequest{Cursor: cursor, Limit: ledger.MaxPageSize})
+			if err != nil {
+				s.log.ErrorContext(r.Context(), "api: csv export aborted", "error", err)
+				return
+			}
+			for _, t := range pg.Transactions {
+				for _, p := range t.Postings {
+					if keep(p) {
+						row(p, t.CauseKind, t.CauseID)
+					}
+				}
+			}
+			cursor = pg.NextCursor
+		}
+		cw.Flush()
+		if cursor == "" || cw.Error() != nil {
+			return
+		}
+	}
+}
+
+// ---- attempts, review queue, manual resolution ----
+
+func attemptIDParam(r *http.Request) (uuid.UUID, error) {
+	id, err := uuid.Parse(chi.URLParam(r, "attempt_id"))
+	if err != nil {
+		return uuid.Nil, errNotFound
+	}
+	return id, nil
+}
+
+func (s *Server) getAttempt(w http.ResponseWriter, r *http.Request) {
+	id, err := attemptIDParam(r)
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	a, err := s.att.Get(r.Context(), s.pool, id)
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	evs, err := s.att.Events(r.Context(), s.pool, id)
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	aj := attemptJSONOf(a, evs)
+	if aj.Events == nil {
+		aj.Events = []eventJSON{}
+	}
+	writeJSON(w, http.StatusOK, aj)
+}
+
+func (s *Server) reviewQueue(w http.ResponseWriter, r *http.Request) {
+	limit, err := limitParam(r, 500)
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	list, next, err := s.att.ReviewQueue(r.Context(), s.pool, attempts.ReviewQueueParams{After: r.URL.Query().Get("cursor"), Limit: limit})
+	if err != nil {
+		s.problem(w, r, invalidField("cursor", "malformed cursor"))
+		return
+	}
+	out := make([]attemptJSON, 0, len(list))
+	for _, a := range list {
+		out = append(out, attemptJSONOf(a, nil))
+	}
+	writeJSON(w, http.StatusOK, pageOf(out, next))
+}
+
+type resolutionRequest struct {
+	Status   string          `json:"status"`
+	Reason   string          `json:"reason"`
+	Evidence json.RawMessage `json:"evidence"`
+}
+
+type resolutionJSON struct {
+	Attempt      attemptJSON `json:"attempt"`
+	Transitioned bool        `json:"transitioned"`
+}
+
+// resolveAttempt is an operator's decision: the operator id recorded is the
+// key id, with the reason and evidence, in the attempt's transition event.
+func (s *Server) resolveAttempt(w http.ResponseWriter, r *http.Request) {
+	id, err := attemptIDParam(r)
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	var req resolutionRequest
+	if err := s.decode(w, r, &req); err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	st := attempts.Status(req.Status)
+	if !st.Final() {
+		s.problem(w, r, invalidField("status", "succeeded or failed"))
+		return
+	}
+	if len(req.Reason) == 0 || len(req.Reason) > 2000 {
+		s.problem(w, r, invalidField("reason", "required, up to 2000 characters"))
+		return
+	}
+	if string(req.Evidence) == "null" {
+		req.Evidence = nil
+	}
+	p := principalFrom(r.Context())
+	res, err := s.att.ResolveManually(r.Context(), id, st, p.KeyID, req.Reason, req.Evidence)
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	s.log.InfoContext(r.Context(), "api: manual resolution", "attempt_id", id, "reference", res.Attempt.Reference,
+		"provider", res.Attempt.Provider, "status", st, "operator", p.KeyID, "transitioned", res.Transitioned)
+	evs, err := s.att.Events(r.Context(), s.pool, id)
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, resolutionJSON{Attempt: attemptJSONOf(res.Attempt, evs), Transitioned: res.Transitioned})
+}

@@ -1,0 +1,214 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// IdempotencyHeader names the client's key for a POST; responses echo it.
+const IdempotencyHeader = "Idempotency-Key"
+
+// ReplayedHeader is "true" on a response replayed from a stored one.
+const ReplayedHeader = "Idempotent-Replayed"
+
+// idempotent makes a POST route idempotent per (API key, Idempotency-Key):
+//
+//   - the first request with a key inserts a 'running' row in its own
+//     committed transaction (with a hash of method, path and raw body), runs,
+//     and stores its status and body;
+//   - a retry with the same request gets the stored status and body back,
+//     byte for byte, with Idempotent-Replayed: true;
+//   - the same key with a different method, path or body is 422
+//     idempotency_key_reused, and nothing runs;
+//   - while the first request is still running, 409 request_in_progress
+//     (Retry-After: 1);
+//   - a 5xx is not stored: the row is deleted so a retry runs again (the
+//     domain below has its own keys, so that never doubles an effect);
+//   - a running row whose lease (Config.IdempotencyLease) passed was left by
+//     a request that died mid-way; a retry takes it over and runs again.
+//
+// Rows are kept for Config.IdempotencyRetention (at least 24 h), then
+// CleanupIdempotency deletes them. With required, a POST without the header
+// is 400 idempotency_key_required.
+func (s *Server) idempotent(required bool) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			key := r.Header.Get(IdempotencyHeader)
+			if key == "" {
+				if required {
+					s.problem(w, r, &apiError{status: http.StatusBadRequest, code: "idempotency_key_required",
+						title: "Idempotency-Key required", detail: "this request moves money: send an Idempotency-Key header (a UUID, say) and reuse it on retries"})
+					return
+				}
+				next.ServeHTTP(w, r)
+				return
+			}
+			w.Header().Set(IdempotencyHeader, key)
+			if len(key) > 255 || !printableASCII(key) {
+				s.problem(w, r, invalidField(IdempotencyHeader, "Idempotency-Key must be 1-255 printable ASCII characters"))
+				return
+			}
+			body, err := s.readBody(w, r)
+			if err != nil {
+				s.problem(w, r, err)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			h := sha256.New()
+			fmt.Fprintf(h, "%s\n%s\n%s\n", r.Method, r.URL.Path, r.URL.RawQuery)
+			h.Write(body)
+			hash := h.Sum(nil)
+
+			p := principalFrom(r.Context())
+			stored, err := s.claimIdempotencyKey(r.Context(), p.KeyID, key, hash, r)
+			if err != nil {
+				var ae *apiError
+				if errors.As(err, &ae) && ae.code == "request_in_progress" {
+					w.Header().Set("Retry-After", "1")
+				}
+				s.problem(w, r, err)
+				return
+			}
+			if stored != nil {
+				w.Header().Set("Content-Type", stored.contentType)
+				w.Header().Set(ReplayedHeader, "true")
+				w.WriteHeader(stored.status)
+				_, _ = w.Write(stored.body)
+				return
+			}
+
+			rec := &recorder{header: http.Header{}, status: http.StatusOK}
+			next.ServeHTTP(rec, r)
+
+			ctx := context.WithoutCancel(r.Context())
+			if rec.status >= 500 {
+				if _, err := s.pool.Exec(ctx, `DELETE FROM idempotent_requests WHERE key_id = $1 AND idem_key = $2 AND state = 'running'`,
+					p.KeyID, key); err != nil {
+					s.log.ErrorContext(ctx, "api: release idempotency key", "key_id", p.KeyID, "error", err)
+				}
+			} else {
+				_, err := s.pool.Exec(ctx, `UPDATE idempotent_requests SET state = 'done', status = $3, content_type = $4,
+					response_body = $5, completed_at = $6 WHERE key_id = $1 AND idem_key = $2 AND state = 'running'`,
+					p.KeyID, key, rec.status, rec.header.Get("Content-Type"), rec.body.Bytes(), s.clock.Now())
+				if err != nil {
+					// The effect happened; the caller gets its answer. A retry
+					// will find the row running until its lease passes, then
+					// rerun, and the domain keys make that a replay.
+					s.log.ErrorContext(ctx, "api: store idempotent response", "key_id", p.KeyID, "error", err)
+				}
+			}
+			for k, v := range rec.header {
+				w.Header()[k] = v
+			}
+			w.WriteHeader(rec.status)
+			_, _ = w.Write(rec.body.Bytes())
+		})
+	}
+}
+
+type storedResponse struct {
+	status      int
+	contentType string
+	body        []byte
+}
+
+// claimIdempotencyKey returns (nil, nil) when the caller should run the
+// request, a stored response to replay, or a problem.
+func (s *Server) claimIdempotencyKey(ctx context.Context, keyID, key string, hash []byte, r *http.Request) (*storedResponse, error) {
+	now := s.clock.Now()
+	lease := now.Add(s.cfg.IdempotencyLease)
+	var out *storedResponse
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `INSERT INTO idempotent_requests (key_id, idem_key, request_hash, method, path, state, lease_until, created_at)
+			VALUES ($1, $2, $3, $4, $5, 'running', $6, $7) ON CONFLICT DO NOTHING`,
+			keyID, key, hash, r.Method, r.URL.Path, lease, now)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 1 {
+			return nil
+		}
+		var prevHash, body []byte
+		var state string
+		var leaseUntil time.Time
+		var status *int
+		var contentType *string
+		err = tx.QueryRow(ctx, `SELECT request_hash, state, lease_until, status, content_type, response_body
+			FROM idempotent_requests WHERE key_id = $1 AND idem_key = $2 FOR UPDATE`, keyID, key).
+			Scan(&prevHash, &state, &leaseUntil, &status, &contentType, &body)
+		if errors.Is(err, pgx.ErrNoRows) {
+			// Deleted (a 5xx) between our insert and read: try again.
+			return &apiError{status: http.StatusConflict, code: "request_in_progress", title: "Request in progress",
+				detail: "a request with this Idempotency-Key just finished with an error; retry"}
+		}
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(prevHash, hash) {
+			return &apiError{status: http.StatusUnprocessableEntity, code: "idempotency_key_reused", title: "Idempotency key reused",
+				detail: "this Idempotency-Key was used with a different request (method, path or body); use a new key for a new request"}
+		}
+		if state == "done" {
+			out = &storedResponse{status: *status, contentType: deref(contentType), body: body}
+			return nil
+		}
+		if now.Before(leaseUntil) {
+			return &apiError{status: http.StatusConflict, code: "request_in_progress", title: "Request in progress",
+				detail: "a request with this Idempotency-Key is still running; retry shortly"}
+		}
+		_, err = tx.Exec(ctx, `UPDATE idempotent_requests SET lease_until = $3 WHERE key_id = $1 AND idem_key = $2`, keyID, key, lease)
+		return err
+	})
+	return out, err
+}
+
+// CleanupIdempotency deletes idempotency records older than the retention
+// (Config.IdempotencyRetention, at least 24 h) and returns how many. Run it
+// periodically (saldo serve does, hourly).
+func (s *Server) CleanupIdempotency(ctx context.Context) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM idempotent_requests WHERE created_at < $1 AND state = 'done'`,
+		s.clock.Now().Add(-s.cfg.IdempotencyRetention))
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}
+
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// recorder buffers a handler's response so it can be stored before it is
+// sent.
+type recorder struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+	wrote  bool
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+
+func (r *recorder) WriteHeader(code int) {
+	if !r.wrote {
+		r.status, r.wrote = code, true
+	}
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	r.wrote = true
+	return r.body.Write(b)
+}

@@ -1,0 +1,382 @@
+package api
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/saldo/saldo/payouts"
+	"github.com/saldo/saldo/providers"
+)
+
+// Outbound notifications (R24): a merchant registers URLs; when one of its
+// payouts reaches a final status, saldo POSTs a signed event to each:
+//
+//	POST <url>
+//	Content-Type: application/json
+//	Saldo-Event-Id: evt_...
+//	Saldo-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>
+//
+//	{"id":"evt_...","type":"payout.succeeded","created_at":"...","data":{...payout...}}
+//
+// The event row and its delivery job are inserted in the SAME transaction
+// that records the final status (payouts.Config.OnFinal), so a committed
+// status always has its notice and a rolled-back one never does. Delivery is
+// a River job retried with exponential backoff until a 2xx; receivers must
+// deduplicate by event id (a delivery may repeat). VerifySignature checks a
+// delivery.
+
+// SignatureHeader carries the signature of a notification.
+const SignatureHeader = "Saldo-Signature"
+
+// EventIDHeader repeats the event id.
+const EventIDHeader = "Saldo-Event-Id"
+
+// Sign computes the SignatureHeader value for body at t.
+func Sign(secret string, t time.Time, body []byte) string {
+	return fmt.Sprintf("t=%d,v1=%s", t.Unix(), notificationMAC(secret, t.Unix(), body))
+}
+
+func notificationMAC(secret string, ts int64, body []byte) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte(strconv.FormatInt(ts, 10)))
+	m.Write([]byte{'.'})
+	m.Write(body)
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// ErrSignature: a notification's signature or timestamp did not verify.
+var ErrSignature = errors.New("api: notification signature invalid")
+
+// VerifySignature checks a notification as a receiver should: the HMAC over
+// "<t>.<body>" with the endpoint's secret, and t within tolerance of now.
+func VerifySignature(secret, header string, body []byte, now time.Time, tolerance time.Duration) error {
+	var ts int64
+	var sigs []string
+	for _, part := range strings.Split(header, ",") {
+		k, v, _ := strings.Cut(strings.TrimSpace(part), "=")
+		switch k {
+		case "t":
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return fmt.Errorf("%w: bad timestamp", ErrSignature)
+			}
+			ts = n
+		case "v1":
+			sigs = append(sigs, v)
+		}
+	}
+	if ts == 0 || len(sigs) == 0 {
+		return fmt.Errorf("%w: malformed header", ErrSignature)
+	}
+	want := notificationMAC(secret, ts, body)
+	ok := false
+	for _, s := range sigs {
+		if hmac.Equal([]byte(s), []byte(want)) {
+			ok = true
+		}
+	}
+	if !ok {
+		return ErrSignature
+	}
+	if d := now.Sub(time.Unix(ts, 0)); d > tolerance || d < -tolerance {
+		return fmt.Errorf("%w: timestamp outside tolerance", ErrSignature)
+	}
+	return nil
+}
+
+// NotifierConfig configures a Notifier. Pool is required.
+type NotifierConfig struct {
+	Pool *pgxpool.Pool
+	// River enqueues delivery jobs outside a worker; default an insert-only
+	// client on Pool. The client that runs the jobs must have the
+	// Notifier's workers (AddWorkers).
+	River *river.Client[pgx.Tx]
+	// HTTP settings of the delivery client: short connect, bounded read.
+	// Defaults: connect 3s, read 10s.
+	HTTP   providers.HTTPSettings
+	Clock  Clock
+	Logger *slog.Logger
+	Queue  string
+	// MaxAttempts of one delivery (default 15: about a day with the backoff
+	// of 10s doubling up to 2h).
+	MaxAttempts int
+}
+
+// Notifier records and delivers outbound notifications.
+type Notifier struct {
+	cfg    NotifierConfig
+	pool   *pgxpool.Pool
+	river  *river.Client[pgx.Tx]
+	client *providers.Client
+	clock  Clock
+	log    *slog.Logger
+}
+
+// NewNotifier builds a Notifier. Wire it as payouts.Config.OnFinal =
+// notifier.PayoutFinal and register its worker with AddWorkers.
+func NewNotifier(cfg NotifierConfig) (*Notifier, error) {
+	if cfg.Pool == nil {
+		return nil, errors.New("api: NotifierConfig.Pool is required")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = systemClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Queue == "" {
+		cfg.Queue = river.QueueDefault
+	}
+	if cfg.MaxAttempts <= 0 {
+		cfg.MaxAttempts = 15
+	}
+	if cfg.HTTP.ReadTimeout <= 0 {
+		cfg.HTTP.ReadTimeout = 10 * time.Second
+	}
+	n := &Notifier{cfg: cfg, pool: cfg.Pool, client: providers.NewClient(cfg.HTTP), clock: cfg.Clock, log: cfg.Logger, river: cfg.River}
+	if n.river == nil {
+		c, err := river.NewClient(riverpgxv5.New(cfg.Pool), &river.Config{Logger: cfg.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("api: insert-only river client: %w", err)
+		}
+		n.river = c
+	}
+	return n, nil
+}
+
+// SetRiverClient sets the client used to enqueue outside workers.
+func (n *Notifier) SetRiverClient(c *river.Client[pgx.Tx]) {
+	if c != nil {
+		n.river = c
+	}
+}
+
+// AddWorkers registers the delivery worker.
+func (n *Notifier) AddWorkers(w *river.Workers) {
+	river.AddWorker(w, &DeliverNotificationWorker{n: n})
+}
+
+// DeliverNotificationArgs is the River job delivering one event.
+type DeliverNotificationArgs struct {
+	EventID string `json:"event_id"`
+}
+
+// Kind is the River job kind.
+func (DeliverNotificationArgs) Kind() string { return "saldo_deliver_notification" }
+
+// DeliverNotificationWorker delivers one event per run; a failure returns an
+// error and River retries it after NextRetry.
+type DeliverNotificationWorker struct {
+	river.WorkerDefaults[DeliverNotificationArgs]
+	n *Notifier
+}
+
+// NextRetry: 10s doubling per attempt, at most 2h.
+func (w *DeliverNotificationWorker) NextRetry(job *river.Job[DeliverNotificationArgs]) time.Time {
+	d := 10 * time.Second
+	for i := 1; i < job.Attempt && d < 2*time.Hour; i++ {
+		d *= 2
+	}
+	return time.Now().Add(min(d, 2*time.Hour))
+}
+
+// Timeout bounds one delivery.
+func (w *DeliverNotificationWorker) Timeout(*river.Job[DeliverNotificationArgs]) time.Duration {
+	s := w.n.client.Settings()
+	return s.ConnectTimeout + s.ReadTimeout + 5*time.Second
+}
+
+// Work delivers the event.
+func (w *DeliverNotificationWorker) Work(ctx context.Context, job *river.Job[DeliverNotificationArgs]) error {
+	return w.n.Deliver(ctx, job.Args.EventID)
+}
+
+// PayoutFinal records a payout.<status> event for each active endpoint of
+// the payout's merchant and enqueues its delivery, on tx (the transaction
+// that made the payout final). It is payouts.Config.OnFinal.
+func (n *Notifier) PayoutFinal(ctx context.Context, tx pgx.Tx, p payouts.Payout) error {
+	dedupe := "payout:" + p.ID + ":" + string(p.Status)
+	if p.CurrentAttemptID != nil {
+		dedupe += ":" + p.CurrentAttemptID.String()
+	}
+	return n.record(ctx, tx, p.MerchantID, "payout."+string(p.Status), p.ID, dedupe, payoutJSON(p))
+}
+
+type eventEnvelope struct {
+	ID        string    `json:"id"`
+	Type      string    `json:"type"`
+	CreatedAt time.Time `json:"created_at"`
+	Data      any       `json:"data"`
+}
+
+func (n *Notifier) record(ctx context.Context, tx pgx.Tx, merchantID, typ, objectID, dedupe string, data any) error {
+	rows, err := tx.Query(ctx, `SELECT id FROM notification_endpoints WHERE merchant_id = $1 AND disabled_at IS NULL ORDER BY id`, merchantID)
+	if err != nil {
+		return err
+	}
+	endpoints, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	client := n.river
+	if c, err := river.ClientFromContextSafely[pgx.Tx](ctx); err == nil {
+		client = c
+	}
+	now := n.clock.Now().UTC()
+	for _, ep := range endpoints {
+		id := "evt_" + randomHex(16)
+		body, err := json.Marshal(eventEnvelope{ID: id, Type: typ, CreatedAt: now, Data: data})
+		if err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `INSERT INTO notification_events (id, endpoint_id, merchant_id, type, object_id, dedupe_key, payload, created_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (endpoint_id, dedupe_key) DO NOTHING`,
+			id, ep, merchantID, typ, objectID, dedupe, body, now)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			continue
+		}
+		if _, err := client.InsertTx(ctx, tx, DeliverNotificationArgs{EventID: id},
+			&river.InsertOpts{Queue: n.cfg.Queue, MaxAttempts: n.cfg.MaxAttempts}); err != nil {
+			return fmt.Errorf("api: enqueue notification %s: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// Deliver makes one delivery of an event: a signed POST with the event
+// body. A 2xx marks it delivered; anything else is recorded and returned as
+// an error (the job retries). A delivered event is not sent again.
+func (n *Notifier) Deliver(ctx context.Context, eventID string) error {
+	var url, secret string
+	var body []byte
+	var delivered *time.Time
+	err := n.pool.QueryRow(ctx, `SELECT e.payload, e.delivered_at, p.url, p.secret FROM notification_events e
+		JOIN notification_endpoints p ON p.id = e.endpoint_id WHERE e.id = $1`, eventID).Scan(&body, &delivered, &url, &secret)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("api: notification %s not found", eventID)
+	}
+	if err != nil {
+		return err
+	}
+	if delivered != nil {
+		return nil
+	}
+	h := http.Header{}
+	h.Set("Content-Type", "application/json")
+	h.Set("User-Agent", "saldo-notifications/1")
+	h.Set(EventIDHeader, eventID)
+	h.Set(SignatureHeader, Sign(secret, n.clock.Now(), body))
+	ex := n.client.Do(ctx, http.MethodPost, url, h, body)
+	ok := ex.Err == nil && ex.StatusCode >= 200 && ex.StatusCode < 300
+	errText := ""
+	switch {
+	case ex.Err != nil:
+		errText = ex.Err.Error()
+	case !ok:
+		errText = fmt.Sprintf("receiver answered %d", ex.StatusCode)
+	}
+	var status *int
+	if ex.StatusCode != 0 {
+		status = &ex.StatusCode
+	}
+	wctx := context.WithoutCancel(ctx)
+	if ok {
+		_, err = n.pool.Exec(wctx, `UPDATE notification_events SET attempts = attempts + 1, last_status = $2, last_error = NULL,
+			delivered_at = $3 WHERE id = $1`, eventID, status, n.clock.Now())
+		n.log.InfoContext(ctx, "api: notification delivered", "event_id", eventID, "status", ex.StatusCode)
+		return err
+	}
+	if _, err := n.pool.Exec(wctx, `UPDATE notification_events SET attempts = attempts + 1, last_status = $2, last_error = $3
+		WHERE id = $1`, eventID, status, errText); err != nil {
+		n.log.ErrorContext(ctx, "api: record notification failure", "event_id", eventID, "error", err)
+	}
+	n.log.WarnContext(ctx, "api: notification delivery failed", "event_id", eventID, "error", errText)
+	return fmt.Errorf("api: deliver %s: %s", eventID, errText)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// ---- endpoints: registration ----
+
+type notificationEndpointJSON struct {
+	ID         string     `json:"id"`
+	MerchantID string     `json:"merchant_id"`
+	URL        string     `json:"url"`
+	Secret     string     `json:"secret,omitempty"`
+	CreatedAt  time.Time  `json:"created_at"`
+	DisabledAt *time.Time `json:"disabled_at,omitempty"`
+}
+
+type createEndpointRequest struct {
+	URL string `json:"url"`
+}
+
+// createNotificationEndpoint registers a URL and returns its signing
+// secret, shown once. It takes no Idempotency-Key (its answer carries a
+// secret, which saldo never stores for replay).
+func (s *Server) createNotificationEndpoint(w http.ResponseWriter, r *http.Request) {
+	var req createEndpointRequest
+	if err := s.decode(w, r, &req); err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	u, err := url.Parse(req.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || len(req.URL) > 2000 || u.User != nil {
+		s.problem(w, r, invalidField("url", "an absolute http(s) URL without credentials, up to 2000 characters"))
+		return
+	}
+	ep := notificationEndpointJSON{ID: "we_" + randomHex(16), MerchantID: chi.URLParam(r, "merchant_id"), URL: req.URL,
+		Secret: "whsec_" + randomHex(32), CreatedAt: s.clock.Now().UTC()}
+	if _, err := s.pool.Exec(r.Context(), `INSERT INTO notification_endpoints (id, merchant_id, url, secret, created_at)
+		VALUES ($1, $2, $3, $4, $5)`, ep.ID, ep.MerchantID, ep.URL, ep.Secret, ep.CreatedAt); err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, ep)
+}
+
+func (s *Server) listNotificationEndpoints(w http.ResponseWriter, r *http.Request) {
+	rows, err := s.pool.Query(r.Context(), `SELECT id, merchant_id, url, created_at, disabled_at FROM notification_endpoints
+		WHERE merchant_id = $1 ORDER BY created_at, id`, chi.URLParam(r, "merchant_id"))
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	eps, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (notificationEndpointJSON, error) {
+		var e notificationEndpointJSON
+		err := row.Scan(&e.ID, &e.MerchantID, &e.URL, &e.CreatedAt, &e.DisabledAt)
+		e.CreatedAt = e.CreatedAt.UTC()
+		e.DisabledAt = utcPtr(e.DisabledAt)
+		return e, err
+	})
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, pageOf(eps, ""))
+}

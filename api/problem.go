@@ -1,0 +1,140 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/ledger"
+	"github.com/saldo/saldo/merchants"
+	"github.com/saldo/saldo/money"
+	"github.com/saldo/saldo/payouts"
+	"github.com/saldo/saldo/providers"
+)
+
+// ProblemTypeBase prefixes every problem type URI; the rest is the code
+// with '_' written as '-': https://saldo.dev/problems/insufficient-balance.
+const ProblemTypeBase = "https://saldo.dev/problems/"
+
+// Problem is an RFC 9457 problem detail, with saldo's extensions: Code (a
+// stable machine-readable code, also the last segment of Type) and Field
+// (the request field at fault, for validation errors).
+type Problem struct {
+	Type     string `json:"type"`
+	Title    string `json:"title"`
+	Status   int    `json:"status"`
+	Detail   string `json:"detail,omitempty"`
+	Instance string `json:"instance,omitempty"`
+	Code     string `json:"code"`
+	Field    string `json:"field,omitempty"`
+}
+
+// apiError is an error this package raises itself with its HTTP meaning.
+type apiError struct {
+	status int
+	code   string
+	title  string
+	detail string
+	field  string
+}
+
+func (e *apiError) Error() string { return e.code + ": " + e.detail }
+
+var (
+	errNotFound         = &apiError{status: http.StatusNotFound, code: "not_found", title: "Not found", detail: "no such resource"}
+	errMethodNotAllowed = &apiError{status: http.StatusMethodNotAllowed, code: "method_not_allowed", title: "Method not allowed", detail: "the resource does not support this method"}
+	errUnauthorized     = &apiError{status: http.StatusUnauthorized, code: "unauthorized", title: "Unauthorized", detail: "a valid API key is required: Authorization: Bearer sk_..."}
+	errForbidden        = &apiError{status: http.StatusForbidden, code: "forbidden", title: "Forbidden", detail: "this key's role may not do this"}
+)
+
+func invalidField(field, detail string) *apiError {
+	return &apiError{status: http.StatusBadRequest, code: "validation_failed", title: "Validation failed", detail: detail, field: field}
+}
+
+func badRequest(detail string) *apiError {
+	return &apiError{status: http.StatusBadRequest, code: "invalid_request", title: "Invalid request", detail: detail}
+}
+
+// problemFor maps any error to its problem: the ONE place where package
+// errors meet HTTP statuses.
+func problemFor(err error) Problem {
+	var ae *apiError
+	var fe *payouts.FieldError
+	var pe *money.ParseError
+	switch {
+	case errors.As(err, &ae):
+		return Problem{Status: ae.status, Code: ae.code, Title: ae.title, Detail: ae.detail, Field: ae.field}
+	case errors.As(err, &fe):
+		return Problem{Status: http.StatusBadRequest, Code: "validation_failed", Title: "Validation failed", Detail: fe.Reason, Field: fe.Field}
+	case errors.As(err, &pe):
+		field := "amount"
+		if errors.Is(err, money.ErrUnknownCurrency) {
+			field = "currency"
+		}
+		return Problem{Status: http.StatusBadRequest, Code: "validation_failed", Title: "Validation failed", Detail: pe.Error(), Field: field}
+	case errors.Is(err, ledger.ErrInsufficientFunds):
+		return Problem{Status: http.StatusUnprocessableEntity, Code: "insufficient_balance", Title: "Insufficient balance",
+			Detail: "the available balance does not cover this amount; nothing was reserved"}
+	case errors.Is(err, payouts.ErrIdempotencyConflict):
+		return Problem{Status: http.StatusUnprocessableEntity, Code: "idempotency_key_reused", Title: "Idempotency key reused",
+			Detail: "this key was already used for a different request"}
+	case errors.Is(err, payouts.ErrNotRetryable):
+		return Problem{Status: http.StatusConflict, Code: "not_retryable", Title: "Not retryable",
+			Detail: "only a payout whose last attempt failed may be retried"}
+	case errors.Is(err, payouts.ErrNotFound), errors.Is(err, payouts.ErrUnknownMerchant),
+		errors.Is(err, merchants.ErrNotFound), errors.Is(err, attempts.ErrNotFound),
+		errors.Is(err, ledger.ErrAccountNotFound), errors.Is(err, ledger.ErrTransactionNotFound):
+		return Problem{Status: http.StatusNotFound, Code: "not_found", Title: "Not found", Detail: "no such resource"}
+	case errors.Is(err, merchants.ErrExists):
+		return Problem{Status: http.StatusConflict, Code: "already_exists", Title: "Already exists", Detail: "a merchant with this id exists"}
+	case errors.Is(err, attempts.ErrTransition):
+		return Problem{Status: http.StatusConflict, Code: "attempt_final", Title: "Attempt already final",
+			Detail: "the attempt is already final with another status; nothing changed"}
+	case errors.Is(err, ledger.ErrInvalidCursor):
+		return Problem{Status: http.StatusBadRequest, Code: "validation_failed", Title: "Validation failed", Detail: "malformed or foreign cursor", Field: "cursor"}
+	case errors.Is(err, merchants.ErrInvalid), errors.Is(err, attempts.ErrInvalid),
+		errors.Is(err, ledger.ErrInvalidInput), errors.Is(err, payouts.ErrInvalid):
+		return Problem{Status: http.StatusBadRequest, Code: "validation_failed", Title: "Validation failed", Detail: trimPkg(err.Error())}
+	case errors.Is(err, providers.ErrBadSignature):
+		return Problem{Status: http.StatusUnauthorized, Code: "webhook_signature_invalid", Title: "Webhook signature invalid",
+			Detail: "the signature did not verify"}
+	case errors.Is(err, providers.ErrStaleWebhook):
+		return Problem{Status: http.StatusUnauthorized, Code: "webhook_timestamp_stale", Title: "Webhook timestamp stale",
+			Detail: "the signed timestamp is outside the tolerance (replay protection)"}
+	case errors.Is(err, providers.ErrMalformedWebhook):
+		return Problem{Status: http.StatusBadRequest, Code: "webhook_malformed", Title: "Webhook malformed", Detail: trimPkg(err.Error())}
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return Problem{Status: http.StatusServiceUnavailable, Code: "unavailable", Title: "Unavailable", Detail: "the request did not complete in time"}
+	}
+	return Problem{Status: http.StatusInternalServerError, Code: "internal", Title: "Internal error",
+		Detail: "something went wrong on our side; it was logged"}
+}
+
+// trimPkg keeps the useful part of a package error message.
+func trimPkg(s string) string {
+	for _, p := range []string{"payouts: ", "merchants: ", "attempts: ", "ledger: ", "providers: "} {
+		s = strings.ReplaceAll(s, p, "")
+	}
+	return s
+}
+
+// problem writes err as problem+json. 5xx are logged with the error (never
+// with request bodies or keys).
+func (s *Server) problem(w http.ResponseWriter, r *http.Request, err error) {
+	p := problemFor(err)
+	p.Type = ProblemTypeBase + strings.ReplaceAll(p.Code, "_", "-")
+	p.Instance = r.URL.Path
+	if p.Status >= 500 {
+		s.log.ErrorContext(r.Context(), "api: request failed", "method", r.Method, "path", r.URL.Path, "error", err)
+	}
+	if p.Status == http.StatusUnauthorized && !strings.HasPrefix(p.Code, "webhook_") {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="saldo"`)
+	}
+	b, _ := json.Marshal(p)
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(b)
+}

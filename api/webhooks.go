@@ -1,0 +1,112 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/providers"
+)
+
+// Webhook outcomes, recorded per event and returned to the provider.
+const (
+	WebhookTransitioned = "transitioned" // the event changed an attempt's status
+	WebhookUnchanged    = "unchanged"    // matched, nothing to change (duplicate state, stale "processing", final already)
+	WebhookHandled      = "handled"      // a WebhookHandler (charges) took it
+	WebhookUnmatched    = "unmatched"    // no attempt has the reference: not ours, acknowledged and logged
+	WebhookReview       = "review"       // the provider id contradicts ours: flagged for review
+	WebhookDuplicate    = "duplicate"    // this event id was processed before
+)
+
+type webhookAck struct {
+	Received bool   `json:"received"`
+	EventID  string `json:"event_id"`
+	Outcome  string `json:"outcome"`
+}
+
+// webhook receives POST /v1/webhooks/{provider}: verify the signature and
+// timestamp with the provider's ParseWebhook (401 when either fails, so a
+// forged or replayed event changes nothing), skip an event id seen before,
+// then hand the event to the WebhookHandlers and else to the attempts core
+// by reference (R17). The resolution is a conditional transition, so a
+// duplicate or out-of-order event (a "processing" after "succeeded") never
+// downgrades a final status. A failure to process is 500 so the provider
+// retries; the event is recorded as seen only once processed.
+func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
+	name := chi.URLParam(r, "provider")
+	prov, ok := s.cfg.Providers[name]
+	if !ok {
+		s.problem(w, r, errNotFound)
+		return
+	}
+	body, err := s.readBody(w, r)
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	ev, err := prov.ParseWebhook(r.Header, body, s.clock.Now())
+	if err != nil {
+		s.log.WarnContext(r.Context(), "api: webhook refused", "provider", name, "error", err)
+		s.problem(w, r, err)
+		return
+	}
+	ctx := r.Context()
+	var seen bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM webhook_events WHERE provider = $1 AND event_id = $2)`,
+		name, ev.ID).Scan(&seen); err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	if seen {
+		writeJSON(w, http.StatusOK, webhookAck{Received: true, EventID: ev.ID, Outcome: WebhookDuplicate})
+		return
+	}
+	outcome, err := s.handleProviderEvent(ctx, name, ev)
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	if _, err := s.pool.Exec(context.WithoutCancel(ctx), `INSERT INTO webhook_events
+		(provider, event_id, type, operation, reference, state, outcome, received_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING`,
+		name, ev.ID, ev.Type, string(ev.Operation), ev.Reference, string(ev.State), outcome, s.clock.Now()); err != nil {
+		// Processing is idempotent; a redelivery will only do it again.
+		s.log.ErrorContext(ctx, "api: record webhook event", "provider", name, "event_id", ev.ID, "error", err)
+	}
+	s.log.InfoContext(ctx, "api: webhook", "provider", name, "event_id", ev.ID, "type", ev.Type,
+		"reference", ev.Reference, "state", ev.State, "outcome", outcome)
+	writeJSON(w, http.StatusOK, webhookAck{Received: true, EventID: ev.ID, Outcome: outcome})
+}
+
+func (s *Server) handleProviderEvent(ctx context.Context, provider string, ev providers.WebhookEvent) (string, error) {
+	for _, h := range s.cfg.WebhookHandlers {
+		handled, err := h(ctx, provider, ev)
+		if err != nil {
+			return "", err
+		}
+		if handled {
+			return WebhookHandled, nil
+		}
+	}
+	res, err := s.att.ResolveByReference(ctx, attempts.ResolveInput{Reference: ev.Reference, State: ev.State,
+		ProviderID: ev.ProviderID, FailureCode: ev.FailureCode, FailureReason: ev.FailureReason, Data: ev.Data,
+		Source: attempts.SourceWebhook, Actor: ev.ID, Reason: fmt.Sprintf("webhook %s (%s) reports %s", ev.ID, ev.Type, ev.State)})
+	switch {
+	case errors.Is(err, attempts.ErrNotFound):
+		s.log.WarnContext(ctx, "api: webhook for an unknown reference", "provider", provider, "event_id", ev.ID, "reference", ev.Reference)
+		return WebhookUnmatched, nil
+	case errors.Is(err, attempts.ErrProviderIDMismatch):
+		s.log.ErrorContext(ctx, "api: webhook provider id contradicts the attempt; flagged for review", "provider", provider,
+			"event_id", ev.ID, "reference", ev.Reference, "attempt_id", res.Attempt.ID)
+		return WebhookReview, nil
+	case err != nil:
+		return "", err
+	case res.Transitioned:
+		return WebhookTransitioned, nil
+	}
+	return WebhookUnchanged, nil
+}
