@@ -3,8 +3,11 @@
 // transactions, no forbidden negative in history, gap-free sequences, hash
 // chains), the attempts core's (at most one succeeded and one open attempt
 // per subject, finals never change, every unknown has a resolver or a
-// review flag) and payouts' (reserved balance equals open outgoing attempts,
-// statuses match attempts, one ledger effect per final attempt).
+// review flag), payouts' (reserved balance equals open outgoing attempts,
+// statuses match attempts, one ledger effect per final attempt) and
+// charges' (every paid charge credited exactly once with the legs its fee
+// and splits say, nothing credited for an unpaid charge, at most one
+// succeeded attempt per charge, statuses match attempts).
 //
 // `saldo audit verify` prints it; tests run it after every concurrency,
 // crash and chaos scenario.
@@ -18,13 +21,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/charges"
 	"github.com/saldo/saldo/ledger"
 	"github.com/saldo/saldo/payouts"
 )
 
 // Violation is one broken invariant.
 type Violation struct {
-	Area   string // ledger, attempts, payouts
+	Area   string // ledger, attempts, payouts, charges
 	Check  string
 	Detail string
 }
@@ -81,6 +85,13 @@ func Run(ctx context.Context, db *pgxpool.Pool) (Result, error) {
 	}
 	for _, v := range pv {
 		res.Violations = append(res.Violations, Violation{"payouts", v.Check, v.Detail})
+	}
+	cv, err := charges.Verify(ctx, db)
+	if err != nil {
+		return res, err
+	}
+	for _, v := range cv {
+		res.Violations = append(res.Violations, Violation{"charges", v.Check, v.Detail})
 	}
 	return res, nil
 }

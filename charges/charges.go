@@ -1,0 +1,874 @@
+// Package charges takes money in: card charges and Pix charges (cobs), on
+// the same attempt and resolver core as the money that goes out (RULES.md
+// R1-R20, ARCHITECTURE.md "Inbound charges").
+//
+// A Charge is the intent (merchant, amount, kind, the fee rule and split
+// rules applied); each conversation with the provider is an attempt
+// (package attempts, kinds card_charge and pix_charge, subject = charge id)
+// with its key and reference made before any I/O, at most one open, unknown
+// resolved by lookup, and the review queue when nothing else can decide.
+//
+//   - Card: one attempt; succeeded means captured, and the merchant is
+//     credited in the SAME transaction that records the success (the
+//     attempts core calls AttemptFinal inside it). Failed: the charge fails
+//     with the provider's reason.
+//   - Pix: the attempt creates the cob under a txid that is the attempt's
+//     reference (32 lowercase hex characters, a valid BCB txid). The
+//     attempts core keeps that attempt open ("processing") while the cob
+//     waits for the payer, and the charge shows awaiting_payment with the
+//     copy-and-paste payload and expiry. The payment is confirmed by the
+//     provider's webhook (HandleProviderEvent), by the PollPixCharge job
+//     (enqueued with the charge) or by the attempts resolver, all through
+//     the attempt's conditional transition: paid is the attempt's success
+//     and credits the charge inside it; an expired cob is its failure and
+//     makes the charge expired.
+//
+// A charge is credited at most once however many confirmations arrive
+// (webhook, poll and resolver, duplicates, out of order): the attempt moves
+// to succeeded once (a conditional update, R10), the credit locks the charge
+// row and updates it only from processing or awaiting_payment, and the
+// ledger transaction's idempotency key is derived from the charge id.
+//
+// The credit is ONE ledger transaction (cause_kind charge_credit, cause_id
+// the charge id, metadata naming the attempt): the provider's clearing
+// account is debited with the gross amount; the merchant's available
+// balance is credited with what it keeps; the platform's fee account with
+// the fee; each split recipient's available balance with its share. See
+// Compute for the rounding rule.
+package charges
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/shopspring/decimal"
+
+	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/ledger"
+	"github.com/saldo/saldo/money"
+	"github.com/saldo/saldo/providers"
+)
+
+// Errors. Match with errors.Is. Validation errors are *FieldError and match
+// ErrInvalid.
+var (
+	// ErrInvalid: bad input; nothing was written.
+	ErrInvalid = errors.New("charges: invalid input")
+	// ErrNotFound: no such charge (or not the caller's merchant's).
+	ErrNotFound = errors.New("charges: not found")
+	// ErrIdempotencyConflict: the client key was used before with a
+	// different request. Nothing was written.
+	ErrIdempotencyConflict = errors.New("charges: client key reused with a different request")
+	// ErrUnknownMerchant: the merchant (or a split recipient) does not exist.
+	ErrUnknownMerchant = errors.New("charges: unknown merchant")
+	// ErrNotRefundable: only a paid charge can be refunded. Returned as
+	// *NotRefundableError.
+	ErrNotRefundable = errors.New("charges: charge is not refundable")
+	// ErrEventMismatch: a provider event names one of our references but
+	// contradicts it (other provider, other operation, other amount).
+	// Nothing was changed; the event is logged as an error.
+	ErrEventMismatch = errors.New("charges: provider event contradicts the charge")
+)
+
+// FieldError is a validation error naming the offending field (JSON path).
+// errors.Is(err, ErrInvalid) holds for it.
+type FieldError struct {
+	Field  string
+	Reason string
+}
+
+func (e *FieldError) Error() string { return fmt.Sprintf("charges: invalid %s: %s", e.Field, e.Reason) }
+
+// Is makes every FieldError match ErrInvalid.
+func (e *FieldError) Is(target error) bool { return target == ErrInvalid }
+
+func invalid(field, format string, args ...any) error {
+	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// NotRefundableError says why a charge cannot be refunded.
+type NotRefundableError struct {
+	ChargeID string
+	Status   Status
+}
+
+func (e *NotRefundableError) Error() string {
+	return fmt.Sprintf("charges: charge %s is %s; only a paid charge is refundable", e.ChargeID, e.Status)
+}
+
+// Is matches ErrNotRefundable.
+func (e *NotRefundableError) Is(target error) bool { return target == ErrNotRefundable }
+
+// Kind of a charge.
+type Kind string
+
+// Kinds.
+const (
+	KindCard Kind = "card"
+	KindPix  Kind = "pix"
+)
+
+func (k Kind) attemptKind() attempts.Kind {
+	if k == KindPix {
+		return attempts.KindPixCharge
+	}
+	return attempts.KindCardCharge
+}
+
+func (k Kind) operation() providers.Operation {
+	if k == KindPix {
+		return providers.OpPixCharge
+	}
+	return providers.OpCardCharge
+}
+
+// Status is what a caller sees.
+type Status string
+
+// Statuses. processing is R24's intermediate state: the attempt is pending
+// or unknown. paid, failed and expired are final.
+const (
+	StatusProcessing      Status = "processing"
+	StatusAwaitingPayment Status = "awaiting_payment"
+	StatusPaid            Status = "paid"
+	StatusFailed          Status = "failed"
+	StatusExpired         Status = "expired"
+)
+
+// Final reports whether the status can no longer change.
+func (s Status) Final() bool { return s == StatusPaid || s == StatusFailed || s == StatusExpired }
+
+// Clock tells the time (tests move it).
+type Clock interface{ Now() time.Time }
+
+// Config configures a Service. Pool, Attempts and Provider are required.
+type Config struct {
+	Pool     *pgxpool.Pool
+	Attempts *attempts.Service
+	// Provider is the name of the provider charges go through.
+	Provider string
+	Clock    Clock
+	Logger   *slog.Logger
+	// River enqueues PollPixCharge outside workers; when nil an insert-only
+	// client is built on Pool. Inside a worker the job's client is used.
+	River *river.Client[pgx.Tx]
+	// Queue for the poll job; default river.QueueDefault.
+	Queue string
+	// DefaultFeePercent applies when neither the merchant nor the platform
+	// has a fee rule for the currency (fixed fees are per currency and come
+	// only from rules). Default 0.
+	DefaultFeePercent decimal.Decimal
+	// PixExpiry is a cob's lifetime when the request names none. Default 1h.
+	PixExpiry time.Duration
+	// PollInterval between lookups of an awaiting cob. Default 30s.
+	PollInterval time.Duration
+	// SubmitInline: Create makes the first provider call itself (after its
+	// transaction committed) so the caller gets the Pix payload or the card
+	// result at once. The submit job still exists and does nothing more
+	// than a pending attempt allows. Default false.
+	SubmitInline bool
+}
+
+// Service creates charges and owns their ledger effects.
+type Service struct {
+	pool         *pgxpool.Pool
+	attempts     *attempts.Service
+	provider     string
+	clock        Clock
+	log          *slog.Logger
+	queue        string
+	defaultFee   FeeRule
+	pixExpiry    time.Duration
+	pollInterval time.Duration
+	inline       bool
+	river        *river.Client[pgx.Tx]
+	accounts     sync.Map // account code -> id, only accounts known committed
+}
+
+// New builds a Service and registers it as the attempts owner of
+// card_charge and pix_charge.
+func New(cfg Config) (*Service, error) {
+	if cfg.Pool == nil || cfg.Attempts == nil {
+		return nil, errors.New("charges: Config.Pool and Config.Attempts are required")
+	}
+	if _, ok := cfg.Attempts.Provider(cfg.Provider); !ok {
+		return nil, fmt.Errorf("charges: provider %q is not registered with attempts", cfg.Provider)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = attempts.SystemClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Queue == "" {
+		cfg.Queue = river.QueueDefault
+	}
+	if cfg.PixExpiry <= 0 {
+		cfg.PixExpiry = time.Hour
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = 30 * time.Second
+	}
+	if cfg.DefaultFeePercent.IsNegative() || cfg.DefaultFeePercent.GreaterThan(hundred) {
+		return nil, errors.New("charges: DefaultFeePercent must be between 0 and 100")
+	}
+	rc := cfg.River
+	if rc == nil {
+		c, err := river.NewClient(riverpgxv5.New(cfg.Pool), &river.Config{Logger: cfg.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("charges: insert-only river client: %w", err)
+		}
+		rc = c
+	}
+	s := &Service{pool: cfg.Pool, attempts: cfg.Attempts, provider: cfg.Provider, clock: cfg.Clock, log: cfg.Logger,
+		queue: cfg.Queue, defaultFee: FeeRule{Percent: cfg.DefaultFeePercent}, pixExpiry: cfg.PixExpiry,
+		pollInterval: cfg.PollInterval, inline: cfg.SubmitInline, river: rc}
+	cfg.Attempts.RegisterOwner(attempts.KindCardCharge, s)
+	cfg.Attempts.RegisterOwner(attempts.KindPixCharge, s)
+	return s, nil
+}
+
+func (s *Service) riverClient(ctx context.Context) *river.Client[pgx.Tx] {
+	if c, err := river.ClientFromContextSafely[pgx.Tx](ctx); err == nil {
+		return c
+	}
+	return s.river
+}
+
+// Charge is an incoming money intent as a caller sees it.
+type Charge struct {
+	ID         string       `json:"id"`
+	MerchantID string       `json:"merchant_id"`
+	Kind       Kind         `json:"kind"`
+	Provider   string       `json:"provider"`
+	Amount     money.Amount `json:"amount"`
+	// FeeRule applied at creation, and the fee it gave.
+	FeeRule FeeRule      `json:"fee_rule"`
+	Fee     money.Amount `json:"fee"`
+	// MerchantNet is what the merchant is credited: amount - fee - splits.
+	MerchantNet money.Amount      `json:"merchant_net"`
+	Splits      []Split           `json:"splits,omitempty"`
+	Description string            `json:"description,omitempty"`
+	Metadata    map[string]string `json:"metadata,omitempty"`
+	Status      Status            `json:"status"`
+	// FailureCode and FailureReason of a failed or expired charge (the
+	// provider's decline reason for a card).
+	FailureCode   string `json:"failure_code,omitempty"`
+	FailureReason string `json:"failure_reason,omitempty"`
+	// AttemptID, Reference and ProviderID of the charge's attempt. For Pix
+	// the reference is the cob's txid.
+	AttemptID  *uuid.UUID `json:"attempt_id,omitempty"`
+	Reference  string     `json:"reference,omitempty"`
+	ProviderID string     `json:"provider_id,omitempty"`
+	// Pix is the payer's side of a Pix charge once the cob exists.
+	Pix *PixPayment `json:"pix,omitempty"`
+	// PixExpiresIn is the cob lifetime asked for (Pix only).
+	PixExpiresIn time.Duration `json:"pix_expires_in,omitempty"`
+	PaidAt       *time.Time    `json:"paid_at,omitempty"`
+	// PaidBy is who confirmed the payment (the attempts actor that resolved
+	// the attempt): worker (the card capture answer), resolver (a lookup by
+	// the resolver or the poll job), webhook, operator, reconciliation.
+	PaidBy string `json:"paid_by,omitempty"`
+	// CreditTransactionID is the ledger transaction that credited it.
+	CreditTransactionID int64     `json:"credit_transaction_id,omitempty"`
+	CreatedAt           time.Time `json:"created_at"`
+	UpdatedAt           time.Time `json:"updated_at"`
+}
+
+// PixPayment is what the payer needs: the BR Code copy-and-paste payload,
+// the QR location and the expiry of the cob.
+type PixPayment struct {
+	TxID      string    `json:"txid"`
+	CopyPaste string    `json:"copy_paste"`
+	Location  string    `json:"location,omitempty"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// Split is a split rule of a charge and the amount it gives its recipient.
+type Split struct {
+	RecipientID string           `json:"recipient_id"`
+	Percent     *decimal.Decimal `json:"percent,omitempty"`
+	Fixed       *money.Amount    `json:"fixed,omitempty"`
+	Amount      money.Amount     `json:"amount"`
+}
+
+// ChargeRequest asks for one charge.
+type ChargeRequest struct {
+	MerchantID string
+	// ClientKey makes creation idempotent for the caller: the same key with
+	// the same request returns the same charge; with a different request,
+	// ErrIdempotencyConflict. Optional at this level.
+	ClientKey string
+	Kind      Kind
+	Amount    money.Amount
+	// CardToken is the tokenised card (card only; "tok_...", never a PAN).
+	CardToken string
+	// PixExpiresIn is the cob lifetime (Pix only; default Config.PixExpiry,
+	// between 1 minute and 30 days).
+	PixExpiresIn time.Duration
+	// PayerName and PayerTaxID (CPF or CNPJ digits) for the cob, optional.
+	PayerName   string
+	PayerTaxID  string
+	Description string
+	Metadata    map[string]string
+	// Splits give parts of the net amount to other merchants.
+	Splits []SplitRule
+}
+
+var (
+	tokenPattern = regexp.MustCompile(`^tok_[A-Za-z0-9_]{1,100}$`)
+	digits       = regexp.MustCompile(`^[0-9]+$`)
+)
+
+func (s *Service) validate(req *ChargeRequest) error {
+	if req.MerchantID == "" {
+		return invalid("merchant_id", "required")
+	}
+	if req.Kind != KindCard && req.Kind != KindPix {
+		return invalid("kind", "must be card or pix")
+	}
+	if !req.Amount.IsValid() {
+		return invalid("amount", "required")
+	}
+	if !req.Amount.IsPositive() {
+		return invalid("amount", "must be greater than zero")
+	}
+	if len(req.Description) > 140 {
+		return invalid("description", "longer than 140 characters")
+	}
+	if len(req.Metadata) > 20 {
+		return invalid("metadata", "at most 20 keys")
+	}
+	for k, v := range req.Metadata {
+		if k == "" || len(k) > 40 || len(v) > 500 {
+			return invalid("metadata", "keys 1-40 characters, values up to 500")
+		}
+	}
+	switch req.Kind {
+	case KindCard:
+		switch {
+		case req.CardToken == "":
+			return invalid("card_token", "required for a card charge")
+		case digits.MatchString(req.CardToken):
+			return invalid("card_token", "raw card numbers are never accepted; send a token")
+		case !tokenPattern.MatchString(req.CardToken):
+			return invalid("card_token", "must look like tok_...")
+		case req.PixExpiresIn != 0 || req.PayerName != "" || req.PayerTaxID != "":
+			return invalid("pix_expires_in", "expiry and payer apply only to Pix charges")
+		}
+	case KindPix:
+		if req.CardToken != "" {
+			return invalid("card_token", "a Pix charge takes no card")
+		}
+		if req.Amount.Currency().Code() != "BRL" {
+			return invalid("amount.currency", "Pix charges are in BRL")
+		}
+		if req.PixExpiresIn == 0 {
+			req.PixExpiresIn = s.pixExpiry
+		}
+		// At most 24h: the attempts core sends an attempt "processing" for
+		// longer than its ProcessingReviewAfter (default 24h) to review.
+		if req.PixExpiresIn < time.Minute || req.PixExpiresIn > 24*time.Hour || req.PixExpiresIn%time.Second != 0 {
+			return invalid("pix_expires_in", "whole seconds between 1 minute and 24 hours")
+		}
+		if req.PayerTaxID != "" && (!digits.MatchString(req.PayerTaxID) || (len(req.PayerTaxID) != 11 && len(req.PayerTaxID) != 14)) {
+			return invalid("payer.tax_id", "11 (CPF) or 14 (CNPJ) digits")
+		}
+		if len(req.PayerName) > 200 {
+			return invalid("payer.name", "longer than 200 characters")
+		}
+	}
+	return validateSplits(req.MerchantID, req.Amount.Currency(), req.Splits)
+}
+
+// Create validates the request and, in ONE database transaction, inserts
+// the charge with its fee and split breakdown and opens its attempt (key,
+// reference and payload made before any I/O; submit job enqueued). The
+// provider is called by the submit job (or right after commit with
+// Config.SubmitInline). Errors name the field (*FieldError); a split that
+// does not fit in the net amount is refused here, never at payment time.
+func (s *Service) Create(ctx context.Context, req ChargeRequest) (Charge, error) {
+	if err := s.validate(&req); err != nil {
+		return Charge{}, err
+	}
+	cur := req.Amount.Currency()
+	p, ok := s.attempts.Provider(s.provider)
+	if !ok || !p.Capabilities().Supports(req.Kind.operation()) {
+		return Charge{}, invalid("kind", "provider %s does not support %s charges", s.provider, req.Kind)
+	}
+	if err := s.requireMerchant(ctx, "merchant_id", req.MerchantID); err != nil {
+		return Charge{}, err
+	}
+	for i, sp := range req.Splits {
+		if err := s.requireMerchant(ctx, fmt.Sprintf("splits[%d].recipient_id", i), sp.RecipientID); err != nil {
+			return Charge{}, err
+		}
+	}
+	rule, err := s.FeeRuleFor(ctx, s.pool, req.MerchantID, cur)
+	if err != nil {
+		return Charge{}, err
+	}
+	b, err := Compute(req.Amount.Decimal(), cur, rule, req.Splits)
+	if err != nil {
+		return Charge{}, err
+	}
+	hash := requestHash(req.Kind, req.Amount.Format(), cur.Code(), req.CardToken, int64(req.PixExpiresIn/time.Second),
+		req.PayerName, req.PayerTaxID, req.Description, req.Metadata, req.Splits)
+	if err := s.prepareAccounts(ctx, req.MerchantID, cur, req.Splits); err != nil {
+		return Charge{}, err
+	}
+
+	var out Charge
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		existing, err := s.claimClientKey(ctx, tx, req.MerchantID, req.ClientKey, hash)
+		if err != nil || existing != "" {
+			if err == nil {
+				out, err = s.get(ctx, tx, req.MerchantID, existing)
+			}
+			return err
+		}
+		c, err := s.insertCharge(ctx, tx, req, rule, b)
+		if err != nil {
+			return err
+		}
+		if req.ClientKey != "" {
+			if _, err := tx.Exec(ctx, `UPDATE charge_requests SET charge_id = $3 WHERE merchant_id = $1 AND client_key = $2`,
+				req.MerchantID, req.ClientKey, c.ID); err != nil {
+				return err
+			}
+		}
+		in := providers.OperationInput{
+			Operation:   req.Kind.operation(),
+			Amount:      req.Amount.Format(),
+			Currency:    cur.Code(),
+			CardToken:   req.CardToken,
+			Description: req.Description,
+			Metadata:    map[string]string{"saldo_charge_id": c.ID, "saldo_merchant_id": c.MerchantID},
+		}
+		if req.Kind == KindPix {
+			in.ExpiresIn, in.PayerName, in.PayerTaxID = req.PixExpiresIn, req.PayerName, req.PayerTaxID
+		}
+		a, err := s.attempts.Open(ctx, tx, attempts.OpenParams{Kind: req.Kind.attemptKind(), SubjectID: c.ID,
+			Provider: c.Provider, Input: in})
+		if err != nil {
+			if errors.Is(err, attempts.ErrInvalid) {
+				return fmt.Errorf("%w: %w", ErrInvalid, err)
+			}
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE charges SET attempt_id = $2, reference = $3 WHERE id = $1`,
+			c.ID, a.ID, a.Reference); err != nil {
+			return err
+		}
+		c.AttemptID, c.Reference = &a.ID, a.Reference
+		if c.Kind == KindPix {
+			if _, err := s.riverClient(ctx).InsertTx(ctx, tx, PollPixChargeArgs{ChargeID: c.ID}, s.pollOpts()); err != nil {
+				return fmt.Errorf("charges: enqueue poll for %s: %w", c.ID, err)
+			}
+		}
+		out = c
+		return nil
+	})
+	if err != nil {
+		return Charge{}, err
+	}
+	if s.inline && out.Status == StatusProcessing && out.AttemptID != nil {
+		if _, err := s.attempts.Execute(ctx, *out.AttemptID); err != nil {
+			// The attempt is durable and its submit job will carry on.
+			s.log.WarnContext(ctx, "inline submit failed; the submit job carries on", "charge_id", out.ID,
+				"attempt_id", *out.AttemptID, "error", err)
+		}
+		c, err := s.get(ctx, s.pool, out.MerchantID, out.ID)
+		if err != nil {
+			return Charge{}, err
+		}
+		return s.refresh(ctx, c)
+	}
+	return out, nil
+}
+
+func (s *Service) insertCharge(ctx context.Context, tx pgx.Tx, req ChargeRequest, rule FeeRule, b Breakdown) (Charge, error) {
+	cur := req.Amount.Currency()
+	now := s.clock.Now()
+	c := Charge{ID: newID("ch_"), MerchantID: req.MerchantID, Kind: req.Kind, Provider: s.provider,
+		Amount: req.Amount, FeeRule: rule, Fee: mustAmount(b.Fee, cur), MerchantNet: mustAmount(b.MerchantNet, cur),
+		Description: req.Description, Metadata: req.Metadata, Status: StatusProcessing, CreatedAt: now, UpdatedAt: now}
+	var expiresIn *int64
+	if req.Kind == KindPix {
+		sec := int64(req.PixExpiresIn / time.Second)
+		expiresIn = &sec
+		c.PixExpiresIn = req.PixExpiresIn
+	}
+	meta, err := json.Marshal(orEmpty(req.Metadata))
+	if err != nil {
+		return Charge{}, err
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO charges (id, merchant_id, kind, provider, amount, currency, fee_percent,
+		fee_fixed, fee, merchant_net, description, metadata, pix_expires_in, status, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 'processing', $14, $14)`,
+		c.ID, c.MerchantID, c.Kind, c.Provider, req.Amount.Decimal(), cur.Code(), rule.Percent, rule.Fixed,
+		b.Fee, b.MerchantNet, nullable(req.Description), meta, expiresIn, now); err != nil {
+		return Charge{}, err
+	}
+	for i, sh := range b.Splits {
+		var pct, fixed *decimal.Decimal
+		if sh.Rule.Percent.IsPositive() {
+			pct = &sh.Rule.Percent
+		} else {
+			fixed = &sh.Rule.Amount
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO charge_splits (charge_id, idx, recipient_id, percent, fixed, amount)
+			VALUES ($1, $2, $3, $4, $5, $6)`, c.ID, i, sh.Rule.RecipientID, pct, fixed, sh.Amount); err != nil {
+			return Charge{}, err
+		}
+		c.Splits = append(c.Splits, splitOf(sh.Rule.RecipientID, pct, fixed, sh.Amount, cur))
+	}
+	return c, nil
+}
+
+func splitOf(recipient string, pct, fixed *decimal.Decimal, amount decimal.Decimal, cur money.Currency) Split {
+	sp := Split{RecipientID: recipient, Percent: pct, Amount: mustAmount(amount, cur)}
+	if fixed != nil {
+		f := mustAmount(*fixed, cur)
+		sp.Fixed = &f
+	}
+	return sp
+}
+
+// claimClientKey records (merchant, key, hash) or finds what the key created
+// before: the existing charge id for the same request, ErrIdempotencyConflict
+// for a different one, "" when the caller should create. A concurrent
+// creator with the same key waits on the row until the first commits.
+func (s *Service) claimClientKey(ctx context.Context, tx pgx.Tx, merchantID, key string, hash []byte) (string, error) {
+	if key == "" {
+		return "", nil
+	}
+	if len(key) > 255 {
+		return "", invalid("client_key", "longer than 255 characters")
+	}
+	tag, err := tx.Exec(ctx, `INSERT INTO charge_requests (merchant_id, client_key, request_hash, charge_id, created_at)
+		VALUES ($1, $2, $3, '', $4) ON CONFLICT DO NOTHING`, merchantID, key, hash, s.clock.Now())
+	if err != nil {
+		return "", err
+	}
+	if tag.RowsAffected() == 1 {
+		return "", nil
+	}
+	var prev []byte
+	var id string
+	if err := tx.QueryRow(ctx, `SELECT request_hash, charge_id FROM charge_requests
+		WHERE merchant_id = $1 AND client_key = $2`, merchantID, key).Scan(&prev, &id); err != nil {
+		return "", err
+	}
+	if hex.EncodeToString(prev) != hex.EncodeToString(hash) {
+		return "", fmt.Errorf("%w (key %q)", ErrIdempotencyConflict, key)
+	}
+	return id, nil
+}
+
+func (s *Service) requireMerchant(ctx context.Context, field, merchantID string) error {
+	var ok bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM merchants WHERE id = $1)`, merchantID).Scan(&ok); err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("%w: %w", ErrUnknownMerchant, invalid(field, "no merchant %q", merchantID))
+	}
+	return nil
+}
+
+// prepareAccounts makes sure every account a credit of this charge touches
+// exists, committed on its own BEFORE the opening transaction, and caches
+// the ids: no transaction ever waits for a second pool connection.
+func (s *Service) prepareAccounts(ctx context.Context, merchantID string, cur money.Currency, splits []SplitRule) error {
+	specs := []ledger.AccountSpec{ledger.MerchantAvailable(merchantID, cur), ledger.ProviderClearing(s.provider, cur),
+		ledger.PlatformFees(cur)}
+	for _, sp := range splits {
+		specs = append(specs, ledger.MerchantAvailable(sp.RecipientID, cur))
+	}
+	for _, spec := range specs {
+		if _, ok := s.accounts.Load(spec.Code()); ok {
+			continue
+		}
+		a, err := ledger.EnsureAccount(ctx, s.pool, spec)
+		if err != nil {
+			return err
+		}
+		s.accounts.Store(spec.Code(), a.ID)
+	}
+	return nil
+}
+
+// accountID resolves an account inside tx: from the cache, else read (and
+// cached: created and committed by prepareAccounts in some process), else
+// created inside tx and not cached (it could still roll back).
+func (s *Service) accountID(ctx context.Context, tx pgx.Tx, spec ledger.AccountSpec) (int64, error) {
+	code := spec.Code()
+	if id, ok := s.accounts.Load(code); ok {
+		return id.(int64), nil
+	}
+	a, err := ledger.AccountByCode(ctx, tx, code)
+	if err == nil {
+		s.accounts.Store(code, a.ID)
+		return a.ID, nil
+	}
+	if !errors.Is(err, ledger.ErrAccountNotFound) {
+		return 0, err
+	}
+	a, err = ledger.EnsureAccount(ctx, tx, spec)
+	return a.ID, err
+}
+
+type dbtx interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+const chargeColumns = `id, merchant_id, kind, provider, amount, currency, fee_percent, fee_fixed, fee, merchant_net,
+	description, metadata, pix_expires_in, status, failure_code, failure_reason, attempt_id, reference, provider_id,
+	pix_copy_paste, pix_location, pix_expires_at, paid_at, paid_by, credit_tx_id, created_at, updated_at`
+
+func scanCharge(row pgx.Row) (Charge, error) {
+	var c Charge
+	var amount, fee, net decimal.Decimal
+	var currency string
+	var meta []byte
+	var expiresIn *int64
+	var description, failureCode, failureReason, reference, providerID, copyPaste, location, paidBy *string
+	var pixExpiresAt *time.Time
+	var creditTx *int64
+	err := row.Scan(&c.ID, &c.MerchantID, &c.Kind, &c.Provider, &amount, &currency, &c.FeeRule.Percent,
+		&c.FeeRule.Fixed, &fee, &net, &description, &meta, &expiresIn, &c.Status, &failureCode, &failureReason,
+		&c.AttemptID, &reference, &providerID, &copyPaste, &location, &pixExpiresAt, &c.PaidAt, &paidBy, &creditTx,
+		&c.CreatedAt, &c.UpdatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return c, ErrNotFound
+	}
+	if err != nil {
+		return c, err
+	}
+	cur, err := money.LookupCurrency(currency)
+	if err != nil {
+		return c, fmt.Errorf("charges: stored currency of %s: %w", c.ID, err)
+	}
+	if c.Amount, err = money.New(amount, cur); err != nil {
+		return c, fmt.Errorf("charges: stored amount of %s: %w", c.ID, err)
+	}
+	c.Fee, c.MerchantNet = mustAmount(fee, cur), mustAmount(net, cur)
+	if len(meta) > 0 {
+		if err := json.Unmarshal(meta, &c.Metadata); err != nil {
+			return c, err
+		}
+		if len(c.Metadata) == 0 {
+			c.Metadata = nil
+		}
+	}
+	if expiresIn != nil {
+		c.PixExpiresIn = time.Duration(*expiresIn) * time.Second
+	}
+	c.Description, c.FailureCode, c.FailureReason = deref(description), deref(failureCode), deref(failureReason)
+	c.Reference, c.ProviderID, c.PaidBy = deref(reference), deref(providerID), deref(paidBy)
+	if copyPaste != nil && pixExpiresAt != nil {
+		c.Pix = &PixPayment{TxID: c.Reference, CopyPaste: *copyPaste, Location: deref(location), ExpiresAt: *pixExpiresAt}
+	}
+	if creditTx != nil {
+		c.CreditTransactionID = *creditTx
+	}
+	return c, nil
+}
+
+func (s *Service) loadSplits(ctx context.Context, db dbtx, c *Charge) error {
+	rows, err := db.Query(ctx, `SELECT recipient_id, percent, fixed, amount FROM charge_splits
+		WHERE charge_id = $1 ORDER BY idx`, c.ID)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	cur := c.Amount.Currency()
+	for rows.Next() {
+		var r string
+		var pct, fixed *decimal.Decimal
+		var amt decimal.Decimal
+		if err := rows.Scan(&r, &pct, &fixed, &amt); err != nil {
+			return err
+		}
+		c.Splits = append(c.Splits, splitOf(r, pct, fixed, amt, cur))
+	}
+	return rows.Err()
+}
+
+// get reads a charge with its splits; merchantID "" skips the ownership
+// filter (internal use).
+func (s *Service) get(ctx context.Context, db dbtx, merchantID, id string) (Charge, error) {
+	c, err := scanCharge(db.QueryRow(ctx, `SELECT `+chargeColumns+` FROM charges
+		WHERE id = $1 AND ($2 = '' OR merchant_id = $2)`, id, merchantID))
+	if err != nil {
+		return c, err
+	}
+	return c, s.loadSplits(ctx, db, &c)
+}
+
+func (s *Service) lock(ctx context.Context, tx pgx.Tx, merchantID, id string) (Charge, error) {
+	c, err := scanCharge(tx.QueryRow(ctx, `SELECT `+chargeColumns+` FROM charges
+		WHERE id = $1 AND ($2 = '' OR merchant_id = $2) FOR UPDATE`, id, merchantID))
+	if err != nil {
+		return c, err
+	}
+	return c, s.loadSplits(ctx, tx, &c)
+}
+
+// Get returns a merchant's charge. Another merchant's charge is ErrNotFound.
+func (s *Service) Get(ctx context.Context, merchantID, id string) (Charge, error) {
+	if merchantID == "" {
+		return Charge{}, ErrNotFound
+	}
+	c, err := s.get(ctx, s.pool, merchantID, id)
+	if err != nil {
+		return c, err
+	}
+	return s.refresh(ctx, c)
+}
+
+// LockForRefund locks the charge row FOR UPDATE inside the caller's
+// transaction and returns it (amount, currency, status, provider, and the
+// provider id and reference of its succeeded attempt), so a refund can
+// compute what is still refundable and open its own attempt under the
+// lock: two refunds of one charge serialise here. Another merchant's charge
+// is ErrNotFound; a charge that is not paid is *NotRefundableError
+// (matching ErrNotRefundable). The lock is held until tx ends.
+func (s *Service) LockForRefund(ctx context.Context, tx pgx.Tx, merchantID, chargeID string) (Charge, error) {
+	if merchantID == "" {
+		return Charge{}, ErrNotFound
+	}
+	c, err := s.lock(ctx, tx, merchantID, chargeID)
+	if err != nil {
+		return Charge{}, err
+	}
+	if c.Status != StatusPaid {
+		return c, &NotRefundableError{ChargeID: c.ID, Status: c.Status}
+	}
+	return c, nil
+}
+
+// ListParams filters a merchant's charges. Cursor is opaque (from a previous
+// page); Limit defaults to and is capped at 100.
+type ListParams struct {
+	MerchantID string
+	Status     Status
+	Kind       Kind
+	Cursor     string
+	Limit      int
+}
+
+// List returns a page of a merchant's charges, newest first, and the cursor
+// of the next page ("" at the end). Splits are not loaded (Get has them).
+func (s *Service) List(ctx context.Context, p ListParams) ([]Charge, string, error) {
+	limit := p.Limit
+	if limit <= 0 || limit > 100 {
+		limit = 100
+	}
+	var afterAt time.Time
+	afterID := ""
+	if p.Cursor != "" {
+		var err error
+		if afterAt, afterID, err = decodeCursor(p.Cursor); err != nil {
+			return nil, "", invalid("cursor", "malformed")
+		}
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+chargeColumns+` FROM charges
+		WHERE merchant_id = $1 AND ($2 = '' OR status = $2) AND ($3 = '' OR kind = $3)
+		  AND ($4 = '' OR (created_at, id) < ($5, $4))
+		ORDER BY created_at DESC, id DESC LIMIT $6`,
+		p.MerchantID, string(p.Status), string(p.Kind), afterID, afterAt, limit+1)
+	if err != nil {
+		return nil, "", err
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Charge, error) { return scanCharge(r) })
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(out) > limit {
+		out = out[:limit]
+		last := out[len(out)-1]
+		next = encodeCursor(last.CreatedAt, last.ID)
+	}
+	return out, next, nil
+}
+
+func encodeCursor(t time.Time, id string) string {
+	b, _ := json.Marshal([2]string{t.UTC().Format(time.RFC3339Nano), id})
+	return hex.EncodeToString(b)
+}
+
+func decodeCursor(c string) (time.Time, string, error) {
+	b, err := hex.DecodeString(c)
+	if err != nil {
+		return time.Time{}, "", err
+	}
+	var v [2]string
+	if err := json.Unmarshal(b, &v); err != nil {
+		return time.Time{}, "", err
+	}
+	t, err := time.Parse(time.RFC3339Nano, v[0])
+	return t, v[1], err
+}
+
+// newID returns prefix + 32 random lowercase hex characters.
+func newID(prefix string) string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+// requestHash is the sha256 of the canonical JSON of the parts of a request.
+func requestHash(parts ...any) []byte {
+	b, _ := json.Marshal(parts)
+	h := sha256.Sum256(b)
+	return h[:]
+}
+
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func orEmpty(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+// mustAmount builds an amount from a value this package computed or stored
+// in the currency's minor units. money.New cannot refuse a value already
+// rounded to the currency's minor units with a non-zero currency.
+func mustAmount(d decimal.Decimal, cur money.Currency) money.Amount {
+	a, _ := money.New(d.Round(cur.MinorUnits()), cur)
+	return a
+}

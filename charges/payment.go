@@ -1,0 +1,404 @@
+package charges
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/shopspring/decimal"
+
+	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/ledger"
+	"github.com/saldo/saldo/providers"
+)
+
+// CauseCredit is the ledger cause kind of the transaction that credits a
+// paid charge; its cause id is the charge id and its idempotency key
+// "charge_credit:<charge id>", so a charge can be credited once, ever.
+const CauseCredit = "charge_credit"
+
+// Cob statuses as the BCB API Pix names them (and the sim reports them).
+const (
+	cobExpired = "EXPIRADA"
+	// failureCobExpired is the failure code of an expired cob.
+	failureCobExpired = "cob_expired"
+)
+
+// cobData is the shape of a pix_charge attempt's Data (SubmitResult.Data,
+// LookupResult.Data, WebhookEvent.Data): the cob as the BCB API Pix names
+// its fields. An adapter for another PSP must report cobs in this shape.
+type cobData struct {
+	TxID      string    `json:"txid"`
+	Status    string    `json:"status"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Location  string    `json:"location"`
+	CopyPaste string    `json:"pix_copia_e_cola"`
+	PaidAt    time.Time `json:"paid_at"`
+}
+
+func parseCob(data []byte) (cobData, bool) {
+	var c cobData
+	if len(data) == 0 || json.Unmarshal(data, &c) != nil {
+		return cobData{}, false
+	}
+	return c, c.TxID != "" && c.CopyPaste != ""
+}
+
+// AttemptFinal is called by the attempts core inside the transaction that
+// moves a charge's attempt to succeeded or failed (exactly once per
+// attempt: the transition is conditional).
+//
+//   - succeeded: for a card, captured; for Pix, the cob was PAID (the
+//     attempts core keeps a created cob's attempt open, "processing", until
+//     a lookup or webhook reports it paid or expired). The credit is posted
+//     in this transaction.
+//   - failed: the charge fails with the provider's reason; a cob that
+//     expired unpaid makes it expired.
+func (s *Service) AttemptFinal(ctx context.Context, tx pgx.Tx, a attempts.Attempt) error {
+	if a.Kind != attempts.KindCardCharge && a.Kind != attempts.KindPixCharge {
+		return fmt.Errorf("charges: AttemptFinal for a %s attempt", a.Kind)
+	}
+	c, err := s.lock(ctx, tx, "", a.SubjectID)
+	if err != nil {
+		return fmt.Errorf("charges: attempt %s names charge %s: %w", a.ID, a.SubjectID, err)
+	}
+	if c.AttemptID == nil || *c.AttemptID != a.ID {
+		return fmt.Errorf("charges: attempt %s is not the attempt of charge %s", a.ID, c.ID)
+	}
+	if c.Status.Final() {
+		return fmt.Errorf("charges: charge %s is %s; its attempt %s cannot finish again", c.ID, c.Status, a.ID)
+	}
+	now := s.clock.Now()
+	switch a.Status {
+	case attempts.StatusSucceeded:
+		return s.credit(ctx, tx, c, a, now)
+	case attempts.StatusFailed:
+		status := StatusFailed
+		cob, _ := parseCob(a.Data)
+		if c.Kind == KindPix && (a.FailureCode == failureCobExpired || cob.Status == cobExpired) {
+			status = StatusExpired
+		}
+		code, reason := a.FailureCode, a.FailureReason
+		if code == "" {
+			code = "failed"
+		}
+		_, err := tx.Exec(ctx, `UPDATE charges SET status = $2, failure_code = $3, failure_reason = $4,
+			provider_id = COALESCE(provider_id, $5), updated_at = $6
+			WHERE id = $1 AND status IN ('processing', 'awaiting_payment')`,
+			c.ID, status, code, nullable(reason), nullable(a.ProviderID), now)
+		if err == nil {
+			s.log.InfoContext(ctx, "charge attempt failed", "charge_id", c.ID, "attempt_id", a.ID,
+				"reference", a.Reference, "provider", a.Provider, "status", status, "failure_code", code)
+		}
+		return err
+	}
+	return fmt.Errorf("charges: AttemptFinal called with status %s", a.Status)
+}
+
+// credit posts the ONE ledger transaction of a paid charge and marks it
+// paid, inside tx, with the charge row locked by the caller. The status
+// update is conditional (only from processing or awaiting_payment) and the
+// ledger key is derived from the charge id: a second confirmation can never
+// credit twice.
+func (s *Service) credit(ctx context.Context, tx pgx.Tx, c Charge, a attempts.Attempt, now time.Time) error {
+	cur := c.Amount.Currency()
+	var legs []ledger.PostingInput
+	add := func(spec ledger.AccountSpec, amt decimal.Decimal) error {
+		if amt.IsZero() {
+			return nil // the ledger refuses zero legs; a zero share is simply not posted
+		}
+		id, err := s.accountID(ctx, tx, spec)
+		if err != nil {
+			return err
+		}
+		legs = append(legs, ledger.PostingInput{AccountID: id, Amount: amt, Currency: cur})
+		return nil
+	}
+	if err := add(ledger.ProviderClearing(c.Provider, cur), c.Amount.Decimal().Neg()); err != nil {
+		return err
+	}
+	if err := add(ledger.MerchantAvailable(c.MerchantID, cur), c.MerchantNet.Decimal()); err != nil {
+		return err
+	}
+	if err := add(ledger.PlatformFees(cur), c.Fee.Decimal()); err != nil {
+		return err
+	}
+	for _, sp := range c.Splits {
+		if err := add(ledger.MerchantAvailable(sp.RecipientID, cur), sp.Amount.Decimal()); err != nil {
+			return err
+		}
+	}
+	meta := map[string]string{"charge_id": c.ID, "attempt_id": a.ID.String(), "merchant_id": c.MerchantID,
+		"reference": a.Reference, "kind": string(c.Kind), "paid_by": a.ResolvedBy}
+	if a.ProviderID != "" {
+		meta["provider_id"] = a.ProviderID
+	}
+	t, err := ledger.Post(ctx, tx, ledger.TransactionInput{
+		IdempotencyKey: CauseCredit + ":" + c.ID,
+		CauseKind:      CauseCredit,
+		CauseID:        c.ID,
+		Description: fmt.Sprintf("%s charge %s paid: %s, fee %s, merchant %s, %d splits (attempt %s)",
+			c.Kind, c.ID, c.Amount, c.Fee, c.MerchantNet, len(c.Splits), a.ID),
+		Metadata: meta,
+		Postings: legs,
+	})
+	if err != nil {
+		return fmt.Errorf("charges: credit %s: %w", c.ID, err)
+	}
+	tag, err := tx.Exec(ctx, `UPDATE charges SET status = 'paid', paid_at = $2, paid_by = $3, credit_tx_id = $4,
+		provider_id = COALESCE(provider_id, $5), updated_at = $2
+		WHERE id = $1 AND status IN ('processing', 'awaiting_payment')`, c.ID, now, a.ResolvedBy, t.ID, nullable(a.ProviderID))
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("charges: charge %s changed under its row lock", c.ID)
+	}
+	s.log.InfoContext(ctx, "charge paid and credited", "charge_id", c.ID, "attempt_id", a.ID,
+		"reference", a.Reference, "provider", c.Provider, "amount", c.Amount.String(), "fee", c.Fee.String(),
+		"merchant_net", c.MerchantNet.String(), "paid_by", a.ResolvedBy, "ledger_tx", t.ID)
+	return nil
+}
+
+// syncAwaiting moves a processing Pix charge to awaiting_payment once its
+// open attempt's data shows the cob (txid, copy-and-paste payload, expiry):
+// a conditional update, harmless to repeat. The attempts core does not call
+// owners for "processing", so charges learns of the cob from the attempt
+// wherever it looks (Get, Poll, webhooks, inline submit).
+func (s *Service) syncAwaiting(ctx context.Context, c Charge, a attempts.Attempt) (bool, error) {
+	if c.Kind != KindPix || c.Status != StatusProcessing || !a.Status.Open() {
+		return false, nil
+	}
+	cob, ok := parseCob(a.Data)
+	if !ok || cob.TxID != a.Reference {
+		return false, nil
+	}
+	exp := cob.ExpiresAt
+	if exp.IsZero() {
+		exp = c.CreatedAt.Add(c.PixExpiresIn)
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE charges SET status = 'awaiting_payment', provider_id = COALESCE(provider_id, $2),
+		pix_copy_paste = $3, pix_location = $4, pix_expires_at = $5, updated_at = $6
+		WHERE id = $1 AND status = 'processing'`, c.ID, nullable(a.ProviderID), cob.CopyPaste, nullable(cob.Location),
+		exp, s.clock.Now())
+	if err != nil {
+		return false, err
+	}
+	if tag.RowsAffected() == 1 {
+		s.log.InfoContext(ctx, "pix charge awaiting payment", "charge_id", c.ID, "attempt_id", a.ID,
+			"reference", a.Reference, "provider", a.Provider, "expires_at", exp)
+		return true, nil
+	}
+	return false, nil
+}
+
+// refresh re-reads a processing Pix charge after syncing it with its attempt.
+func (s *Service) refresh(ctx context.Context, c Charge) (Charge, error) {
+	if c.Kind != KindPix || c.Status != StatusProcessing || c.AttemptID == nil {
+		return c, nil
+	}
+	a, err := s.attempts.Get(ctx, s.pool, *c.AttemptID)
+	if err != nil {
+		return c, err
+	}
+	moved, err := s.syncAwaiting(ctx, c, a)
+	if err != nil || !moved {
+		return c, err
+	}
+	return s.get(ctx, s.pool, "", c.ID)
+}
+
+// HandleProviderEvent applies a verified provider webhook (the HTTP layer
+// verified it with the provider's ParseWebhook) to the charge whose attempt
+// has the event's reference. handled is false when the reference is not a
+// charge's (the caller offers the event to others, e.g. payouts).
+//
+// Every event goes through attempts.ResolveByReference (R17: a conditional
+// transition, so the resolver, the poll job and the webhook never fight,
+// and duplicates and out-of-order events change nothing): a card capture or
+// a paid cob credits the charge inside that transition, exactly once; an
+// expired cob expires it. A "processing" event for a cob moves the charge to
+// awaiting_payment with its payload.
+func (s *Service) HandleProviderEvent(ctx context.Context, providerName string, ev providers.WebhookEvent) (bool, error) {
+	if ev.Reference == "" {
+		return false, nil
+	}
+	a, err := s.attempts.GetByReference(ctx, s.pool, ev.Reference)
+	if errors.Is(err, attempts.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if a.Kind != attempts.KindCardCharge && a.Kind != attempts.KindPixCharge {
+		return false, nil
+	}
+	if a.Provider != providerName || (ev.Operation != "" && string(ev.Operation) != a.Operation) {
+		s.log.ErrorContext(ctx, "provider event contradicts our attempt", "attempt_id", a.ID, "reference", a.Reference,
+			"provider", a.Provider, "event_provider", providerName, "operation", a.Operation, "event_operation", ev.Operation,
+			"event_id", ev.ID)
+		return true, fmt.Errorf("%w: event %s from %s (%s) names attempt %s of %s (%s)", ErrEventMismatch,
+			ev.ID, providerName, ev.Operation, a.ID, a.Provider, a.Operation)
+	}
+	res, err := s.attempts.ResolveByReference(ctx, attempts.ResolveInput{Reference: ev.Reference, State: ev.State,
+		ProviderID: ev.ProviderID, FailureCode: ev.FailureCode, FailureReason: ev.FailureReason, Data: ev.Data,
+		Source: attempts.SourceWebhook, Actor: ev.ID, Reason: fmt.Sprintf("webhook %s (%s)", ev.ID, ev.Type)})
+	if err != nil {
+		return true, err
+	}
+	if a.Kind == attempts.KindPixCharge && res.Attempt.Status.Open() {
+		c, err := s.get(ctx, s.pool, "", a.SubjectID)
+		if err != nil {
+			return true, err
+		}
+		_, err = s.syncAwaiting(ctx, c, res.Attempt)
+		return true, err
+	}
+	return true, nil
+}
+
+// PollResult says what one Poll did.
+type PollResult struct {
+	Charge Charge
+	// Changed: this poll moved the charge (paid or expired).
+	Changed bool
+	// RetryIn > 0: the charge still awaits payment; poll again after it.
+	RetryIn time.Duration
+}
+
+// Poll follows one Pix charge until it is paid or expired (what
+// PollPixCharge runs). It moves the charge to awaiting_payment once the
+// cob exists, then looks the cob up once per call and hands what the
+// provider says to attempts.ResolveByReference (source resolver): paid
+// credits the charge inside that transition, exactly once whatever webhooks
+// did; expired expires it; active keeps waiting. A lookup that fails or
+// finds nothing proves nothing (R16) and is tried again later. A final
+// charge returns at once with RetryIn 0.
+func (s *Service) Poll(ctx context.Context, chargeID string) (PollResult, error) {
+	c, err := s.get(ctx, s.pool, "", chargeID)
+	if err != nil {
+		return PollResult{}, err
+	}
+	res := PollResult{Charge: c}
+	if c.Status.Final() || c.AttemptID == nil {
+		return res, nil
+	}
+	a, err := s.attempts.Get(ctx, s.pool, *c.AttemptID)
+	if err != nil {
+		return res, err
+	}
+	if !a.Status.Open() {
+		return res, nil // the attempt's final transition moved the charge
+	}
+	if moved, err := s.syncAwaiting(ctx, c, a); err != nil {
+		return res, err
+	} else if moved {
+		if c, err = s.get(ctx, s.pool, "", chargeID); err != nil {
+			return res, err
+		}
+		res.Charge = c
+	}
+	if a.Status == attempts.StatusPending && a.ProviderState != string(providers.StateProcessing) {
+		// Not submitted yet (or the call is in flight): nothing to look up.
+		res.RetryIn = min(s.pollInterval, 2*time.Second)
+		return res, nil
+	}
+	prov, ok := s.attempts.Provider(c.Provider)
+	if !ok {
+		return res, fmt.Errorf("charges: charge %s: provider %q not configured in this process", c.ID, c.Provider)
+	}
+	lr, lerr := prov.Lookup(ctx, providers.OpPixCharge, a.Reference)
+	if lerr != nil {
+		s.log.WarnContext(ctx, "cob cannot be polled; waiting for webhooks and the resolver", "charge_id", c.ID,
+			"reference", a.Reference, "provider", c.Provider, "error", lerr)
+		return res, nil
+	}
+	ex := lr.Exchange
+	if ex.Err == nil && ex.StatusCode >= 200 && ex.StatusCode < 300 && lr.Found &&
+		(lr.State == providers.StateSucceeded || lr.State == providers.StateFailed) {
+		if lr.State == providers.StateSucceeded && lr.Amount != "" {
+			if d, err := decimal.NewFromString(lr.Amount); err != nil || !d.Equal(c.Amount.Decimal()) {
+				return res, fmt.Errorf("%w: lookup reports %s paid for charge %s of %s", ErrEventMismatch, lr.Amount, c.ID, c.Amount)
+			}
+		}
+		rctx := context.WithoutCancel(ctx)
+		rr, err := s.attempts.ResolveByReference(rctx, attempts.ResolveInput{Reference: a.Reference, State: lr.State,
+			ProviderID: lr.ProviderID, FailureCode: lr.FailureCode, FailureReason: lr.FailureReason, Data: lr.Data,
+			Source: attempts.SourceResolver, Actor: PollPixChargeKind, Reason: "poll: lookup found " + string(lr.State)})
+		if err != nil {
+			return res, err
+		}
+		res.Changed = rr.Transitioned
+		res.Charge, err = s.get(rctx, s.pool, "", c.ID)
+		if err != nil || res.Charge.Status.Final() {
+			return res, err
+		}
+	}
+	res.RetryIn = s.pollInterval
+	if res.Charge.Pix != nil {
+		if until := res.Charge.Pix.ExpiresAt.Sub(s.clock.Now()); until > 0 && until < res.RetryIn {
+			res.RetryIn = until + time.Second
+		}
+	}
+	return res, nil
+}
+
+// PollPixChargeKind is the River job kind of PollPixChargeArgs.
+const PollPixChargeKind = "charges.poll_pix"
+
+// PollPixChargeArgs polls one awaiting Pix charge until it is paid or expired.
+type PollPixChargeArgs struct {
+	ChargeID string `json:"charge_id" river:"unique"`
+}
+
+// Kind implements river.JobArgs.
+func (PollPixChargeArgs) Kind() string { return PollPixChargeKind }
+
+var liveJobStates = []rivertype.JobState{
+	rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,
+	rivertype.JobStateRetryable, rivertype.JobStateScheduled,
+}
+
+// pollOpts: the poll job is enqueued with the charge and its attempt, in
+// the same transaction, and runs at once (it snoozes while the cob is not
+// created yet).
+func (s *Service) pollOpts() *river.InsertOpts {
+	return &river.InsertOpts{Queue: s.queue, MaxAttempts: 25,
+		UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: liveJobStates}}
+}
+
+// PollPixChargeWorker runs Poll and snoozes until the next look.
+type PollPixChargeWorker struct {
+	river.WorkerDefaults[PollPixChargeArgs]
+	svc *Service
+}
+
+// Timeout implements river.Worker.
+func (w *PollPixChargeWorker) Timeout(*river.Job[PollPixChargeArgs]) time.Duration {
+	return 2 * time.Minute
+}
+
+// Work implements river.Worker.
+func (w *PollPixChargeWorker) Work(ctx context.Context, job *river.Job[PollPixChargeArgs]) error {
+	res, err := w.svc.Poll(ctx, job.Args.ChargeID)
+	if errors.Is(err, ErrNotFound) {
+		return river.JobCancel(err)
+	}
+	if err != nil {
+		return err
+	}
+	if res.RetryIn > 0 {
+		return river.JobSnooze(res.RetryIn)
+	}
+	return nil
+}
+
+// AddWorkers registers the PollPixCharge worker.
+func (s *Service) AddWorkers(w *river.Workers) {
+	river.AddWorker(w, &PollPixChargeWorker{svc: s})
+}
