@@ -156,7 +156,7 @@ func TestConflictWhileKeyInFlight(t *testing.T) {
 	srv, p := setup(t, sim.Config{})
 	a := open(t, p, transfer("10.00"))
 	require.NoError(t, srv.AddFault(sim.FaultRule{Kind: sim.FaultSlow, Reference: a.ref, Nth: 1,
-		Delay: sim.Duration(400 * time.Millisecond)}))
+		Delay: sim.Duration(time.Second)}))
 
 	firstDone := make(chan providers.SubmitResult, 1)
 	go func() { firstDone <- a.send(p) }()
