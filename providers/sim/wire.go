@@ -243,7 +243,7 @@ func validate(w wireRequest) (opRequest, *apiError) {
 			return r, invalid("card_token", "card_token is required")
 		case panRe.MatchString(w.CardToken):
 			return r, invalid("card_token", "raw card numbers are not accepted; send a token")
-		case !strings.HasPrefix(w.CardToken, "tok_") || len(w.CardToken) > 64:
+		case !strings.HasPrefix(w.CardToken, "tok_") || len(w.CardToken) > 128:
 			return r, invalid("card_token", "no such token %q", w.CardToken)
 		}
 	case providers.OpRefund:
@@ -319,9 +319,9 @@ func validateDestination(op providers.Operation, d *providers.Destination) *apiE
 			return invalid("destination.bank_account.account", "account must be 1-20 digits (a dash allowed)")
 		}
 		switch a.Type {
-		case "checking", "savings", "payment":
+		case "checking", "savings", "payment", "salary":
 		default:
-			return invalid("destination.bank_account.type", "account type must be checking, savings or payment")
+			return invalid("destination.bank_account.type", "account type must be checking, savings, payment or salary")
 		}
 	}
 	return nil
