@@ -86,8 +86,16 @@ func setup(t *testing.T, cfg sim.Config) *env {
 	t.Helper()
 	ctx := context.Background()
 	e := &env{t: t, ctx: ctx, pool: testdb.New(t), clock: sim.NewManualClock(time.Now().UTC()), router: openAPIRouter(t)}
+	// The API's listener comes first so the sim can send webhooks to it
+	// (cfg.WebhookURL == "api").
+	var handler http.Handler
+	e.http = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handler.ServeHTTP(w, r) }))
+	t.Cleanup(e.http.Close)
 	cfg.Clock = e.clock.Now
 	cfg.WebhookSecret = webhookSecret
+	if cfg.WebhookURL == "api" {
+		cfg.WebhookURL = e.http.URL + "/v1/webhooks/sim"
+	}
 	e.srv = sim.NewServer(cfg).Start()
 	t.Cleanup(e.srv.Close)
 	e.prov = e.srv.NewProvider(sim.WithHTTPSettings(providers.HTTPSettings{ConnectTimeout: time.Second, ReadTimeout: 500 * time.Millisecond}))
@@ -120,8 +128,7 @@ func setup(t *testing.T, cfg sim.Config) *env {
 	e.api, err = api.New(api.Config{Pool: e.pool, Payouts: e.pay, Attempts: e.att,
 		Providers: map[string]providers.Provider{"sim": e.prov}, Clock: e.clock})
 	require.NoError(t, err)
-	e.http = httptest.NewServer(e.api)
-	t.Cleanup(e.http.Close)
+	handler = e.api
 	t.Cleanup(e.auditClean)
 	return e
 }
