@@ -1,0 +1,46 @@
+package sim_test
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/saldo/saldo/providers"
+	"github.com/saldo/saldo/providers/sim"
+)
+
+func TestAdminClient(t *testing.T) {
+	t.Parallel()
+	clock := sim.NewManualClock(t0)
+	srv, p := setup(t, sim.Config{Clock: clock.Now, NoIdempotency: true})
+	ctx := t.Context()
+
+	c := open(t, p, cob(time.Hour))
+	require.Equal(t, http.StatusCreated, c.send(p).Exchange.StatusCode)
+	op, err := p.PayCob(ctx, c.ref)
+	require.NoError(t, err)
+	require.Equal(t, providers.StateSucceeded, op.State)
+	require.Equal(t, sim.CobPaid, op.Cob.Status)
+	_, err = p.PayCob(ctx, c.ref)
+	require.ErrorIs(t, err, sim.ErrCobPaid)
+	_, err = p.PayCob(ctx, newRef())
+	require.ErrorIs(t, err, sim.ErrCobNotFound)
+	c2 := open(t, p, cob(time.Minute))
+	c2.send(p)
+	clock.Advance(time.Minute)
+	_, err = p.PayCob(ctx, c2.ref)
+	require.ErrorIs(t, err, sim.ErrCobExpired)
+
+	a := open(t, p, transfer("2.00"))
+	a.send(p)
+	a.send(p) // no keys: a second payment
+	ops, err := p.Oracle(ctx, a.ref)
+	require.NoError(t, err)
+	require.Len(t, ops, 2)
+	dups, err := p.Duplicates(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{a.ref}, dups)
+	require.Equal(t, srv.Duplicates(), dups)
+}
