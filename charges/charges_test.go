@@ -104,6 +104,9 @@ func (r *receiver) received() []providers.WebhookEvent {
 type opts struct {
 	webhooks bool
 	tune     func(*charges.Config)
+	attTune  func(*attempts.Config)
+	// noAudit: the test breaks an invariant on purpose.
+	noAudit bool
 }
 
 // setup builds the env with merchants m1 (charging), m2 and m3 (split
@@ -127,8 +130,11 @@ func setup(t *testing.T, cfg sim.Config, o opts) *env {
 	e.prov = e.srv.NewProvider(sim.WithHTTPSettings(providers.HTTPSettings{
 		ConnectTimeout: time.Second, ReadTimeout: 300 * time.Millisecond}))
 	var err error
-	e.att, err = attempts.New(attempts.Config{Pool: e.pool, Clock: e.clock,
-		Providers: map[string]providers.Provider{e.prov.Name(): e.prov}})
+	ac := attempts.Config{Pool: e.pool, Clock: e.clock, Providers: map[string]providers.Provider{e.prov.Name(): e.prov}}
+	if o.attTune != nil {
+		o.attTune(&ac)
+	}
+	e.att, err = attempts.New(ac)
 	require.NoError(t, err)
 	c := charges.Config{Pool: e.pool, Attempts: e.att, Provider: e.prov.Name(), Clock: e.clock}
 	if o.tune != nil {
@@ -140,7 +146,9 @@ func setup(t *testing.T, cfg sim.Config, o opts) *env {
 		_, err = merchants.Create(ctx, e.pool, m, "Merchant "+m)
 		require.NoError(t, err)
 	}
-	t.Cleanup(e.auditClean)
+	if !o.noAudit {
+		t.Cleanup(e.auditClean)
+	}
 	return e
 }
 
@@ -806,4 +814,59 @@ func TestSubmitInlineReturnsPixPayload(t *testing.T) {
 	res, err := e.svc.Poll(e.ctx, c.ID)
 	require.NoError(t, err)
 	require.Equal(t, charges.StatusPaid, res.Charge.Status)
+}
+
+// A paid-cob webhook whose amount differs from the charge's is refused and
+// credits nothing (the attempt stays open for the lookup to decide).
+func TestEventWithWrongAmountIsRefused(t *testing.T) {
+	t.Parallel()
+	e := setup(t, sim.Config{}, opts{})
+	c := e.create(e.pix("10.00"))
+	e.execute(c)
+	ref := e.get(c).Reference
+	handled, err := e.svc.HandleProviderEvent(e.ctx, e.prov.Name(), providers.WebhookEvent{ID: "evt_bad",
+		Operation: providers.OpPixCharge, Reference: ref, State: providers.StateSucceeded, Amount: "1.00", Currency: "BRL"})
+	require.True(t, handled)
+	require.ErrorIs(t, err, charges.ErrEventMismatch)
+	require.Equal(t, charges.StatusAwaitingPayment, e.get(c).Status)
+	require.Equal(t, 0, e.credits(c))
+	// Leave nothing open for the audit: the cob expires.
+	e.clock.Advance(2 * time.Hour)
+	res, err := e.svc.Poll(e.ctx, c.ID)
+	require.NoError(t, err)
+	require.Equal(t, charges.StatusExpired, res.Charge.Status)
+}
+
+// Verify finds what it promises to find: a credit for an unpaid charge and
+// a paid charge whose credit is missing or wrong.
+func TestVerifyCatchesBrokenInvariants(t *testing.T) {
+	t.Parallel()
+	e := setup(t, sim.Config{}, opts{noAudit: true})
+	ok, err := charges.Verify(e.ctx, e.pool)
+	require.NoError(t, err)
+	require.Empty(t, ok)
+
+	c := e.create(e.card("10.00", "tok_visa")) // processing: not paid
+	fees, err := ledger.EnsureAccount(e.ctx, e.pool, ledger.PlatformFees(money.BRL))
+	require.NoError(t, err)
+	clearing, err := ledger.EnsureAccount(e.ctx, e.pool, ledger.ProviderClearing("sim", money.BRL))
+	require.NoError(t, err)
+	_, err = ledger.Post(e.ctx, e.pool, ledger.TransactionInput{IdempotencyKey: "bogus", CauseKind: charges.CauseCredit,
+		CauseID: c.ID, Postings: []ledger.PostingInput{
+			{AccountID: clearing.ID, Amount: decimal.RequireFromString("-3.00"), Currency: money.BRL},
+			{AccountID: fees.ID, Amount: decimal.RequireFromString("3.00"), Currency: money.BRL},
+		}})
+	require.NoError(t, err)
+	vs, err := charges.Verify(e.ctx, e.pool)
+	require.NoError(t, err)
+	checks := map[string]bool{}
+	for _, v := range vs {
+		checks[v.Check] = true
+	}
+	require.True(t, checks["credit_count"], "%v", vs)
+	require.True(t, checks["credit_legs"], "%v", vs)
+	res, err := audit.Run(e.ctx, e.pool)
+	require.NoError(t, err)
+	require.False(t, res.OK())
+	require.Contains(t, res.Summary(), "charges/credit_count")
 }

@@ -245,6 +245,20 @@ func (s *Service) HandleProviderEvent(ctx context.Context, providerName string, 
 		return true, fmt.Errorf("%w: event %s from %s (%s) names attempt %s of %s (%s)", ErrEventMismatch,
 			ev.ID, providerName, ev.Operation, a.ID, a.Provider, a.Operation)
 	}
+	if ev.State == providers.StateSucceeded && ev.Amount != "" {
+		c, err := s.get(ctx, s.pool, "", a.SubjectID)
+		if err != nil {
+			return true, err
+		}
+		if d, err := decimal.NewFromString(ev.Amount); err != nil || !d.Equal(c.Amount.Decimal()) ||
+			(ev.Currency != "" && ev.Currency != c.Amount.Currency().Code()) {
+			s.log.ErrorContext(ctx, "provider event amount contradicts the charge", "charge_id", c.ID,
+				"attempt_id", a.ID, "reference", a.Reference, "event_id", ev.ID, "event_amount", ev.Amount,
+				"event_currency", ev.Currency, "amount", c.Amount.String())
+			return true, fmt.Errorf("%w: event %s reports %s %s for charge %s of %s", ErrEventMismatch,
+				ev.ID, ev.Amount, ev.Currency, c.ID, c.Amount)
+		}
+	}
 	res, err := s.attempts.ResolveByReference(ctx, attempts.ResolveInput{Reference: ev.Reference, State: ev.State,
 		ProviderID: ev.ProviderID, FailureCode: ev.FailureCode, FailureReason: ev.FailureReason, Data: ev.Data,
 		Source: attempts.SourceWebhook, Actor: ev.ID, Reason: fmt.Sprintf("webhook %s (%s)", ev.ID, ev.Type)})
