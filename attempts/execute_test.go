@@ -1,6 +1,7 @@
 package attempts
 
 import (
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -47,7 +48,11 @@ func TestExecuteAgainstServers(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			h := setup(t, harnessOpts{plan: []behaviour{c.plan}, readTimeout: 300 * time.Millisecond})
+			rt := 10 * time.Second // generous: a loaded machine must not manufacture unknowns (R3)
+			if c.plan == behaveHang {
+				rt = 300 * time.Millisecond
+			}
+			h := setup(t, harnessOpts{plan: []behaviour{c.plan}, readTimeout: rt})
 			if c.dead {
 				h.prov.setBase(deadURL(t))
 			}
@@ -68,6 +73,14 @@ func TestExecuteAgainstServers(t *testing.T) {
 				require.Equal(t, 1, h.liveJobs(ResolveAttemptKind, a.ID))
 			}
 			require.Equal(t, c.ownerCalls, h.owner.count(a.ID))
+			require.Equal(t, float64(1), testCounter(h.metrics.Calls))
+			transitions := 0
+			for _, e := range c.events {
+				if strings.HasPrefix(e, "transition:") {
+					transitions++
+				}
+			}
+			require.Equal(t, float64(transitions), testCounter(h.metrics.Transitions))
 			require.Len(t, h.ownerEffects(a.ID), c.ownerCalls)
 			call := h.events(a.ID)[1]
 			require.Equal(t, 1, call.CallNumber)

@@ -394,7 +394,7 @@ func setup(t *testing.T, o harnessOpts) *harness {
 	}
 	rt := o.readTimeout
 	if rt == 0 {
-		rt = 5 * time.Second
+		rt = 10 * time.Second
 	}
 	h.prov = newTestProvider("fake", h.psp.srv.URL, caps, rt)
 	cfg := Config{Pool: pool, Providers: map[string]providers.Provider{"fake": h.prov}, Clock: h.clock,

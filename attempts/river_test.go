@@ -54,7 +54,7 @@ func TestRiverEndToEnd(t *testing.T) {
 		require.Eventually(t, func() bool {
 			got = h.get(a.ID)
 			return got.Status == want
-		}, 10*time.Second, 20*time.Millisecond, "attempt %s never reached %s", a.ID, want)
+		}, 30*time.Second, 20*time.Millisecond, "attempt %s never reached %s", a.ID, want)
 		return got
 	}
 
@@ -73,7 +73,7 @@ func TestRiverEndToEnd(t *testing.T) {
 	live := h.psp.srv.URL
 	h.prov.setBase(deadURL(t))
 	refused := h.open(newSubject())
-	require.Eventually(t, func() bool { return h.get(refused.ID).CallCount >= 2 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return h.get(refused.ID).CallCount >= 2 }, 30*time.Second, 10*time.Millisecond)
 	h.prov.setBase(live)
 	got = waitStatus(refused, StatusSucceeded)
 	require.Equal(t, 1, h.psp.seen(refused.IdempotencyKey))
