@@ -77,7 +77,7 @@ type env struct {
 	router routers.Router
 
 	admin, auditor, operator, m1, m2 string // key secrets
-	operatorID                          string
+	operatorID                       string
 }
 
 func brl(s string) money.Amount { return money.MustParse(s, "BRL") }
@@ -180,7 +180,9 @@ func (e *env) do(r req) resp {
 	return out
 }
 
-func (e *env) get(path, key string) resp { return e.do(req{method: http.MethodGet, path: path, key: key}) }
+func (e *env) get(path, key string) resp {
+	return e.do(req{method: http.MethodGet, path: path, key: key})
+}
 
 func (e *env) post(path, key, idem string, body any) resp {
 	h := map[string]string{}
