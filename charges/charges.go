@@ -733,7 +733,11 @@ func (s *Service) lock(ctx context.Context, tx pgx.Tx, merchantID, id string) (C
 	return c, s.loadSplits(ctx, tx, &c)
 }
 
-// Get returns a merchant's charge. Another merchant's charge is ErrNotFound.
+// Get returns a merchant's charge with its splits. Another merchant's charge
+// is ErrNotFound. A processing Pix charge whose cob already exists (its open
+// attempt carries the cob) is first moved to awaiting_payment, so a caller
+// polling Get sees the copy-and-paste payload as soon as the provider
+// created it (R24).
 func (s *Service) Get(ctx context.Context, merchantID, id string) (Charge, error) {
 	if merchantID == "" {
 		return Charge{}, ErrNotFound

@@ -870,3 +870,36 @@ func TestVerifyCatchesBrokenInvariants(t *testing.T) {
 	require.False(t, res.OK())
 	require.Contains(t, res.Summary(), "charges/credit_count")
 }
+
+// Fee rules: the merchant's own rule wins over the platform default for the
+// currency, which wins over Config.DefaultFeePercent; a rule set again
+// replaces the old one; a charge keeps the rule it was created with.
+func TestFeeRulePrecedence(t *testing.T) {
+	t.Parallel()
+	e := setup(t, sim.Config{}, opts{tune: func(c *charges.Config) { c.DefaultFeePercent = decimal.RequireFromString("1") }})
+	d := decimal.RequireFromString
+	rule := func(m string) charges.FeeRule {
+		r, err := e.svc.FeeRuleFor(e.ctx, e.pool, m, money.BRL)
+		require.NoError(t, err)
+		return r
+	}
+	require.Equal(t, "1", rule(merchant).Percent.String(), "config default")
+	first := e.create(e.card("10.00", sim.TokenDecline))
+	require.Equal(t, "0.10 BRL", first.Fee.String())
+
+	require.NoError(t, e.svc.SetFeeRule(e.ctx, "", money.BRL, charges.FeeRule{Percent: d("2")}))
+	require.Equal(t, "2", rule(merchant).Percent.String(), "platform default for BRL")
+	require.NoError(t, e.svc.SetFeeRule(e.ctx, merchant, money.BRL, charges.FeeRule{Percent: d("3"), Fixed: d("0.50")}))
+	require.NoError(t, e.svc.SetFeeRule(e.ctx, merchant, money.BRL, charges.FeeRule{Percent: d("4"), Fixed: d("0.25")}))
+	r := rule(merchant)
+	require.Equal(t, "4", r.Percent.String(), "the merchant's rule, replaced")
+	require.Equal(t, "0.25", r.Fixed.StringFixed(2))
+	require.Equal(t, "2", rule(partner).Percent.String(), "others keep the platform default")
+
+	second := e.create(e.card("10.00", sim.TokenDecline))
+	require.Equal(t, "0.65 BRL", second.Fee.String())
+	require.Equal(t, "0.10 BRL", e.get(first).Fee.String(), "a charge keeps its rule")
+	e.execute(first)
+	e.execute(second)
+	require.ErrorIs(t, e.svc.SetFeeRule(e.ctx, "ghost", money.BRL, charges.FeeRule{}), charges.ErrUnknownMerchant)
+}
