@@ -220,7 +220,9 @@ func (s *Service) Resolve(ctx context.Context, id uuid.UUID) (ResolveResult, err
 			res.Attempt, res.Transitioned = na, na.Status != before
 			return err
 		case lookupNotFound:
-			if la.Status != StatusUnknown {
+			if la.Status != StatusUnknown || la.ProviderID != "" || la.ProviderState != "" {
+				// The provider already named or acknowledged this operation:
+				// a later "not found" contradicts it and proves nothing.
 				return nil
 			}
 			ref := lastCallAt(la)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/saldo/saldo/providers"
@@ -331,7 +332,7 @@ func TestWebhookAndResolverRace(t *testing.T) {
 		run := func(f func() (ResolveResult, error)) {
 			defer wg.Done()
 			r, err := f()
-			require.NoError(t, err)
+			assert.NoError(t, err) // not require: FailNow only from the test goroutine
 			if r.Transitioned {
 				mu.Lock()
 				transitions++
@@ -424,4 +425,28 @@ func TestPixChargeCobCreatedIsNotPaid(t *testing.T) {
 	require.Equal(t, StatusSucceeded, res.Attempt.Status)
 	require.Equal(t, 1, h.owner.count(a.ID))
 	h.requireNoViolations()
+}
+
+// TestNotFoundNeverFailsAnAcknowledgedOperation (R16, R18): once the provider
+// named the operation (a webhook said processing), a later "not found" is a
+// contradiction, not proof of absence: the attempt ends in review, not failed.
+func TestNotFoundNeverFailsAnAcknowledgedOperation(t *testing.T) {
+	t.Parallel()
+	h := setup(t, harnessOpts{plan: []behaviour{behave500NoRecord}, tune: func(c *Config) { c.MaxLookups = 5 }})
+	a := h.open(newSubject())
+	_, err := h.svc.Execute(h.ctx, a.ID)
+	require.NoError(t, err)
+	_, err = h.svc.ResolveByReference(h.ctx, ResolveInput{Reference: a.Reference, State: providers.StateProcessing,
+		ProviderID: "op_seen", Source: SourceWebhook, Actor: "evt_1"})
+	require.NoError(t, err)
+	for range 10 {
+		h.clock.Advance(time.Hour)
+		r, err := h.svc.Resolve(h.ctx, a.ID)
+		require.NoError(t, err)
+		require.Equal(t, StatusUnknown, r.Attempt.Status)
+	}
+	got := h.get(a.ID)
+	require.True(t, got.Review)
+	require.Equal(t, 5, got.LookupCount)
+	require.Zero(t, h.owner.count(a.ID))
 }
