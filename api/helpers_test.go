@@ -103,7 +103,7 @@ func setup(t *testing.T, cfg sim.Config) *env {
 	e.att, err = attempts.New(attempts.Config{Pool: e.pool, Clock: e.clock, Providers: map[string]providers.Provider{"sim": e.prov}})
 	require.NoError(t, err)
 	e.notif, err = api.NewNotifier(api.NotifierConfig{Pool: e.pool, Clock: e.clock,
-		HTTP: providers.HTTPSettings{ConnectTimeout: time.Second, ReadTimeout: 2 * time.Second}})
+		HTTP: providers.HTTPSettings{ConnectTimeout: time.Second, ReadTimeout: 2 * time.Second}, RetryBase: 50 * time.Millisecond})
 	require.NoError(t, err)
 	e.pay, err = payouts.New(payouts.Config{Pool: e.pool, Attempts: e.att, Provider: "sim", Clock: e.clock, OnFinal: e.notif.PayoutFinal})
 	require.NoError(t, err)

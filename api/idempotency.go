@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
 )
 
 // IdempotencyHeader names the client's key for a POST; responses echo it.
@@ -211,4 +212,38 @@ func (r *recorder) WriteHeader(code int) {
 func (r *recorder) Write(b []byte) (int, error) {
 	r.wrote = true
 	return r.body.Write(b)
+}
+
+// CleanupIdempotencyArgs is the periodic River job that runs
+// CleanupIdempotency.
+type CleanupIdempotencyArgs struct{}
+
+// Kind is the River job kind.
+func (CleanupIdempotencyArgs) Kind() string { return "saldo_cleanup_idempotency" }
+
+// CleanupIdempotencyWorker deletes expired idempotency records.
+type CleanupIdempotencyWorker struct {
+	river.WorkerDefaults[CleanupIdempotencyArgs]
+	s *Server
+}
+
+// Work runs one cleanup.
+func (w *CleanupIdempotencyWorker) Work(ctx context.Context, _ *river.Job[CleanupIdempotencyArgs]) error {
+	n, err := w.s.CleanupIdempotency(ctx)
+	if err == nil && n > 0 {
+		w.s.log.InfoContext(ctx, "api: idempotency records deleted", "count", n, "retention", w.s.cfg.IdempotencyRetention)
+	}
+	return err
+}
+
+// AddWorkers registers the API's River workers (the idempotency cleanup).
+func (s *Server) AddWorkers(w *river.Workers) {
+	river.AddWorker(w, &CleanupIdempotencyWorker{s: s})
+}
+
+// PeriodicJobs returns the hourly idempotency cleanup.
+func (s *Server) PeriodicJobs() []*river.PeriodicJob {
+	return []*river.PeriodicJob{river.NewPeriodicJob(river.PeriodicInterval(time.Hour),
+		func() (river.JobArgs, *river.InsertOpts) { return CleanupIdempotencyArgs{}, nil },
+		&river.PeriodicJobOpts{ID: "saldo_cleanup_idempotency", RunOnStart: true})}
 }

@@ -118,6 +118,10 @@ type NotifierConfig struct {
 	// MaxAttempts of one delivery (default 15: about a day with the backoff
 	// of 10s doubling up to 2h).
 	MaxAttempts int
+	// RetryBase is the first retry delay (default 10s); it doubles per
+	// attempt up to RetryMax (default 2h).
+	RetryBase time.Duration
+	RetryMax  time.Duration
 }
 
 // Notifier records and delivers outbound notifications.
@@ -147,6 +151,12 @@ func NewNotifier(cfg NotifierConfig) (*Notifier, error) {
 	}
 	if cfg.MaxAttempts <= 0 {
 		cfg.MaxAttempts = 15
+	}
+	if cfg.RetryBase <= 0 {
+		cfg.RetryBase = 10 * time.Second
+	}
+	if cfg.RetryMax < cfg.RetryBase {
+		cfg.RetryMax = max(2*time.Hour, cfg.RetryBase)
 	}
 	if cfg.HTTP.ReadTimeout <= 0 {
 		cfg.HTTP.ReadTimeout = 10 * time.Second
@@ -189,13 +199,13 @@ type DeliverNotificationWorker struct {
 	n *Notifier
 }
 
-// NextRetry: 10s doubling per attempt, at most 2h.
+// NextRetry: RetryBase doubling per attempt, at most RetryMax.
 func (w *DeliverNotificationWorker) NextRetry(job *river.Job[DeliverNotificationArgs]) time.Time {
-	d := 10 * time.Second
-	for i := 1; i < job.Attempt && d < 2*time.Hour; i++ {
+	d, limit := w.n.cfg.RetryBase, w.n.cfg.RetryMax
+	for i := 1; i < job.Attempt && d < limit; i++ {
 		d *= 2
 	}
-	return time.Now().Add(min(d, 2*time.Hour))
+	return time.Now().Add(min(d, limit))
 }
 
 // Timeout bounds one delivery.

@@ -75,7 +75,7 @@ func problemFor(err error) Problem {
 			field = "currency"
 		}
 		return Problem{Status: http.StatusBadRequest, Code: "validation_failed", Title: "Validation failed", Detail: pe.Error(), Field: field}
-	case errors.Is(err, ledger.ErrInsufficientFunds):
+	case errors.Is(err, payouts.ErrInsufficientBalance), errors.Is(err, ledger.ErrInsufficientFunds):
 		return Problem{Status: http.StatusUnprocessableEntity, Code: "insufficient_balance", Title: "Insufficient balance",
 			Detail: "the available balance does not cover this amount; nothing was reserved"}
 	case errors.Is(err, payouts.ErrIdempotencyConflict):
