@@ -34,10 +34,10 @@ type accountCache struct{ ids sync.Map } // code -> int64
 // transaction (creating an account is harmless if the payout then fails).
 // Inside transactions the ids then come from the cache, so no transaction
 // ever waits for a second pool connection.
-func (s *Service) prepareAccounts(ctx context.Context, merchantID string, cur money.Currency) error {
+func (s *Service) prepareAccounts(ctx context.Context, merchantID, provider string, cur money.Currency) error {
 	specs := []ledger.AccountSpec{ledger.MerchantAvailable(merchantID, cur), ledger.MerchantReserved(merchantID, cur)}
 	for shard := range ClearingShards {
-		specs = append(specs, clearingShard(s.provider, cur, shard))
+		specs = append(specs, clearingShard(provider, cur, shard))
 	}
 	for _, spec := range specs {
 		if _, ok := s.accounts.ids.Load(spec.Code()); ok {

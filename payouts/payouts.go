@@ -35,6 +35,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/charges"
 	"github.com/saldo/saldo/money"
 	"github.com/saldo/saldo/providers"
 )
@@ -84,6 +85,8 @@ type Config struct {
 	// a job with River's InsertTx on tx so the notice commits with the
 	// status. Returning an error rolls the transition back.
 	OnFinal func(ctx context.Context, tx pgx.Tx, p Payout) error
+	// Charges, optional, enables refunds of its charges.
+	Charges *charges.Service
 }
 
 // Service creates payouts and owns their ledger effects.
@@ -96,10 +99,12 @@ type Service struct {
 	onFinal   func(ctx context.Context, tx pgx.Tx, p Payout) error
 	accounts  accountCache
 	merchants sync.Map // merchant id -> true, once seen
+	charges   *charges.Service
 }
 
 // New builds a Service and registers it as the owner of the outgoing
-// attempt kinds (payout, pix_transfer, split_leg).
+// attempt kinds (payout, pix_transfer, split_leg, and refund when
+// Config.Charges is set).
 func New(cfg Config) (*Service, error) {
 	if cfg.Pool == nil || cfg.Attempts == nil {
 		return nil, errors.New("payouts: Config.Pool and Config.Attempts are required")
@@ -121,8 +126,12 @@ func New(cfg Config) (*Service, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Service{pool: cfg.Pool, attempts: cfg.Attempts, provider: cfg.Provider, clock: cfg.Clock, log: cfg.Logger,
-		onFinal: cfg.OnFinal}
-	for _, k := range []attempts.Kind{attempts.KindPayout, attempts.KindPixTransfer, attempts.KindSplitLeg} {
+		onFinal: cfg.OnFinal, charges: cfg.Charges}
+	kinds := []attempts.Kind{attempts.KindPayout, attempts.KindPixTransfer, attempts.KindSplitLeg}
+	if cfg.Charges != nil {
+		kinds = append(kinds, attempts.KindRefund)
+	}
+	for _, k := range kinds {
 		cfg.Attempts.RegisterOwner(k, s)
 	}
 	return s, nil
@@ -215,7 +224,7 @@ func (s *Service) CreatePayout(ctx context.Context, req PayoutRequest) (Payout, 
 	if err := s.requireMerchant(ctx, req.MerchantID); err != nil {
 		return Payout{}, err
 	}
-	if err := s.prepareAccounts(ctx, req.MerchantID, req.Amount.Currency()); err != nil {
+	if err := s.prepareAccounts(ctx, req.MerchantID, s.provider, req.Amount.Currency()); err != nil {
 		return Payout{}, err
 	}
 	var out Payout
@@ -232,7 +241,7 @@ func (s *Service) CreatePayout(ctx context.Context, req PayoutRequest) (Payout, 
 			}
 			return err
 		}
-		if err := s.insertWithAttempt(ctx, tx, &p); err != nil {
+		if err := s.insertWithAttempt(ctx, tx, &p, operationInput(&p)); err != nil {
 			return err
 		}
 		out = p
@@ -254,7 +263,13 @@ func (s *Service) Retry(ctx context.Context, merchantID, payoutID string) (Payou
 		if p.Status != StatusFailed {
 			return fmt.Errorf("%w: payout %s is %s", ErrNotRetryable, p.ID, p.Status)
 		}
-		if err := s.openAttempt(ctx, tx, &p); err != nil {
+		in := operationInput(&p)
+		if p.Kind == attempts.KindRefund {
+			if in, err = s.retryRefundInput(ctx, tx, &p); err != nil {
+				return err
+			}
+		}
+		if err := s.openAttempt(ctx, tx, &p, in); err != nil {
 			return err
 		}
 		out = p
@@ -276,8 +291,8 @@ func operationInput(p *Payout) providers.OperationInput {
 }
 
 // open opens p's next attempt in tx (key, reference, payload, submit job).
-func (s *Service) open(ctx context.Context, tx pgx.Tx, p *Payout) (attempts.Attempt, error) {
-	a, err := s.attempts.Open(ctx, tx, attempts.OpenParams{Kind: p.Kind, SubjectID: p.ID, Provider: p.Provider, Input: operationInput(p)})
+func (s *Service) open(ctx context.Context, tx pgx.Tx, p *Payout, in providers.OperationInput) (attempts.Attempt, error) {
+	a, err := s.attempts.Open(ctx, tx, attempts.OpenParams{Kind: p.Kind, SubjectID: p.ID, Provider: p.Provider, Input: in})
 	if errors.Is(err, attempts.ErrInvalid) {
 		return a, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
@@ -288,8 +303,8 @@ func (s *Service) open(ctx context.Context, tx pgx.Tx, p *Payout) (attempts.Atte
 // payout row pointing at it, and the reserve (R22). The reserve comes last:
 // it locks the merchant's balance rows, which should be held for as short a
 // time as possible before COMMIT.
-func (s *Service) insertWithAttempt(ctx context.Context, tx pgx.Tx, p *Payout) error {
-	a, err := s.open(ctx, tx, p)
+func (s *Service) insertWithAttempt(ctx context.Context, tx pgx.Tx, p *Payout, in providers.OperationInput) error {
+	a, err := s.open(ctx, tx, p, in)
 	if err != nil {
 		return err
 	}
@@ -302,8 +317,8 @@ func (s *Service) insertWithAttempt(ctx context.Context, tx pgx.Tx, p *Payout) e
 
 // openAttempt opens a failed payout's next attempt, records it as current
 // and reserves its amount again, inside tx. p is updated in place.
-func (s *Service) openAttempt(ctx context.Context, tx pgx.Tx, p *Payout) error {
-	a, err := s.open(ctx, tx, p)
+func (s *Service) openAttempt(ctx context.Context, tx pgx.Tx, p *Payout, in providers.OperationInput) error {
+	a, err := s.open(ctx, tx, p, in)
 	if err != nil {
 		return err
 	}

@@ -128,7 +128,7 @@ func (s *Service) CreateSplit(ctx context.Context, req SplitRequest) (Split, err
 	if err := s.requireMerchant(ctx, req.MerchantID); err != nil {
 		return Split{}, err
 	}
-	if err := s.prepareAccounts(ctx, req.MerchantID, totalAmount.Currency()); err != nil {
+	if err := s.prepareAccounts(ctx, req.MerchantID, s.provider, totalAmount.Currency()); err != nil {
 		return Split{}, err
 	}
 
@@ -155,7 +155,7 @@ func (s *Service) CreateSplit(ctx context.Context, req SplitRequest) (Split, err
 			p := Payout{ID: newID("po_"), MerchantID: req.MerchantID, Kind: attempts.KindSplitLeg, Operation: l.Operation,
 				Provider: s.provider, Amount: l.Amount, Destination: l.Destination, Description: l.Description,
 				SplitID: sp.ID, LegIndex: &idx, Status: StatusProcessing}
-			if err := s.insertWithAttempt(ctx, tx, &p); err != nil {
+			if err := s.insertWithAttempt(ctx, tx, &p, operationInput(&p)); err != nil {
 				return err
 			}
 			sp.Legs = append(sp.Legs, p)

@@ -24,6 +24,8 @@ func (v Violation) String() string { return v.Check + ": " + v.Detail }
 //     moved it out (settled or released);
 //   - status: a payout is processing exactly when its current attempt is
 //     open, succeeded exactly when it is succeeded, failed when failed;
+//   - refunds: the succeeded, pending and unknown refunds of a charge never
+//     sum to more than the charged amount;
 //   - ledger effects: each outgoing attempt that reached a final status has
 //     exactly one settle (succeeded) or release (failed) ledger transaction,
 //     and every attempt has exactly one reserve.
@@ -74,6 +76,25 @@ func Verify(ctx context.Context, db dbtx) ([]Violation, error) {
 			return nil, err
 		}
 		out = append(out, Violation{"status", fmt.Sprintf("payout %s is %s but its current attempt is %s", id, ps, as)})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+
+	rows, err = db.Query(ctx, `
+		SELECT c.id, c.amount, sum(p.amount)
+		FROM charges c JOIN payouts p ON p.charge_id = c.id AND p.kind = 'refund' AND p.status IN ('processing', 'succeeded')
+		GROUP BY c.id, c.amount HAVING sum(p.amount) > c.amount ORDER BY c.id`)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var id string
+		var amount, refunded decimal.Decimal
+		if err := rows.Scan(&id, &amount, &refunded); err != nil {
+			return nil, err
+		}
+		out = append(out, Violation{"refunds", fmt.Sprintf("charge %s of %s has %s refunded or refunding", id, amount, refunded)})
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

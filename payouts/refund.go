@@ -1,0 +1,175 @@
+package payouts
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/shopspring/decimal"
+
+	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/charges"
+	"github.com/saldo/saldo/money"
+	"github.com/saldo/saldo/providers"
+)
+
+// RefundRequest returns money of a paid charge to its payer, partly or in
+// full. The refund is outgoing money like a payout: the amount is reserved
+// from the merchant's available balance in the opening transaction (the fee
+// of the charge is not given back) and goes to the charge's provider.
+type RefundRequest struct {
+	MerchantID string
+	ClientKey  string
+	ChargeID   string
+	// Amount to refund; the zero Amount means everything still refundable.
+	Amount      money.Amount
+	Description string
+	Metadata    map[string]string
+}
+
+// ErrRefundExceedsCharge: the refund would take the sum of succeeded,
+// pending and unknown refunds of the charge past the charged amount. It
+// matches ErrInvalid (the field is "amount").
+var ErrRefundExceedsCharge = errors.New("payouts: refund exceeds what is still refundable")
+
+// ErrRefundsUnavailable: the Service was built without a charges service.
+var ErrRefundsUnavailable = errors.New("payouts: refunds need Config.Charges")
+
+// refundable is how much of charge c may still be refunded: its amount
+// minus every refund that is processing (pending or unknown at the
+// provider) or succeeded. Called with the charge row locked, so concurrent
+// refunds of one charge serialise on the lock and see each other's rows.
+func (s *Service) refundable(ctx context.Context, tx pgx.Tx, c charges.Charge) (decimal.Decimal, error) {
+	var taken decimal.Decimal
+	if err := tx.QueryRow(ctx, `SELECT coalesce(sum(amount), 0) FROM payouts
+		WHERE charge_id = $1 AND kind = 'refund' AND status IN ('processing', 'succeeded')`, c.ID).Scan(&taken); err != nil {
+		return decimal.Zero, err
+	}
+	return c.Amount.Decimal().Sub(taken), nil
+}
+
+// CreateRefund validates the request and, in ONE transaction, locks the
+// charge, checks the amount against what is still refundable (R21: the sum
+// of succeeded, pending and unknown refunds never exceeds the charged
+// amount), inserts the refund, opens its attempt at the charge's provider,
+// and reserves the amount from the merchant's available balance.
+func (s *Service) CreateRefund(ctx context.Context, req RefundRequest) (Payout, error) {
+	if s.charges == nil {
+		return Payout{}, ErrRefundsUnavailable
+	}
+	if req.ChargeID == "" {
+		return Payout{}, invalid("charge_id", "required")
+	}
+	full := !req.Amount.IsValid()
+	if !full {
+		if err := validateCommon(req.Amount, req.Description, req.Metadata); err != nil {
+			return Payout{}, err
+		}
+	} else if err := validateCommon(money.MustParse("1", "BRL"), req.Description, req.Metadata); err != nil {
+		return Payout{}, err
+	}
+	if err := s.requireMerchant(ctx, req.MerchantID); err != nil {
+		return Payout{}, err
+	}
+	amountPart := "full"
+	if !full {
+		amountPart = req.Amount.String()
+	}
+	hash := requestHash("refund", req.ChargeID, amountPart, req.Description, req.Metadata)
+
+	// Accounts are prepared before the transaction (see prepareAccounts);
+	// the charge's currency and provider are read without the lock here and
+	// checked again under it.
+	c0, err := s.charges.Get(ctx, req.MerchantID, req.ChargeID)
+	if errors.Is(err, charges.ErrNotFound) {
+		return Payout{}, fmt.Errorf("%w: charge %s", ErrNotFound, req.ChargeID)
+	}
+	if err != nil {
+		return Payout{}, err
+	}
+	if err := s.prepareAccounts(ctx, req.MerchantID, c0.Provider, c0.Amount.Currency()); err != nil {
+		return Payout{}, err
+	}
+
+	var out Payout
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		p := Payout{ID: newID("po_"), MerchantID: req.MerchantID, Kind: attempts.KindRefund,
+			Operation: providers.OpRefund, ChargeID: req.ChargeID, Description: req.Description,
+			Metadata: req.Metadata, Status: StatusProcessing}
+		existing, err := s.claimClientKey(ctx, tx, req.MerchantID, req.ClientKey, hash, "refund", p.ID)
+		if err != nil || existing != "" {
+			if err == nil {
+				out, err = s.get(ctx, tx, req.MerchantID, existing)
+			}
+			return err
+		}
+		c, err := s.lockCharge(ctx, tx, req.MerchantID, req.ChargeID)
+		if err != nil {
+			return err
+		}
+		left, err := s.refundable(ctx, tx, c)
+		if err != nil {
+			return err
+		}
+		if full {
+			if !left.IsPositive() {
+				return &FieldError{Field: "amount", Reason: "nothing left to refund on charge " + c.ID}
+			}
+			if p.Amount, err = money.New(left, c.Amount.Currency()); err != nil {
+				return err
+			}
+		} else {
+			if req.Amount.Currency().Code() != c.Amount.Currency().Code() {
+				return invalid("amount", "currency %s differs from the charge's %s", req.Amount.Currency().Code(), c.Amount.Currency().Code())
+			}
+			if req.Amount.Decimal().GreaterThan(left) {
+				return fmt.Errorf("%w: %w", &FieldError{Field: "amount",
+					Reason: fmt.Sprintf("%s exceeds the %s %s still refundable on charge %s", req.Amount.Format(), left.StringFixed(c.Amount.Currency().MinorUnits()), c.Amount.Currency().Code(), c.ID)},
+					ErrRefundExceedsCharge)
+			}
+			p.Amount = req.Amount
+		}
+		p.Provider = c.Provider
+		in := operationInput(&p)
+		in.ChargeProviderID, in.ChargeReference = c.ProviderID, c.Reference
+		if err := s.insertWithAttempt(ctx, tx, &p, in); err != nil {
+			return err
+		}
+		out = p
+		return nil
+	})
+	return out, err
+}
+
+// lockCharge locks the charge for a refund and maps charges' errors.
+func (s *Service) lockCharge(ctx context.Context, tx pgx.Tx, merchantID, chargeID string) (charges.Charge, error) {
+	c, err := s.charges.LockForRefund(ctx, tx, merchantID, chargeID)
+	switch {
+	case errors.Is(err, charges.ErrNotFound):
+		return c, fmt.Errorf("%w: charge %s", ErrNotFound, chargeID)
+	case errors.Is(err, charges.ErrNotRefundable):
+		return c, fmt.Errorf("%w: %w", &FieldError{Field: "charge_id", Reason: fmt.Sprintf("charge %s is %s, only a paid charge can be refunded", chargeID, c.Status)}, err)
+	}
+	return c, err
+}
+
+// retryRefundInput re-checks, under the charge lock, that a failed refund
+// still fits in what is refundable, and names the charge for the provider.
+func (s *Service) retryRefundInput(ctx context.Context, tx pgx.Tx, p *Payout) (providers.OperationInput, error) {
+	in := operationInput(p)
+	c, err := s.lockCharge(ctx, tx, p.MerchantID, p.ChargeID)
+	if err != nil {
+		return in, err
+	}
+	left, err := s.refundable(ctx, tx, c)
+	if err != nil {
+		return in, err
+	}
+	if p.Amount.Decimal().GreaterThan(left) {
+		return in, fmt.Errorf("%w: %w", &FieldError{Field: "amount",
+			Reason: fmt.Sprintf("%s exceeds what is still refundable on charge %s", p.Amount, c.ID)}, ErrRefundExceedsCharge)
+	}
+	in.ChargeProviderID, in.ChargeReference = c.ProviderID, c.Reference
+	return in, nil
+}
