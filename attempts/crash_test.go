@@ -203,3 +203,37 @@ func TestCrashChildHelper(t *testing.T) {
 	_, _ = svc.Execute(ctx, uuid.MustParse(os.Getenv("ATTEMPTS_CRASH_ATTEMPT")))
 	t.Fatal("the child should have exited during Execute")
 }
+
+// TestWindowCountsFromGivingUp (R16): after a crash noticed late by the
+// sweeper, the consistency window runs from when we stopped waiting, not from
+// the call's start, so a request that lingered is not declared absent early.
+func TestWindowCountsFromGivingUp(t *testing.T) {
+	t.Parallel()
+	caps := stdCaps()
+	caps.ConsistencyWindow = 5 * time.Minute
+	h := setup(t, harnessOpts{caps: &caps, plan: []behaviour{behave500NoRecord}, tune: func(c *Config) {
+		c.StaleCallAfter = 10 * time.Minute
+		c.ResolveSchedule = []time.Duration{time.Minute}
+	}})
+	a := h.open(newSubject())
+	h.svc.hookAfterCall = func(Attempt) error { return errCrash }
+	_, err := h.svc.Execute(h.ctx, a.ID)
+	require.ErrorIs(t, err, errCrash)
+	h.svc.hookAfterCall = nil
+	h.clock.Advance(11 * time.Minute)
+	sr, err := h.svc.Sweep(h.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, sr.StaleToUnknown)
+	for i := range 4 {
+		h.clock.Advance(time.Minute)
+		r, err := h.svc.Resolve(h.ctx, a.ID)
+		require.NoError(t, err)
+		require.Equal(t, StatusUnknown, r.Attempt.Status, "lookup %d, %d min after giving up", i+1, i+1)
+	}
+	h.clock.Advance(time.Minute)
+	r, err := h.svc.Resolve(h.ctx, a.ID)
+	require.NoError(t, err)
+	require.Equal(t, StatusFailed, r.Attempt.Status)
+	require.Equal(t, 1, h.psp.totalSubmits())
+	h.requireNoViolations()
+}

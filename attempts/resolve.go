@@ -143,7 +143,9 @@ type ResolveResult struct {
 // became unknown or processing, then after each lookup from
 // Config.ResolveSchedule) has come. Found succeeded/failed resolves the
 // attempt; processing keeps it open; not found resolves it failed only when
-// the provider's consistency window has passed since the last call (R16).
+// the provider's consistency window has passed since the last call ended or
+// was given up (R16), and never when the provider already named or
+// acknowledged the operation.
 // After MaxLookups lookups, or ProcessingReviewAfter of "processing", or
 // for a provider that cannot look up, the attempt goes to review with an
 // alert, never to automatic failure.
@@ -225,9 +227,14 @@ func (s *Service) Resolve(ctx context.Context, id uuid.UUID) (ResolveResult, err
 				// a later "not found" contradicts it and proves nothing.
 				return nil
 			}
-			ref := lastCallAt(la)
-			if ref == nil {
-				ref = &la.CreatedAt
+			// Counted from the latest moment the request could still have
+			// been on its way: the last call's start or recorded end, or when
+			// we stopped waiting for it (unknown_at).
+			ref := &la.CreatedAt
+			for _, t := range []*time.Time{la.CallStartedAt, la.CallEndedAt, la.UnknownAt} {
+				if t != nil && t.After(*ref) {
+					ref = t
+				}
 			}
 			if now.Sub(*ref) < caps.ConsistencyWindow {
 				return nil
