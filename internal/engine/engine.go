@@ -1,10 +1,12 @@
 // Package engine wires saldo's packages into one running system: the
-// database pool, the providers, the attempts core, payouts, and the River
-// client whose workers submit and resolve attempts. `saldo serve`, `saldo
+// database pool, the providers, the attempts core, payouts (with refunds),
+// charges, outbound notifications, and the River client whose workers
+// submit and resolve attempts, poll Pix charges and deliver notifications. `saldo serve`, `saldo
 // dev`, the benchmarks and end-to-end tests all build it the same way.
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,7 +18,9 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/saldo/saldo/api"
 	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/charges"
 	"github.com/saldo/saldo/payouts"
 	"github.com/saldo/saldo/providers"
 )
@@ -29,8 +33,17 @@ type Config struct {
 	Providers []providers.Provider
 	// PayoutProvider names the provider outgoing money uses.
 	PayoutProvider string
+	// ChargeProvider names the provider charges go through (default
+	// PayoutProvider).
+	ChargeProvider string
+	// Charges tunes the charges service; Pool, Attempts, Provider, Clock
+	// and Logger are filled in by the engine.
+	Charges charges.Config
+	// Notifications tunes outbound merchant notifications (R24); Pool,
+	// Clock and Logger are filled in by the engine.
+	Notifications api.NotifierConfig
 	// Clock for attempts and payouts; default the wall clock.
-	Clock attempts.Clock
+	Clock  attempts.Clock
 	Logger *slog.Logger
 	// RunWorkers: this process works River jobs. False makes an insert-only
 	// engine (an API-only process).
@@ -52,12 +65,15 @@ type Config struct {
 
 // Engine is a wired saldo.
 type Engine struct {
-	Pool     *pgxpool.Pool
-	Attempts *attempts.Service
-	Payouts  *payouts.Service
-	River    *river.Client[pgx.Tx]
-	Logger   *slog.Logger
-	Clock    attempts.Clock
+	Pool      *pgxpool.Pool
+	Attempts  *attempts.Service
+	Payouts   *payouts.Service
+	Charges   *charges.Service
+	Notifier  *api.Notifier
+	Providers map[string]providers.Provider
+	River     *river.Client[pgx.Tx]
+	Logger    *slog.Logger
+	Clock     attempts.Clock
 	// Periodic jobs added by Register functions.
 	Periodic []*river.PeriodicJob
 }
@@ -89,15 +105,31 @@ func New(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	po, err := payouts.New(payouts.Config{Pool: cfg.Pool, Attempts: att, Provider: cfg.PayoutProvider,
-		Clock: cfg.Clock, Logger: cfg.Logger})
+	cc := cfg.Charges
+	cc.Pool, cc.Attempts, cc.Clock, cc.Logger = cfg.Pool, att, cfg.Clock, cfg.Logger
+	cc.Provider = cmp.Or(cfg.ChargeProvider, cfg.PayoutProvider)
+	ch, err := charges.New(cc)
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{Pool: cfg.Pool, Attempts: att, Payouts: po, Logger: cfg.Logger, Clock: cfg.Clock}
+	nc := cfg.Notifications
+	nc.Pool, nc.Clock, nc.Logger = cfg.Pool, cfg.Clock, cfg.Logger
+	notifier, err := api.NewNotifier(nc)
+	if err != nil {
+		return nil, err
+	}
+	po, err := payouts.New(payouts.Config{Pool: cfg.Pool, Attempts: att, Provider: cfg.PayoutProvider,
+		Clock: cfg.Clock, Logger: cfg.Logger, Charges: ch, OnFinal: notifier.PayoutFinal})
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{Pool: cfg.Pool, Attempts: att, Payouts: po, Charges: ch, Notifier: notifier, Providers: byName,
+		Logger: cfg.Logger, Clock: cfg.Clock}
 
 	workers := river.NewWorkers()
 	att.AddWorkers(workers)
+	ch.AddWorkers(workers)
+	notifier.AddWorkers(workers)
 	if cfg.Register != nil {
 		if err := cfg.Register(e, workers); err != nil {
 			return nil, err
@@ -117,6 +149,7 @@ func New(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("engine: river client: %w", err)
 	}
 	att.SetRiverClient(client)
+	notifier.SetRiverClient(client)
 	e.River = client
 	return e, nil
 }

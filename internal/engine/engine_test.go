@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/saldo/saldo/audit"
 	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/audit"
 	"github.com/saldo/saldo/internal/engine"
 	"github.com/saldo/saldo/internal/testdb"
 	"github.com/saldo/saldo/merchants"
