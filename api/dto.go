@@ -56,7 +56,11 @@ type payoutViewJSON struct {
 }
 
 func payoutViewJSONOf(v payouts.View) payoutViewJSON {
-	out := payoutViewJSON{PayoutJSON: payoutJSON(v.Payout), NeedsAttention: v.NeedsAttention, Attempts: []attemptJSON{}}
+	// payouts.View.NeedsAttention follows the attempt's review flag, which
+	// stays set after an operator resolved it: only an open payout needs
+	// attention.
+	out := payoutViewJSON{PayoutJSON: payoutJSON(v.Payout), Attempts: []attemptJSON{},
+		NeedsAttention: v.NeedsAttention && v.Status == payouts.StatusProcessing}
 	for _, a := range v.Attempts {
 		aj := attemptJSON{ID: a.ID.String(), Kind: string(v.Kind), SubjectID: v.ID, Provider: v.Provider,
 			Operation: string(v.Operation), Reference: a.Reference, Status: string(a.Status), ProviderID: a.ProviderID,

@@ -82,7 +82,7 @@ type env struct {
 
 func brl(s string) money.Amount { return money.MustParse(s, "BRL") }
 
-func setup(t *testing.T, cfg sim.Config) *env {
+func setup(t *testing.T, cfg sim.Config, tune ...func(*attempts.Config)) *env {
 	t.Helper()
 	ctx := context.Background()
 	e := &env{t: t, ctx: ctx, pool: testdb.New(t), clock: sim.NewManualClock(time.Now().UTC()), router: openAPIRouter(t)}
@@ -100,7 +100,11 @@ func setup(t *testing.T, cfg sim.Config) *env {
 	t.Cleanup(e.srv.Close)
 	e.prov = e.srv.NewProvider(sim.WithHTTPSettings(providers.HTTPSettings{ConnectTimeout: time.Second, ReadTimeout: 500 * time.Millisecond}))
 	var err error
-	e.att, err = attempts.New(attempts.Config{Pool: e.pool, Clock: e.clock, Providers: map[string]providers.Provider{"sim": e.prov}})
+	acfg := attempts.Config{Pool: e.pool, Clock: e.clock, Providers: map[string]providers.Provider{"sim": e.prov}}
+	for _, f := range tune {
+		f(&acfg)
+	}
+	e.att, err = attempts.New(acfg)
 	require.NoError(t, err)
 	e.notif, err = api.NewNotifier(api.NotifierConfig{Pool: e.pool, Clock: e.clock,
 		HTTP: providers.HTTPSettings{ConnectTimeout: time.Second, ReadTimeout: 2 * time.Second}, RetryBase: 50 * time.Millisecond})

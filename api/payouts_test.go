@@ -235,3 +235,40 @@ func mustJSON(t *testing.T, v any) string {
 	require.NoError(t, err)
 	return string(b)
 }
+
+// An attempt whose outcome stays unclear goes to the review queue (R18);
+// the operator lists it, sees needs_attention on the payout, and resolves
+// it; the queue is then empty.
+func TestReviewQueue(t *testing.T) {
+	t.Parallel()
+	e := setup(t, sim.Config{}, func(c *attempts.Config) { c.MaxLookups = 1 })
+	p := e.createPix("8.00", "rq-1")
+	a := e.attemptOf(p)
+	require.NoError(t, e.srv.AddFault(sim.FaultRule{Kind: sim.FaultUnavailable, Reference: a.Reference}))
+	require.NoError(t, e.srv.AddFault(sim.FaultRule{Kind: sim.FaultLookupFail, Reference: a.Reference}))
+	res, err := e.att.Execute(e.ctx, a.ID)
+	require.NoError(t, err)
+	require.Equal(t, attempts.StatusUnknown, res.Attempt.Status)
+	for range 3 {
+		e.clock.Advance(time.Hour)
+		_, err := e.att.Resolve(e.ctx, a.ID)
+		require.NoError(t, err)
+	}
+	got, err := e.att.Get(e.ctx, e.pool, a.ID)
+	require.NoError(t, err)
+	require.True(t, got.Review, "flagged for review")
+
+	q := e.get("/v1/review-queue?limit=10", e.operator).json(t)
+	require.Len(t, q["data"], 1)
+	require.Equal(t, a.ID.String(), q["data"].([]any)[0].(map[string]any)["id"])
+	require.Equal(t, true, e.get("/v1/merchants/m1/payouts/"+p["id"].(string), e.m1).json(t)["needs_attention"])
+	require.Equal(t, http.StatusBadRequest, e.get("/v1/review-queue?cursor=garbage", e.operator).Status)
+
+	r := e.post("/v1/attempts/"+a.ID.String()+"/resolution", e.operator, "rq-res",
+		map[string]any{"status": "failed", "reason": "statement of the day has no such transfer"})
+	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+	require.Empty(t, e.get("/v1/review-queue", e.auditor).json(t)["data"])
+	v := e.get("/v1/merchants/m1/payouts/"+p["id"].(string), e.m1).json(t)
+	require.Equal(t, "failed", v["status"])
+	require.Equal(t, false, v["needs_attention"])
+}
