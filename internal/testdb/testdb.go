@@ -36,8 +36,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx" for pgtestdb
 	"github.com/peterldowns/pgtestdb"
-	"github.com/testcontainers/testcontainers-go"
-	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 
 	"github.com/saldo/saldo/internal/pgcluster"
 	"github.com/saldo/saldo/migrations"
@@ -126,25 +124,10 @@ func localCluster(ctx context.Context) (string, error) {
 }
 
 func container(ctx context.Context) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	p, err := testcontainers.NewDockerProvider()
-	if err != nil {
-		return "", err
-	}
-	if err := p.Health(ctx); err != nil {
-		return "", fmt.Errorf("no Docker engine: %w", err)
-	}
-	c, err := tcpostgres.Run(ctx, "postgres:15-alpine",
-		tcpostgres.WithDatabase("postgres"),
-		tcpostgres.WithUsername("postgres"),
-		tcpostgres.WithPassword("postgres"),
-		tcpostgres.BasicWaitStrategies(),
-	)
-	if err != nil {
-		return "", err
-	}
-	return c.ConnectionString(ctx, "sslmode=disable")
+	// The container lives as long as the test process; testcontainers'
+	// reaper removes it afterwards.
+	u, _, err := pgcluster.StartContainer(ctx)
+	return u, err
 }
 
 // migrator builds the template with migrations.Up.
