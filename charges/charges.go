@@ -277,8 +277,9 @@ type Charge struct {
 	ProviderID string     `json:"provider_id,omitempty"`
 	// Pix is the payer's side of a Pix charge once the cob exists.
 	Pix *PixPayment `json:"pix,omitempty"`
-	// PixExpiresIn is the cob lifetime asked for (Pix only).
-	PixExpiresIn time.Duration `json:"pix_expires_in,omitempty"`
+	// PixExpiresIn is the cob lifetime asked for (Pix only); callers read
+	// Pix.ExpiresAt.
+	PixExpiresIn time.Duration `json:"-"`
 	PaidAt       *time.Time    `json:"paid_at,omitempty"`
 	// PaidBy is who confirmed the payment (the attempts actor that resolved
 	// the attempt): worker (the card capture answer), resolver (a lookup by
