@@ -307,22 +307,28 @@ func TestDatabaseGuards(t *testing.T) {
 	require.Error(t, err)
 	require.ErrorIs(t, ledger.MapCommitError(err), ledger.ErrInsufficientFunds)
 
-	// An unbalanced transaction written directly cannot commit.
+	// A transaction written directly without its postings cannot commit
+	// (the deferred constraint trigger).
 	tx, err := f.pool.Begin(ctx)
 	require.NoError(t, err)
 	_, err = tx.Exec(ctx, `INSERT INTO ledger_transactions (idempotency_key, request_hash, cause_kind, cause_id, effective_at, posted_at)
 		VALUES ('raw', '\x00', 'test', 'raw', now(), now())`)
 	require.NoError(t, err)
-	_, err = tx.Exec(ctx, `INSERT INTO ledger_postings (account_id, seq, transaction_id, leg, amount, currency, balance_after, posted_at, prev_hash, hash)
-		SELECT $1, 99, id, 1, 5, 'BRL', 5, now(), '\x', '\x' FROM ledger_transactions WHERE idempotency_key = 'raw'`, b.ID)
-	require.NoError(t, err)
 	err = tx.Commit(ctx)
 	require.ErrorIs(t, ledger.MapCommitError(err), ledger.ErrUnbalanced)
 
-	// Nor can a posting added later to an old transaction.
-	_, err = f.pool.Exec(ctx, `INSERT INTO ledger_postings (account_id, seq, transaction_id, leg, amount, currency, balance_after, posted_at, prev_hash, hash)
-		VALUES ($1, 99, $2, 3, 5, 'BRL', 5, now(), '\x', '\x')`, b.ID, posted.ID)
+	// Postings written directly must cancel out within their statement,
+	// name an existing account in its currency and an existing transaction.
+	insert := `INSERT INTO ledger_postings (account_id, seq, transaction_id, leg, amount, currency, balance_after, posted_at, prev_hash, hash)
+		VALUES ($1, 99, $2, 3, 5, $3, 5, now(), '\x', '\x')`
+	_, err = f.pool.Exec(ctx, insert, b.ID, posted.ID, "BRL")
 	require.ErrorIs(t, ledger.MapCommitError(err), ledger.ErrUnbalanced)
+	_, err = f.pool.Exec(ctx, insert, b.ID, posted.ID, "USD")
+	require.ErrorContains(t, err, "missing account or in another currency")
+	_, err = f.pool.Exec(ctx, insert, 424242, posted.ID, "BRL")
+	require.ErrorContains(t, err, "missing account or in another currency")
+	_, err = f.pool.Exec(ctx, insert, b.ID, 424242, "BRL")
+	require.ErrorContains(t, err, "missing transaction")
 
 	requireClean(t, ctx, f.pool)
 }

@@ -28,10 +28,12 @@ type TransactionInput struct {
 	// IdempotencyKey identifies the intent (1-255 characters). Posting the
 	// same key again with the same cause and legs returns the original
 	// transaction and writes nothing; with different ones it fails with
-	// ErrIdempotencyConflict. Description, Metadata and EffectiveAt are not
-	// compared. Legs are compared as a set of (account, amount, currency)
-	// after account codes are resolved, so naming an account by code once and
-	// by id the next time is the same request.
+	// ErrIdempotencyConflict. The request compared is the cause, the
+	// reversed transaction and the legs in order, as (account id, amount,
+	// currency) after account codes are resolved: naming an account by code
+	// once and by id the next time is the same request; listing the legs in
+	// another order is not. Description, Metadata and EffectiveAt are not
+	// compared.
 	IdempotencyKey string
 	// CauseKind and CauseID name what caused the transaction, e.g. "attempt"
 	// and the attempt id. CauseKind is a lowercase word.

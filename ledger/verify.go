@@ -33,13 +33,16 @@ const (
 	ViolationHashChain ViolationKind = "hash_chain_broken"
 	// ViolationCurrency: a posting in a currency other than its account's.
 	ViolationCurrency ViolationKind = "currency_mismatch"
+	// ViolationOrphanPosting: a posting whose account or transaction does
+	// not exist.
+	ViolationOrphanPosting ViolationKind = "orphan_posting"
 )
 
 // AllViolationKinds lists every kind, in report order.
 var AllViolationKinds = []ViolationKind{
 	ViolationBalanceMismatch, ViolationChainHead, ViolationUnbalancedTransaction,
 	ViolationForbiddenNegative, ViolationSequenceGap, ViolationBalanceAfter,
-	ViolationHashChain, ViolationCurrency,
+	ViolationHashChain, ViolationCurrency, ViolationOrphanPosting,
 }
 
 // Violation is one piece of damage found by Verify.
@@ -157,39 +160,40 @@ func Verify(ctx context.Context, db DBTX) (Report, error) {
 func verifyPostings(ctx context.Context, db DBTX, rep *Report) error {
 	rows, err := db.Query(ctx, `
 		SELECT code, seq, transaction_id, gap, bad_after, negative, bad_hash, bad_prev, bad_currency,
-		       prev_seq, amount::text, balance_after::text, prev_after::text
+		       orphan, prev_seq, amount::text, balance_after::text, prev_after::text
 		FROM (
-			SELECT a.code, p.seq, p.transaction_id, p.amount, p.balance_after,
+			SELECT coalesce(a.code, 'account id ' || p.account_id) AS code, p.seq, p.transaction_id, p.amount, p.balance_after,
 			       lag(p.seq) OVER w AS prev_seq,
 			       lag(p.balance_after) OVER w AS prev_after,
 			       p.seq <> coalesce(lag(p.seq) OVER w, 0) + 1 AS gap,
 			       p.balance_after <> coalesce(lag(p.balance_after) OVER w, 0) + p.amount AS bad_after,
-			       (NOT a.allow_negative AND p.balance_after < 0) AS negative,
+			       coalesce(NOT a.allow_negative AND p.balance_after < 0, false) AS negative,
 			       p.hash <> sha256(convert_to(concat_ws('|', 'saldo-ledger-posting-v1',
 			           p.account_id, p.seq, p.transaction_id, p.leg,
 			           trim_scale(p.amount)::text, p.currency, trim_scale(p.balance_after)::text,
 			           (extract(epoch FROM p.posted_at) * 1000000)::bigint), 'UTF8') || p.prev_hash) AS bad_hash,
 			       p.prev_hash <> coalesce(lag(p.hash) OVER w, '\x'::bytea) AS bad_prev,
-			       p.currency <> a.currency AS bad_currency
-			FROM ledger_postings p JOIN ledger_accounts a ON a.id = p.account_id
+			       coalesce(p.currency <> a.currency, false) AS bad_currency,
+			       a.id IS NULL OR NOT EXISTS (SELECT 1 FROM ledger_transactions t WHERE t.id = p.transaction_id) AS orphan
+			FROM ledger_postings p LEFT JOIN ledger_accounts a ON a.id = p.account_id
 			WINDOW w AS (PARTITION BY p.account_id ORDER BY p.seq)
 		) x
-		WHERE gap OR bad_after OR negative OR bad_hash OR bad_prev OR bad_currency`)
+		WHERE gap OR bad_after OR negative OR bad_hash OR bad_prev OR bad_currency OR orphan`)
 	if err != nil {
 		return fmt.Errorf("ledger: verify: postings: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var (
-			code                                          string
-			seq, tx                                       int64
-			gap, badAfter, negative, badHash, badPrev, bc bool
-			prevSeq                                       *int64
-			amount, after                                 string
-			prevAfter                                     *string
+			code                                                  string
+			seq, tx                                               int64
+			gap, badAfter, negative, badHash, badPrev, bc, orphan bool
+			prevSeq                                               *int64
+			amount, after                                         string
+			prevAfter                                             *string
 		)
 		if err := rows.Scan(&code, &seq, &tx, &gap, &badAfter, &negative, &badHash, &badPrev, &bc,
-			&prevSeq, &amount, &after, &prevAfter); err != nil {
+			&orphan, &prevSeq, &amount, &after, &prevAfter); err != nil {
 			return fmt.Errorf("ledger: verify: postings: %w", err)
 		}
 		v := Violation{AccountCode: code, Seq: seq, TransactionID: tx}
@@ -215,6 +219,10 @@ func verifyPostings(ctx context.Context, db DBTX, rep *Report) error {
 		}
 		if bc {
 			v.Kind, v.Detail = ViolationCurrency, "posting currency differs from the account's"
+			rep.add(v)
+		}
+		if orphan {
+			v.Kind, v.Detail = ViolationOrphanPosting, "the posting's account or transaction does not exist"
 			rep.add(v)
 		}
 	}

@@ -13,11 +13,14 @@
 CREATE TABLE ledger_accounts (
     id             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     -- code is owner_kind/owner_id/purpose/currency, e.g. merchant/m_42/available/BRL.
+    -- The identity columns are validated once, at INSERT, by
+    -- ledger_accounts_valid (a CHECK would be re-evaluated on every balance
+    -- update), and can never change afterwards (ledger_accounts_identity_fixed).
     code           text NOT NULL UNIQUE,
-    owner_kind     text NOT NULL CHECK (owner_kind IN ('merchant', 'platform', 'provider')),
-    owner_id       text NOT NULL CHECK (owner_id ~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$'),
-    purpose        text NOT NULL CHECK (purpose ~ '^[a-z][a-z0-9_]{0,31}$'),
-    currency       text NOT NULL CHECK (currency ~ '^[A-Z]{3}$'),
+    owner_kind     text NOT NULL,
+    owner_id       text NOT NULL,
+    purpose        text NOT NULL,
+    currency       text NOT NULL,
     allow_negative boolean NOT NULL,
     balance        numeric NOT NULL DEFAULT 0,
     -- last_seq, last_hash and last_posted_at describe the newest posting of
@@ -26,12 +29,29 @@ CREATE TABLE ledger_accounts (
     last_hash      bytea NOT NULL DEFAULT '\x',
     last_posted_at timestamptz,
     created_at     timestamptz NOT NULL DEFAULT now(),
-    CONSTRAINT ledger_accounts_code_shape
-        CHECK (code = owner_kind || '/' || owner_id || '/' || purpose || '/' || currency),
     -- R23: the database itself refuses an overdraft, whatever the caller did.
-    CONSTRAINT ledger_accounts_no_overdraft CHECK (allow_negative OR balance >= 0),
-    CONSTRAINT ledger_accounts_id_currency UNIQUE (id, currency)
+    CONSTRAINT ledger_accounts_no_overdraft CHECK (allow_negative OR balance >= 0)
 ) WITH (fillfactor = 50); -- room for HOT updates of the balance
+
+-- +goose StatementBegin
+CREATE FUNCTION ledger_accounts_validate() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.owner_kind NOT IN ('merchant', 'platform', 'provider')
+       OR NEW.owner_id !~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$'
+       OR NEW.purpose !~ '^[a-z][a-z0-9_]{0,31}$'
+       OR NEW.currency !~ '^[A-Z]{3}$'
+       OR NEW.code <> NEW.owner_kind || '/' || NEW.owner_id || '/' || NEW.purpose || '/' || NEW.currency
+       OR NEW.balance <> 0 OR NEW.last_seq <> 0 OR NEW.last_hash <> '\x'::bytea THEN
+        RAISE EXCEPTION 'ledger: invalid account % (owner kind merchant|platform|provider, owner id, purpose, currency, code = kind/id/purpose/currency, empty history)',
+            NEW.code USING ERRCODE = 'check_violation', CONSTRAINT = 'ledger_accounts_valid';
+    END IF;
+    RETURN NEW;
+END
+$$;
+-- +goose StatementEnd
+
+CREATE TRIGGER ledger_accounts_valid BEFORE INSERT ON ledger_accounts
+    FOR EACH ROW EXECUTE FUNCTION ledger_accounts_validate();
 
 CREATE INDEX ledger_accounts_owner ON ledger_accounts (owner_kind, owner_id, currency);
 
@@ -57,10 +77,16 @@ CREATE UNIQUE INDEX ledger_transactions_reverses ON ledger_transactions (reverse
     WHERE reverses_id IS NOT NULL;
 CREATE INDEX ledger_transactions_cause ON ledger_transactions (cause_kind, cause_id);
 
+-- The references of a posting (its account, in the same currency, and its
+-- transaction) are checked by the statement-level trigger below rather than
+-- by FOREIGN KEYs: one check per INSERT statement instead of two row-locking
+-- lookups per posting, on the hottest path of the system. Accounts and
+-- transactions are never deleted (triggers), so a reference once valid stays
+-- valid.
 CREATE TABLE ledger_postings (
     account_id     bigint NOT NULL,
     seq            bigint NOT NULL CHECK (seq >= 1),
-    transaction_id bigint NOT NULL REFERENCES ledger_transactions (id),
+    transaction_id bigint NOT NULL,
     leg            smallint NOT NULL CHECK (leg >= 1),
     amount         numeric NOT NULL CHECK (amount <> 0),
     currency       text NOT NULL,
@@ -69,9 +95,7 @@ CREATE TABLE ledger_postings (
     prev_hash      bytea NOT NULL,
     hash           bytea NOT NULL,
     PRIMARY KEY (account_id, seq),
-    CONSTRAINT ledger_postings_leg UNIQUE (transaction_id, leg),
-    -- a posting is in its account's currency
-    FOREIGN KEY (account_id, currency) REFERENCES ledger_accounts (id, currency)
+    CONSTRAINT ledger_postings_leg UNIQUE (transaction_id, leg)
 );
 
 CREATE INDEX ledger_postings_account_time ON ledger_postings (account_id, posted_at);
@@ -106,26 +130,20 @@ CREATE TRIGGER ledger_accounts_no_delete BEFORE DELETE OR TRUNCATE ON ledger_acc
 
 -- Double entry, enforced at COMMIT: every transaction has at least two
 -- postings and they sum to zero per currency. Deferred, because the sum is
--- only whole once every posting is in. Fires for a new transaction and for
--- any posting added later to an old one.
+-- only whole once every posting is in.
 -- +goose StatementBegin
-CREATE FUNCTION ledger_check_balanced() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION ledger_check_balanced() RETURNS trigger LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
-    v_tx bigint;
     v_n bigint;
     v_ok boolean;
 BEGIN
-    IF TG_TABLE_NAME = 'ledger_transactions' THEN
-        v_tx := NEW.id;
-    ELSE
-        v_tx := NEW.transaction_id;
-    END IF;
     SELECT coalesce(sum(c), 0), coalesce(bool_and(s = 0), true) INTO v_n, v_ok
     FROM (SELECT count(*) AS c, sum(p.amount) AS s
-          FROM ledger_postings p WHERE p.transaction_id = v_tx GROUP BY p.currency) per_currency;
+          FROM ledger_postings p WHERE p.transaction_id = NEW.id GROUP BY p.currency) per_currency;
     IF v_n < 2 OR NOT v_ok THEN
         RAISE EXCEPTION 'ledger: transaction % is not balanced (% postings, zero sum per currency: %)',
-            v_tx, v_n, v_ok
+            NEW.id, v_n, v_ok
             USING ERRCODE = 'check_violation', CONSTRAINT = 'ledger_transaction_balanced';
     END IF;
     RETURN NULL;
@@ -135,8 +153,48 @@ $$;
 
 CREATE CONSTRAINT TRIGGER ledger_transaction_balanced AFTER INSERT ON ledger_transactions
     DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION ledger_check_balanced();
-CREATE CONSTRAINT TRIGGER ledger_posting_balanced AFTER INSERT ON ledger_postings
-    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION ledger_check_balanced();
+
+-- Every INSERT statement into ledger_postings is checked as a whole: each
+-- posting names an existing account in the account's currency and an
+-- existing transaction, and the rows of the statement sum to zero per
+-- (transaction, currency). With the deferred check above this keeps every
+-- transaction balanced: a new one is checked whole at COMMIT, and postings
+-- added later to an old one must cancel out among themselves.
+-- +goose StatementBegin
+CREATE FUNCTION ledger_check_postings() RETURNS trigger LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    v_bad_account boolean;
+    v_bad_tx boolean;
+    v_unbalanced boolean;
+BEGIN
+    SELECT bool_or(a.id IS NULL OR a.currency <> n.currency), bool_or(t.id IS NULL),
+           (SELECT bool_or(s <> 0) FROM (SELECT sum(x.amount) AS s FROM new_postings x
+                                         GROUP BY x.transaction_id, x.currency) sums)
+    INTO v_bad_account, v_bad_tx, v_unbalanced
+    FROM new_postings n
+    LEFT JOIN ledger_accounts a ON a.id = n.account_id
+    LEFT JOIN ledger_transactions t ON t.id = n.transaction_id;
+    IF v_bad_account THEN
+        RAISE EXCEPTION 'ledger: posting for a missing account or in another currency than its account'
+            USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'ledger_postings_account';
+    END IF;
+    IF v_bad_tx THEN
+        RAISE EXCEPTION 'ledger: posting for a missing transaction'
+            USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'ledger_postings_transaction';
+    END IF;
+    IF v_unbalanced THEN
+        RAISE EXCEPTION 'ledger: the postings of one INSERT do not sum to zero per transaction and currency'
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'ledger_transaction_balanced';
+    END IF;
+    RETURN NULL;
+END
+$$;
+-- +goose StatementEnd
+
+CREATE TRIGGER ledger_postings_checked AFTER INSERT ON ledger_postings
+    REFERENCING NEW TABLE AS new_postings
+    FOR EACH STATEMENT EXECUTE FUNCTION ledger_check_postings();
 
 -- ledger_post posts one transaction in ONE round trip. It never raises for
 -- an expected refusal (insufficient funds, idempotency conflict, unknown
@@ -146,11 +204,16 @@ CREATE CONSTRAINT TRIGGER ledger_posting_balanced AFTER INSERT ON ledger_posting
 -- Legs come as parallel arrays; a leg names its account by id (non-zero) or
 -- by code. Steps: lock every named account in id order (FOR UPDATE: no
 -- deadlocks); resolve legs and apply them in order to running balances;
--- compute the request hash; if the key exists, return 'existing' (same hash)
--- or 'conflict'; refuse an overdraft of an account that forbids negatives
--- ('insufficient_funds', detail = account code); insert the transaction (ON
--- CONFLICT on the key: a racing twin is detected without an error); chain the
--- posting hashes; insert the postings; update the balances.
+-- compute the request hash over the cause, the reversed transaction and the
+-- legs (account id, amount, currency) in order; refuse an overdraft of an
+-- account that forbids negatives ('insufficient_funds', detail = account
+-- code) unless the key was already posted; insert the transaction (ON
+-- CONFLICT on the key: a replay, or a racing twin that committed first, is
+-- detected without an error and answered 'existing' or 'conflict'); chain
+-- the posting hashes; insert the postings; update the balances.
+--
+-- The happy path runs four statements (lock, insert transaction, insert
+-- postings, update accounts); everything else is plpgsql arithmetic.
 --
 -- Outcomes: posted (one row per leg), existing (one row, transaction_id set),
 -- conflict, insufficient_funds, unknown_account, currency_mismatch,
@@ -163,10 +226,16 @@ CREATE FUNCTION ledger_post(
 RETURNS TABLE (outcome text, detail text, transaction_id bigint, posted_at timestamptz,
                leg int, account_id bigint, account_code text, seq bigint,
                balance_after numeric, hash bytea)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Without this, the plan cache re-plans the statements below with custom
+-- plans on every call (they take array parameters), which costs more than
+-- running them. The generic plans are index scans.
+SET plan_cache_mode = force_generic_plan
+AS $$
 #variable_conflict use_column
 DECLARE
     n int := coalesce(cardinality(p_amounts), 0);
+    na int := 0;
     a_id bigint[] := '{}';
     a_code text[] := '{}';
     a_cur text[] := '{}';
@@ -181,7 +250,9 @@ DECLARE
     l_hash bytea[] := '{}';
     v_last timestamptz;
     v_posted timestamptz;
+    v_micros bigint;
     v_short text;
+    v_req_text text;
     v_req bytea;
     v_tx bigint;
     v_old_req bytea;
@@ -204,19 +275,22 @@ BEGIN
         ORDER BY a.id
         FOR UPDATE
     LOOP
-        a_id := a_id || r.id;
-        a_code := a_code || r.code;
-        a_cur := a_cur || r.currency;
-        a_neg := a_neg || r.allow_negative;
-        a_bal := a_bal || r.balance;
-        a_seq := a_seq || r.last_seq;
-        a_hash := a_hash || r.last_hash;
+        na := na + 1;
+        a_id[na] := r.id;
+        a_code[na] := r.code;
+        a_cur[na] := r.currency;
+        a_neg[na] := r.allow_negative;
+        a_bal[na] := r.balance;
+        a_seq[na] := r.last_seq;
+        a_hash[na] := r.last_hash;
         v_last := greatest(v_last, r.last_posted_at);
     END LOOP;
 
+    v_req_text := concat_ws('|', 'saldo-ledger-request-v1', p_cause_kind, p_cause_id,
+                            coalesce(p_reverses_id::text, ''));
     FOR i IN 1..n LOOP
         j := NULL;
-        FOR k IN 1..coalesce(cardinality(a_id), 0) LOOP
+        FOR k IN 1..na LOOP
             IF (coalesce(p_account_ids[i], 0) <> 0 AND a_id[k] = p_account_ids[i])
                OR (coalesce(p_account_ids[i], 0) = 0 AND a_code[k] = p_account_codes[i]) THEN
                 j := k;
@@ -224,16 +298,18 @@ BEGIN
             END IF;
         END LOOP;
         IF j IS NULL THEN
-            RETURN QUERY SELECT 'unknown_account'::text,
-                CASE WHEN coalesce(p_account_ids[i], 0) <> 0 THEN p_account_ids[i]::text
-                     ELSE p_account_codes[i] END,
-                NULL::bigint, NULL::timestamptz, i, NULL::bigint, NULL::text, NULL::bigint,
-                NULL::numeric, NULL::bytea;
+            outcome := 'unknown_account';
+            detail := CASE WHEN coalesce(p_account_ids[i], 0) <> 0 THEN p_account_ids[i]::text
+                           ELSE p_account_codes[i] END;
+            leg := i;
+            RETURN NEXT;
             RETURN;
         END IF;
         IF a_cur[j] <> p_currencies[i] THEN
-            RETURN QUERY SELECT 'currency_mismatch'::text, a_code[j], NULL::bigint, NULL::timestamptz,
-                i, a_id[j], a_code[j], NULL::bigint, NULL::numeric, NULL::bytea;
+            outcome := 'currency_mismatch';
+            detail := a_code[j];
+            leg := i;
+            RETURN NEXT;
             RETURN;
         END IF;
         a_bal[j] := a_bal[j] + p_amounts[i];
@@ -244,49 +320,52 @@ BEGIN
         l_acc[i] := j;
         l_bal[i] := a_bal[j];
         l_seq[i] := a_seq[j];
+        v_req_text := v_req_text || '|' || a_id[j] || ':' || trim_scale(p_amounts[i]) || ':'
+                      || p_currencies[i];
     END LOOP;
+    v_req := sha256(convert_to(v_req_text, 'UTF8'));
 
-    SELECT sha256(convert_to(concat_ws('|', 'saldo-ledger-request-v1', p_cause_kind, p_cause_id,
-               coalesce(p_reverses_id::text, ''),
-               string_agg(a_id[l_acc[g]]::text || ':' || trim_scale(p_amounts[g])::text || ':'
-                          || p_currencies[g], ';' ORDER BY a_id[l_acc[g]], p_amounts[g], g)), 'UTF8'))
-    INTO v_req
-    FROM generate_subscripts(p_amounts, 1) AS g;
-
-    SELECT t.id, t.request_hash INTO v_tx, v_old_req
-    FROM ledger_transactions t WHERE t.idempotency_key = p_key;
-    IF FOUND THEN
-        RETURN QUERY SELECT CASE WHEN v_old_req = v_req THEN 'existing' ELSE 'conflict' END,
-            NULL::text, v_tx, NULL::timestamptz, NULL::int, NULL::bigint, NULL::text, NULL::bigint,
-            NULL::numeric, NULL::bytea;
-        RETURN;
+    IF p_reverses_id IS NOT NULL OR v_short IS NOT NULL THEN
+        -- Off the happy path: a replay must be answered as a replay even if
+        -- the original has since spent the funds or reversed the transaction.
+        SELECT t.id, t.request_hash INTO v_tx, v_old_req
+        FROM ledger_transactions t WHERE t.idempotency_key = p_key;
+        IF FOUND THEN
+            outcome := CASE WHEN v_old_req = v_req THEN 'existing' ELSE 'conflict' END;
+            transaction_id := v_tx;
+            RETURN NEXT;
+            RETURN;
+        END IF;
     END IF;
 
     IF p_reverses_id IS NOT NULL THEN
         IF NOT EXISTS (SELECT 1 FROM ledger_transactions t WHERE t.id = p_reverses_id) THEN
-            RETURN QUERY SELECT 'not_found'::text, p_reverses_id::text, NULL::bigint,
-                NULL::timestamptz, NULL::int, NULL::bigint, NULL::text, NULL::bigint,
-                NULL::numeric, NULL::bytea;
+            outcome := 'not_found';
+            detail := p_reverses_id::text;
+            RETURN NEXT;
             RETURN;
         END IF;
         SELECT t.id INTO v_tx FROM ledger_transactions t WHERE t.reverses_id = p_reverses_id;
         IF FOUND THEN
-            RETURN QUERY SELECT 'already_reversed'::text, p_reverses_id::text, v_tx,
-                NULL::timestamptz, NULL::int, NULL::bigint, NULL::text, NULL::bigint,
-                NULL::numeric, NULL::bytea;
+            outcome := 'already_reversed';
+            detail := p_reverses_id::text;
+            transaction_id := v_tx;
+            RETURN NEXT;
             RETURN;
         END IF;
     END IF;
 
     IF v_short IS NOT NULL THEN
-        RETURN QUERY SELECT 'insufficient_funds'::text, v_short, NULL::bigint, NULL::timestamptz,
-            NULL::int, NULL::bigint, NULL::text, NULL::bigint, NULL::numeric, NULL::bytea;
+        outcome := 'insufficient_funds';
+        detail := v_short;
+        RETURN NEXT;
         RETURN;
     END IF;
 
     -- posted_at never goes backwards on any of the accounts (a clock step
     -- back must not reorder history), so balance-at-time queries stay exact.
     v_posted := greatest(clock_timestamp(), v_last);
+    v_micros := (extract(epoch FROM v_posted) * 1000000)::bigint;
 
     INSERT INTO ledger_transactions AS t (idempotency_key, request_hash, cause_kind, cause_id,
         description, metadata, effective_at, posted_at, reverses_id)
@@ -295,13 +374,13 @@ BEGIN
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING t.id INTO v_tx;
     IF v_tx IS NULL THEN
-        -- A concurrent Post with the same key (touching other accounts, so
-        -- not queued behind our locks) committed first.
+        -- The key was posted before, or by a concurrent twin that committed
+        -- first (ON CONFLICT waited for it).
         SELECT t.id, t.request_hash INTO v_tx, v_old_req
         FROM ledger_transactions t WHERE t.idempotency_key = p_key;
-        RETURN QUERY SELECT CASE WHEN v_old_req = v_req THEN 'existing' ELSE 'conflict' END,
-            NULL::text, v_tx, NULL::timestamptz, NULL::int, NULL::bigint, NULL::text, NULL::bigint,
-            NULL::numeric, NULL::bytea;
+        outcome := CASE WHEN v_old_req = v_req THEN 'existing' ELSE 'conflict' END;
+        transaction_id := v_tx;
+        RETURN NEXT;
         RETURN;
     END IF;
 
@@ -311,7 +390,7 @@ BEGIN
         l_hash[i] := sha256(convert_to(concat_ws('|', 'saldo-ledger-posting-v1',
             a_id[j], l_seq[i], v_tx, i,
             trim_scale(p_amounts[i])::text, p_currencies[i], trim_scale(l_bal[i])::text,
-            (extract(epoch FROM v_posted) * 1000000)::bigint), 'UTF8') || a_hash[j]);
+            v_micros), 'UTF8') || a_hash[j]);
         a_hash[j] := l_hash[i];
     END LOOP;
 
@@ -319,16 +398,25 @@ BEGIN
         balance_after, posted_at, prev_hash, hash)
     SELECT a_id[l_acc[g]], l_seq[g], v_tx, g, p_amounts[g], p_currencies[g], l_bal[g], v_posted,
         l_prev[g], l_hash[g]
-    FROM generate_subscripts(p_amounts, 1) AS g;
+    FROM generate_series(1, n) AS g;
 
     UPDATE ledger_accounts AS a
     SET balance = a_bal[array_position(a_id, a.id)], last_seq = a_seq[array_position(a_id, a.id)],
         last_hash = a_hash[array_position(a_id, a.id)], last_posted_at = v_posted
     WHERE a.id = ANY (a_id);
 
-    RETURN QUERY SELECT 'posted'::text, NULL::text, v_tx, v_posted, g, a_id[l_acc[g]],
-        a_code[l_acc[g]], l_seq[g], l_bal[g], l_hash[g]
-    FROM generate_subscripts(p_amounts, 1) AS g ORDER BY g;
+    outcome := 'posted';
+    transaction_id := v_tx;
+    posted_at := v_posted;
+    FOR i IN 1..n LOOP
+        leg := i;
+        account_id := a_id[l_acc[i]];
+        account_code := a_code[l_acc[i]];
+        seq := l_seq[i];
+        balance_after := l_bal[i];
+        hash := l_hash[i];
+        RETURN NEXT;
+    END LOOP;
 END
 $$;
 -- +goose StatementEnd

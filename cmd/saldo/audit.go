@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/saldo/saldo/ledger"
+)
+
+func init() {
+	register(command{
+		Name:    "audit",
+		Summary: "audit verify: replay the ledger and check every invariant (exit 1 on any violation)",
+		Run:     runAudit,
+	})
+}
+
+// violation is one broken invariant found by an audit check.
+type violation struct {
+	Kind   string // e.g. balance_mismatch
+	Where  string // account code, transaction, attempt, ...
+	Detail string
+}
+
+// auditCheck is one named group of invariants `saldo audit verify` runs.
+// Run returns a one-line summary of what it examined and every violation it
+// found. Packages add their checks by appending to auditChecks from an init
+// function in their own file.
+type auditCheck struct {
+	Name string
+	Run  func(ctx context.Context, pool *pgxpool.Pool) (summary string, violations []violation, err error)
+}
+
+var auditChecks = []auditCheck{
+	{Name: "ledger", Run: auditLedger},
+}
+
+// auditLedger is ledger.Verify: balances replayed from postings, zero-sum
+// transactions, no forbidden negative in history, gap-free sequences,
+// balance_after consistency and per-account hash chains.
+func auditLedger(ctx context.Context, pool *pgxpool.Pool) (string, []violation, error) {
+	rep, err := ledger.Verify(ctx, pool)
+	if err != nil {
+		return "", nil, err
+	}
+	summary := fmt.Sprintf("%d accounts, %d transactions, %d postings", rep.Accounts, rep.Transactions, rep.Postings)
+	var out []violation
+	for _, v := range rep.Violations {
+		where := v.AccountCode
+		if v.Seq != 0 {
+			where += fmt.Sprintf(" seq %d", v.Seq)
+		}
+		if v.TransactionID != 0 {
+			if where != "" {
+				where += " "
+			}
+			where += fmt.Sprintf("tx %d", v.TransactionID)
+		}
+		out = append(out, violation{Kind: string(v.Kind), Where: where, Detail: v.Detail})
+	}
+	if hidden := rep.Total() - int64(len(rep.Violations)); hidden > 0 {
+		out = append(out, violation{Kind: "more", Detail: fmt.Sprintf("%d further violations not listed", hidden)})
+	}
+	return summary, out, nil
+}
+
+// maxListedViolations keeps the report on one screen per check.
+const maxListedViolations = 30
+
+func runAudit(ctx context.Context, args []string) error {
+	if len(args) == 0 || args[0] != "verify" {
+		fmt.Fprintln(os.Stderr, "usage: saldo audit verify [--database-url URL]")
+		return flag.ErrHelp
+	}
+	fs := flag.NewFlagSet("audit verify", flag.ContinueOnError)
+	dbURL := databaseURL(fs)
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	u, err := dbURL()
+	if err != nil {
+		return err
+	}
+	pool, err := pgxpool.New(ctx, u)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer pool.Close()
+	ok, err := auditVerify(ctx, pool, os.Stdout)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return exitError{Code: 1}
+	}
+	return nil
+}
+
+// auditVerify runs every check, prints the report to w and reports whether
+// everything held. An error means a check could not run (not a violation).
+func auditVerify(ctx context.Context, pool *pgxpool.Pool, w io.Writer) (bool, error) {
+	allOK := true
+	var errs []error
+	for _, c := range auditChecks {
+		start := time.Now()
+		summary, vs, err := c.Run(ctx, pool)
+		took := time.Since(start).Round(time.Millisecond)
+		if err != nil {
+			fmt.Fprintf(w, "%-10s ERROR   %v\n", c.Name, err)
+			errs = append(errs, fmt.Errorf("%s: %w", c.Name, err))
+			continue
+		}
+		if len(vs) == 0 {
+			fmt.Fprintf(w, "%-10s OK      %s (%s)\n", c.Name, summary, took)
+			continue
+		}
+		allOK = false
+		fmt.Fprintf(w, "%-10s FAILED  %s (%s): %d violations\n", c.Name, summary, took, len(vs))
+		counts := map[string]int{}
+		for _, v := range vs {
+			counts[v.Kind]++
+		}
+		kinds := make([]string, 0, len(counts))
+		for k := range counts {
+			kinds = append(kinds, k)
+		}
+		sort.Strings(kinds)
+		for _, k := range kinds {
+			fmt.Fprintf(w, "           %5d  %s\n", counts[k], k)
+		}
+		for i, v := range vs {
+			if i == maxListedViolations {
+				fmt.Fprintf(w, "           ... %d more\n", len(vs)-i)
+				break
+			}
+			line := "  - " + v.Kind
+			if v.Where != "" {
+				line += " [" + v.Where + "]"
+			}
+			if v.Detail != "" {
+				line += ": " + v.Detail
+			}
+			fmt.Fprintln(w, "         "+line)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return false, err
+	}
+	if allOK {
+		fmt.Fprintln(w, "audit verify: all invariants hold")
+	} else {
+		fmt.Fprintln(w, "audit verify: VIOLATIONS FOUND")
+	}
+	return allOK, nil
+}

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/saldo/saldo/ledger"
+	"github.com/saldo/saldo/ledger/ledgerbench"
+)
+
+func init() {
+	registerBenchmark(benchmark{
+		Name:    "ledger",
+		Summary: "ledger.Post transfers/s vs a plain-SQL TPC-B-like baseline, plus audit verify",
+		Run:     runBenchLedger,
+	})
+}
+
+func runBenchLedger(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("bench ledger", flag.ContinueOnError)
+	dbURL := databaseURL(fs)
+	var o ledgerbench.Options
+	fs.IntVar(&o.Accounts, "accounts", 50, "accounts transfers move between")
+	fs.IntVar(&o.Workers, "workers", 8, "concurrent workers (one connection each)")
+	fs.DurationVar(&o.Duration, "duration", 10*time.Second, "duration of each measured run")
+	fs.BoolVar(&o.Hot, "hot", false, "hot account: every transfer debits the same account")
+	baseline := fs.Bool("baseline", true, "also measure the plain-SQL baseline and print the ratio")
+	server := fs.String("server-url", localServerURL, "server for the throwaway database when no database URL is given")
+	keep := fs.Bool("keep", false, "keep the throwaway database")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %v", fs.Args())
+	}
+	u, cleanup, err := benchDatabase(ctx, dbURL, *server, *keep)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	cfg, err := pgxpool.ParseConfig(u)
+	if err != nil {
+		return err
+	}
+	cfg.MaxConns = int32(o.Workers + 2)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := ledgerbench.CheckPool(pool, o); err != nil {
+		return err
+	}
+
+	mode := "uncontended (random pairs)"
+	if o.Hot {
+		mode = "hot account (every transfer debits one account)"
+	}
+	fmt.Printf("saldo bench ledger: %d accounts, %d workers, %s per run, %s\ndatabase %s\n\n",
+		o.Accounts, o.Workers, o.Duration, mode, redact(u))
+
+	res, err := ledgerbench.Ledger(ctx, pool, o)
+	if err != nil {
+		return err
+	}
+	fmt.Println(res)
+	if *baseline {
+		shaped, err := ledgerbench.Baseline(ctx, pool, o, ledgerbench.PgbenchShaped)
+		if err != nil {
+			return err
+		}
+		fmt.Println(shaped)
+		piped, err := ledgerbench.Baseline(ctx, pool, o, ledgerbench.Pipelined)
+		if err != nil {
+			return err
+		}
+		fmt.Println(piped)
+		fmt.Println()
+		if shaped.PerSecond > 0 && piped.PerSecond > 0 {
+			fmt.Printf("ratio ledger / pgbench-shaped baseline: %.2fx   (target >= 1.0x)\n", res.PerSecond/shaped.PerSecond)
+			fmt.Printf("ratio ledger / pipelined baseline:      %.2fx   (same round trips and commits)\n", res.PerSecond/piped.PerSecond)
+		}
+	}
+
+	rep, err := ledger.Verify(ctx, pool)
+	if err != nil {
+		return fmt.Errorf("audit verify: %w", err)
+	}
+	if rep.OK() {
+		fmt.Printf("audit verify (ledger): OK, %d accounts, %d transactions, %d postings checked in %s\n",
+			rep.Accounts, rep.Transactions, rep.Postings, rep.Duration.Round(time.Millisecond))
+		return nil
+	}
+	fmt.Printf("audit verify (ledger): %d VIOLATIONS\n", rep.Total())
+	for i, v := range rep.Violations {
+		if i == 20 {
+			break
+		}
+		fmt.Println("  ", v)
+	}
+	return exitError{Code: 1}
+}

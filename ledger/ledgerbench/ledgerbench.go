@@ -1,0 +1,381 @@
+// Package ledgerbench measures the ledger's write path against a plain-SQL
+// baseline on the same database, for `saldo bench ledger` and for other
+// benchmarks (payouts) that want the ledger figure.
+//
+// The ledger run posts random two-leg transfers between merchant accounts
+// that forbid negatives, each with its own idempotency key, through
+// ledger.Post on a pool (one round trip and one commit per transfer). The
+// baseline has the shape of pgbench's TPC-B-like transaction reduced to a
+// transfer: two balance UPDATEs and two history INSERTs per database
+// transaction, on its own tables. It runs in two forms: "pgbench-shaped"
+// (BEGIN, four statements, COMMIT: one round trip each, as pgbench sends
+// them) and "pipelined" (the same four statements in one pgx batch, one round
+// trip, one commit), so the comparison is honest about round trips.
+package ledgerbench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/shopspring/decimal"
+
+	"github.com/saldo/saldo/ledger"
+	"github.com/saldo/saldo/money"
+)
+
+// Options configure a run.
+type Options struct {
+	Accounts int           // number of accounts transfers move between (>= 2)
+	Workers  int           // concurrent workers, one connection each
+	Duration time.Duration // how long to run
+	// Hot: every transfer debits the same account (a hot-account workload:
+	// every transfer queues on one row lock).
+	Hot bool
+	// RunID distinguishes this run's accounts and keys from earlier runs in
+	// the same database; empty means a random one.
+	RunID string
+	// Warmup runs the workload unmeasured first, so every connection has
+	// compiled its functions and cached its plans (a fresh connection's
+	// first Post pays for planning ledger_post's statements). Default 1s;
+	// negative disables it.
+	Warmup time.Duration
+}
+
+func (o *Options) defaults() error {
+	if o.Accounts == 0 {
+		o.Accounts = 50
+	}
+	if o.Workers == 0 {
+		o.Workers = 8
+	}
+	if o.Duration == 0 {
+		o.Duration = 10 * time.Second
+	}
+	if o.Warmup == 0 {
+		o.Warmup = time.Second
+	}
+	if o.Accounts < 2 || o.Workers < 1 || o.Duration < 0 {
+		return fmt.Errorf("ledgerbench: need at least 2 accounts, 1 worker and a positive duration")
+	}
+	if o.RunID == "" {
+		o.RunID = fmt.Sprintf("b%08x", rand.Uint32())
+	}
+	return nil
+}
+
+// Result is what one run measured.
+type Result struct {
+	Name      string
+	Transfers int64 // committed transfers
+	Refused   int64 // transfers refused for insufficient funds (not counted above)
+	Elapsed   time.Duration
+	PerSecond float64
+	P50, P99  time.Duration
+	// BytesPerTransfer is the growth of the run's tables (heap, indexes,
+	// TOAST) divided by Transfers.
+	BytesPerTransfer float64
+}
+
+func (r Result) String() string {
+	return fmt.Sprintf("%-26s %8.0f transfers/s  p50 %6.2f ms  p99 %6.2f ms  %6.0f B/transfer  (%d in %s, %d refused)",
+		r.Name, r.PerSecond, ms(r.P50), ms(r.P99), r.BytesPerTransfer, r.Transfers, r.Elapsed.Round(time.Millisecond), r.Refused)
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// transferFunc performs one transfer from account index a to index b.
+// refused reports an expected refusal (insufficient funds).
+type transferFunc func(ctx context.Context, worker, seq, from, to int, amount decimal.Decimal) (refused bool, err error)
+
+// warmUp runs the workload unmeasured for o.Warmup (with negative sequence
+// numbers, so keys do not collide with the measured run).
+func warmUp(ctx context.Context, name string, o Options, fn transferFunc) error {
+	if o.Warmup <= 0 {
+		return nil
+	}
+	w := o
+	w.Duration = o.Warmup
+	_, err := drive(ctx, name+" warm-up", w, func(ctx context.Context, worker, seq, from, to int, amount decimal.Decimal) (bool, error) {
+		return fn(ctx, worker, -1-seq, from, to, amount)
+	})
+	return err
+}
+
+// drive runs workers until the duration passes and collects latencies.
+func drive(ctx context.Context, name string, o Options, fn transferFunc) (Result, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu        sync.Mutex
+		latencies []time.Duration
+		refused   int64
+		firstErr  error
+		wg        sync.WaitGroup
+	)
+	deadline := time.Now().Add(o.Duration)
+	start := time.Now()
+	for w := range o.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w)+1, uint64(time.Now().UnixNano())))
+			local := make([]time.Duration, 0, 4096)
+			var localRefused int64
+			for seq := 0; time.Now().Before(deadline) && ctx.Err() == nil; seq++ {
+				from := 0
+				if !o.Hot {
+					from = rng.IntN(o.Accounts)
+				}
+				to := rng.IntN(o.Accounts - 1)
+				if to >= from {
+					to++
+				}
+				amount := decimal.New(int64(1+rng.IntN(1000)), -2)
+				t0 := time.Now()
+				ref, err := fn(ctx, w, seq, from, to, amount)
+				if err != nil {
+					if ctx.Err() == nil {
+						mu.Lock()
+						if firstErr == nil {
+							firstErr = err
+						}
+						mu.Unlock()
+						cancel()
+					}
+					break
+				}
+				if ref {
+					localRefused++
+					continue
+				}
+				local = append(local, time.Since(t0))
+			}
+			mu.Lock()
+			latencies = append(latencies, local...)
+			refused += localRefused
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if firstErr != nil {
+		return Result{}, fmt.Errorf("ledgerbench: %s: %w", name, firstErr)
+	}
+	r := Result{Name: name, Transfers: int64(len(latencies)), Refused: refused, Elapsed: elapsed}
+	if r.Transfers > 0 {
+		slices.Sort(latencies)
+		r.P50 = latencies[len(latencies)/2]
+		r.P99 = latencies[len(latencies)*99/100]
+		r.PerSecond = float64(r.Transfers) / elapsed.Seconds()
+	}
+	return r, nil
+}
+
+func tablesSize(ctx context.Context, pool *pgxpool.Pool, tables ...string) (int64, error) {
+	var n int64
+	err := pool.QueryRow(ctx, `SELECT coalesce(sum(pg_total_relation_size(t::regclass)), 0)::bigint FROM unnest($1::text[]) t`, tables).Scan(&n)
+	return n, err
+}
+
+var ledgerTables = []string{"ledger_accounts", "ledger_transactions", "ledger_postings"}
+
+// Ledger measures ledger.Post: it creates Accounts merchant accounts for the
+// run, funds each from the platform funding account (generously, so
+// transfers are not refused), then posts random transfers for Duration.
+func Ledger(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
+	if err := o.defaults(); err != nil {
+		return Result{}, err
+	}
+	funding, err := ledger.EnsureAccount(ctx, pool, ledger.PlatformFunding(money.BRL))
+	if err != nil {
+		return Result{}, err
+	}
+	ids := make([]int64, o.Accounts)
+	for i := range ids {
+		acc, err := ledger.EnsureAccount(ctx, pool, ledger.MerchantAvailable(fmt.Sprintf("%s_%d", o.RunID, i), money.BRL))
+		if err != nil {
+			return Result{}, err
+		}
+		ids[i] = acc.ID
+		amount := decimal.NewFromInt(1_000_000)
+		if o.Hot && i == 0 {
+			amount = decimal.NewFromInt(1_000_000_000)
+		}
+		if _, err := ledger.Post(ctx, pool, ledger.TransactionInput{
+			IdempotencyKey: fmt.Sprintf("%s-fund-%d", o.RunID, i), CauseKind: "bench", CauseID: o.RunID,
+			Description: "bench funding",
+			Postings: []ledger.PostingInput{
+				{AccountID: funding.ID, Amount: amount.Neg(), Currency: money.BRL},
+				{AccountID: ids[i], Amount: amount, Currency: money.BRL},
+			},
+		}); err != nil {
+			return Result{}, err
+		}
+	}
+	name := "ledger.Post"
+	if o.Hot {
+		name += " (hot)"
+	}
+	post := func(ctx context.Context, w, seq, from, to int, amount decimal.Decimal) (bool, error) {
+		_, err := ledger.Post(ctx, pool, ledger.TransactionInput{
+			IdempotencyKey: fmt.Sprintf("%s-%d-%d", o.RunID, w, seq),
+			CauseKind:      "bench",
+			CauseID:        o.RunID,
+			Postings: []ledger.PostingInput{
+				{AccountID: ids[from], Amount: amount.Neg(), Currency: money.BRL},
+				{AccountID: ids[to], Amount: amount, Currency: money.BRL},
+			},
+		})
+		if errors.Is(err, ledger.ErrInsufficientFunds) {
+			return true, nil
+		}
+		return false, err
+	}
+	if err := warmUp(ctx, name, o, post); err != nil {
+		return Result{}, err
+	}
+	before, err := tablesSize(ctx, pool, ledgerTables...)
+	if err != nil {
+		return Result{}, err
+	}
+	res, err := drive(ctx, name, o, post)
+	if err != nil {
+		return res, err
+	}
+	after, err := tablesSize(ctx, pool, ledgerTables...)
+	if err != nil {
+		return res, err
+	}
+	if res.Transfers > 0 {
+		res.BytesPerTransfer = float64(after-before) / float64(res.Transfers)
+	}
+	return res, nil
+}
+
+// BaselineMode selects how the baseline sends its statements.
+type BaselineMode int
+
+// The baseline modes.
+const (
+	// PgbenchShaped: BEGIN; UPDATE; UPDATE; INSERT; INSERT; COMMIT, each a
+	// round trip, as pgbench sends its TPC-B-like script.
+	PgbenchShaped BaselineMode = iota
+	// Pipelined: the four statements in one pgx batch (an implicit
+	// transaction): one round trip, one commit.
+	Pipelined
+)
+
+const baselineSchema = `
+CREATE TABLE IF NOT EXISTS saldo_bench_accounts (
+    run     text NOT NULL,
+    id      int NOT NULL,
+    balance numeric NOT NULL,
+    PRIMARY KEY (run, id)
+);
+CREATE TABLE IF NOT EXISTS saldo_bench_history (
+    run        text NOT NULL,
+    account_id int NOT NULL,
+    delta      numeric NOT NULL,
+    mtime      timestamptz NOT NULL DEFAULT now()
+);`
+
+// Baseline measures plain SQL doing the same transfers: two balance UPDATEs
+// (in id order, so workers never deadlock) and two history INSERTs per
+// transaction, on tables saldo_bench_accounts and saldo_bench_history
+// (created if missing).
+func Baseline(ctx context.Context, pool *pgxpool.Pool, o Options, mode BaselineMode) (Result, error) {
+	if err := o.defaults(); err != nil {
+		return Result{}, err
+	}
+	if _, err := pool.Exec(ctx, baselineSchema); err != nil {
+		return Result{}, fmt.Errorf("ledgerbench: baseline schema: %w", err)
+	}
+	run := fmt.Sprintf("%s-%d", o.RunID, mode)
+	if _, err := pool.Exec(ctx, `INSERT INTO saldo_bench_accounts (run, id, balance)
+		SELECT $1, g, 1000000 FROM generate_series(0, $2 - 1) g ON CONFLICT DO NOTHING`, run, o.Accounts); err != nil {
+		return Result{}, fmt.Errorf("ledgerbench: baseline accounts: %w", err)
+	}
+	const (
+		upd = `UPDATE saldo_bench_accounts SET balance = balance + $3 WHERE run = $1 AND id = $2`
+		ins = `INSERT INTO saldo_bench_history (run, account_id, delta) VALUES ($1, $2, $3)`
+	)
+	name := "baseline, pgbench-shaped"
+	if mode == Pipelined {
+		name = "baseline, pipelined"
+	}
+	if o.Hot {
+		name += " (hot)"
+	}
+	transfer := func(ctx context.Context, w, seq, from, to int, amount decimal.Decimal) (bool, error) {
+		type leg struct {
+			id    int
+			delta decimal.Decimal
+		}
+		legs := []leg{{from, amount.Neg()}, {to, amount}}
+		if to < from {
+			legs[0], legs[1] = legs[1], legs[0]
+		}
+		if mode == Pipelined {
+			b := &pgx.Batch{}
+			for _, l := range legs {
+				b.Queue(upd, run, l.id, l.delta)
+			}
+			for _, l := range legs {
+				b.Queue(ins, run, l.id, l.delta)
+			}
+			return false, pool.SendBatch(ctx, b).Close()
+		}
+		return false, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			for _, l := range legs {
+				if _, err := tx.Exec(ctx, upd, run, l.id, l.delta); err != nil {
+					return err
+				}
+			}
+			for _, l := range legs {
+				if _, err := tx.Exec(ctx, ins, run, l.id, l.delta); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if err := warmUp(ctx, name, o, transfer); err != nil {
+		return Result{}, err
+	}
+	before, err := tablesSize(ctx, pool, "saldo_bench_accounts", "saldo_bench_history")
+	if err != nil {
+		return Result{}, err
+	}
+	res, err := drive(ctx, name, o, transfer)
+	if err != nil {
+		return res, err
+	}
+	after, err := tablesSize(ctx, pool, "saldo_bench_accounts", "saldo_bench_history")
+	if err != nil {
+		return res, err
+	}
+	if res.Transfers > 0 {
+		res.BytesPerTransfer = float64(after-before) / float64(res.Transfers)
+	}
+	return res, nil
+}
+
+// CheckPool returns an error when pool cannot give every worker its own
+// connection (pgxpool's default is 4 connections), which would measure
+// the pool instead of the database.
+func CheckPool(pool *pgxpool.Pool, o Options) error {
+	if err := o.defaults(); err != nil {
+		return err
+	}
+	if int(pool.Config().MaxConns) < o.Workers {
+		return fmt.Errorf("ledgerbench: pool has %d connections for %d workers (set pool_max_conns)", pool.Config().MaxConns, o.Workers)
+	}
+	return nil
+}
