@@ -7,11 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+
+	"github.com/saldo/saldo/ledger"
 )
 
 // IdempotencyHeader names the client's key for a POST; responses echo it.
@@ -172,11 +176,17 @@ func (s *Server) claimIdempotencyKey(ctx context.Context, keyID, key string, has
 }
 
 // CleanupIdempotency deletes idempotency records older than the retention
-// (Config.IdempotencyRetention, at least 24 h) and returns how many. Run it
-// periodically (saldo serve does, hourly).
+// (Config.IdempotencyRetention, at least 24 h) and returns how many. The
+// periodic job (PeriodicJobs) runs it hourly.
 func (s *Server) CleanupIdempotency(ctx context.Context) (int64, error) {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM idempotent_requests WHERE created_at < $1 AND state = 'done'`,
-		s.clock.Now().Add(-s.cfg.IdempotencyRetention))
+	return CleanupIdempotency(ctx, s.pool, s.clock.Now().Add(-s.cfg.IdempotencyRetention))
+}
+
+// CleanupIdempotency deletes finished idempotency records created before
+// olderThan. Never pass a time less than 24 hours ago (the documented
+// retention).
+func CleanupIdempotency(ctx context.Context, db ledger.DBTX, olderThan time.Time) (int64, error) {
+	tag, err := db.Exec(ctx, `DELETE FROM idempotent_requests WHERE created_at < $1 AND state = 'done'`, olderThan)
 	if err != nil {
 		return 0, err
 	}
@@ -214,9 +224,12 @@ func (r *recorder) Write(b []byte) (int, error) {
 	return r.body.Write(b)
 }
 
-// CleanupIdempotencyArgs is the periodic River job that runs
-// CleanupIdempotency.
-type CleanupIdempotencyArgs struct{}
+// CleanupIdempotencyArgs is the periodic River job that deletes
+// idempotency records past the retention.
+type CleanupIdempotencyArgs struct {
+	// RetentionSeconds: records older than this are deleted (at least 24h).
+	RetentionSeconds int64 `json:"retention_seconds"`
+}
 
 // Kind is the River job kind.
 func (CleanupIdempotencyArgs) Kind() string { return "saldo_cleanup_idempotency" }
@@ -224,26 +237,33 @@ func (CleanupIdempotencyArgs) Kind() string { return "saldo_cleanup_idempotency"
 // CleanupIdempotencyWorker deletes expired idempotency records.
 type CleanupIdempotencyWorker struct {
 	river.WorkerDefaults[CleanupIdempotencyArgs]
-	s *Server
+	Pool   *pgxpool.Pool
+	Logger *slog.Logger
 }
 
 // Work runs one cleanup.
-func (w *CleanupIdempotencyWorker) Work(ctx context.Context, _ *river.Job[CleanupIdempotencyArgs]) error {
-	n, err := w.s.CleanupIdempotency(ctx)
-	if err == nil && n > 0 {
-		w.s.log.InfoContext(ctx, "api: idempotency records deleted", "count", n, "retention", w.s.cfg.IdempotencyRetention)
+func (w *CleanupIdempotencyWorker) Work(ctx context.Context, job *river.Job[CleanupIdempotencyArgs]) error {
+	retention := max(time.Duration(job.Args.RetentionSeconds)*time.Second, MinIdempotencyRetention)
+	n, err := CleanupIdempotency(ctx, w.Pool, time.Now().Add(-retention))
+	if err == nil && n > 0 && w.Logger != nil {
+		w.Logger.InfoContext(ctx, "api: idempotency records deleted", "count", n, "retention", retention)
 	}
 	return err
 }
 
 // AddWorkers registers the API's River workers (the idempotency cleanup).
-func (s *Server) AddWorkers(w *river.Workers) {
-	river.AddWorker(w, &CleanupIdempotencyWorker{s: s})
+// It needs no Server, so it can be wired before the API is built.
+func AddWorkers(w *river.Workers, pool *pgxpool.Pool, logger *slog.Logger) {
+	river.AddWorker(w, &CleanupIdempotencyWorker{Pool: pool, Logger: logger})
 }
 
-// PeriodicJobs returns the hourly idempotency cleanup.
-func (s *Server) PeriodicJobs() []*river.PeriodicJob {
+// PeriodicJobs returns the hourly idempotency cleanup with the given
+// retention (at least 24h).
+func PeriodicJobs(retention time.Duration) []*river.PeriodicJob {
+	retention = max(retention, MinIdempotencyRetention)
 	return []*river.PeriodicJob{river.NewPeriodicJob(river.PeriodicInterval(time.Hour),
-		func() (river.JobArgs, *river.InsertOpts) { return CleanupIdempotencyArgs{}, nil },
+		func() (river.JobArgs, *river.InsertOpts) {
+			return CleanupIdempotencyArgs{RetentionSeconds: int64(retention / time.Second)}, nil
+		},
 		&river.PeriodicJobOpts{ID: "saldo_cleanup_idempotency", RunOnStart: true})}
 }

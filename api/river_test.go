@@ -33,11 +33,11 @@ func TestRiverEndToEnd(t *testing.T) {
 	workers := river.NewWorkers()
 	e.att.AddWorkers(workers)
 	e.notif.AddWorkers(workers)
-	e.api.AddWorkers(workers)
+	api.AddWorkers(workers, e.pool, nil)
 	client, err := river.NewClient(riverpgxv5.New(e.pool), &river.Config{
 		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 10}},
 		Workers:           workers,
-		PeriodicJobs:      append(e.att.PeriodicJobs(), e.api.PeriodicJobs()...),
+		PeriodicJobs:      append(e.att.PeriodicJobs(), api.PeriodicJobs(24*time.Hour)...),
 		FetchPollInterval: 20 * time.Millisecond,
 		FetchCooldown:     5 * time.Millisecond,
 		Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
