@@ -3,6 +3,7 @@ package attempts
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -86,7 +87,7 @@ func (s *Service) transition(ctx context.Context, tx pgx.Tx, after *afterCommit,
 		a.ID, a.Status, c.To, nullable(c.ProviderID), nullable(c.FailureCode), nullable(c.FailureReason), data,
 		resolvedAt, resolvedBy, unknownAt, nextLookup, nullable(providerState), now)
 	na, err := scanAttempt(row)
-	if err == ErrNotFound {
+	if errors.Is(err, ErrNotFound) {
 		// Zero rows: the status moved under us (R10). Normal, not an error.
 		return transitioned{Attempt: a}, nil
 	}
@@ -120,7 +121,7 @@ func (s *Service) transition(ctx context.Context, tx pgx.Tx, after *afterCommit,
 	return transitioned{Attempt: na, Transitioned: true}, nil
 }
 
-// enqueueResolve inserts the attempt's resolver job in tx. The job is unique
+// enqueueResolveFor inserts the attempt's resolver job in tx. The job is unique
 // per attempt among live jobs, so a duplicate insert is skipped.
 func (s *Service) enqueueResolveFor(ctx context.Context, tx pgx.Tx, a Attempt) error {
 	_, err := s.riverClient(ctx).InsertTx(ctx, tx, ResolveAttemptArgs{AttemptID: a.ID}, s.resolveOpts())
@@ -141,7 +142,7 @@ func (s *Service) flagReview(ctx context.Context, tx pgx.Tx, after *afterCommit,
 	na, err := scanAttempt(tx.QueryRow(ctx, `UPDATE attempts SET review = true, review_reason = $2,
 		review_at = $3, updated_at = $3 WHERE id = $1 AND NOT review AND status IN ('pending', 'unknown')
 		RETURNING `+attemptColumns, a.ID, truncate(reason, maxErrorText), now))
-	if err == ErrNotFound {
+	if errors.Is(err, ErrNotFound) {
 		return a, nil
 	}
 	if err != nil {
@@ -186,7 +187,7 @@ func (s *Service) markProcessing(ctx context.Context, tx pgx.Tx, a Attempt, acto
 		processing_since = COALESCE(processing_since, $2), provider_id = COALESCE(provider_id, $3),
 		data = COALESCE($4, data), next_lookup_at = COALESCE(next_lookup_at, $5), next_send_at = NULL, updated_at = $2
 		WHERE id = $1 AND status = $6 RETURNING `+attemptColumns, a.ID, now, nullable(providerID), d, nextLookup, a.Status))
-	if err == ErrNotFound {
+	if errors.Is(err, ErrNotFound) {
 		return a, nil
 	}
 	if err != nil {
