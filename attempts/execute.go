@@ -245,7 +245,12 @@ func (s *Service) recordCall(ctx context.Context, a Attempt, callNo int, sr prov
 			Error: errText}); err != nil {
 			return err
 		}
-		after.add(func() { s.metrics.call(a, outcome) })
+		after.add(func() {
+			s.metrics.call(a, outcome)
+			s.log.InfoContext(ctx, "attempt call", "attempt_id", a.ID, "kind", a.Kind, "provider", a.Provider,
+				"reference", a.Reference, "call", callNo, "outcome", outcome, "status_code", ex.StatusCode,
+				"wire_calls", ex.WireCalls, "duration", ex.Ended.Sub(ex.Started), "error", truncate(errText, 300))
+		})
 		out = la
 		switch outcome {
 		case OutcomeSucceeded, OutcomeFailed:

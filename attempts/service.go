@@ -353,7 +353,7 @@ func (s *Service) tryOpen(ctx context.Context, tx pgx.Tx, p OpenParams, id uuid.
 	if err := sp.Commit(ctx); err != nil {
 		return Attempt{}, false, err
 	}
-	s.log.InfoContext(ctx, "attempt opened", "attempt_id", a.ID, "kind", a.Kind, "subject_id", a.SubjectID,
+	s.log.DebugContext(ctx, "attempt opened (effective when the caller commits)", "attempt_id", a.ID, "kind", a.Kind, "subject_id", a.SubjectID,
 		"provider", a.Provider, "reference", a.Reference)
 	return a, true, nil
 }
