@@ -38,6 +38,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/charges"
 	"github.com/saldo/saldo/payouts"
 	"github.com/saldo/saldo/providers"
 )
@@ -66,6 +67,9 @@ type Config struct {
 	Pool     *pgxpool.Pool
 	Payouts  *payouts.Service
 	Attempts *attempts.Service
+	// Charges, optional, adds the charge and refund routes and is offered
+	// every webhook event first (charges.HandleProviderEvent).
+	Charges *charges.Service
 	// Providers by name, for webhook verification (ParseWebhook).
 	Providers map[string]providers.Provider
 	// WebhookHandlers are tried in order for each verified webhook event;
@@ -128,6 +132,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Providers == nil {
 		cfg.Providers = map[string]providers.Provider{}
 	}
+	if cfg.Charges != nil {
+		cfg.WebhookHandlers = append([]WebhookHandler{cfg.Charges.HandleProviderEvent}, cfg.WebhookHandlers...)
+	}
 	s := &Server{cfg: cfg, pool: cfg.Pool, payouts: cfg.Payouts, att: cfg.Attempts, clock: cfg.Clock, log: cfg.Logger}
 	s.router = s.routes()
 	return s, nil
@@ -181,6 +188,13 @@ func (s *Server) routes() chi.Router {
 			r.With(read).Get("/splits/{split_id}", s.getSplit)
 
 			r.With(s.allow(RoleAdmin), s.idempotent(true)).Post("/fundings", s.createFunding)
+
+			if s.cfg.Charges != nil {
+				r.With(write, s.idempotent(true)).Post("/charges", s.createCharge)
+				r.With(read).Get("/charges", s.listCharges)
+				r.With(read).Get("/charges/{charge_id}", s.getCharge)
+				r.With(write, s.idempotent(true)).Post("/charges/{charge_id}/refunds", s.createRefund)
+			}
 
 			r.With(write).Post("/notification-endpoints", s.createNotificationEndpoint)
 			r.With(read).Get("/notification-endpoints", s.listNotificationEndpoints)

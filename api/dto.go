@@ -26,6 +26,7 @@ type PayoutJSON struct {
 	Destination      *providers.Destination `json:"destination,omitempty"`
 	Description      string                 `json:"description,omitempty"`
 	Metadata         map[string]string      `json:"metadata,omitempty"`
+	ChargeID         string                 `json:"charge_id,omitempty"`
 	SplitID          string                 `json:"split_id,omitempty"`
 	LegIndex         *int                   `json:"leg_index,omitempty"`
 	Status           string                 `json:"status"`
@@ -40,7 +41,7 @@ type PayoutJSON struct {
 func payoutJSON(p payouts.Payout) PayoutJSON {
 	out := PayoutJSON{ID: p.ID, MerchantID: p.MerchantID, Kind: string(p.Kind), Operation: string(p.Operation),
 		Provider: p.Provider, Amount: p.Amount.Format(), Currency: p.Amount.Currency().Code(), Destination: p.Destination,
-		Description: p.Description, Metadata: p.Metadata, SplitID: p.SplitID, LegIndex: p.LegIndex,
+		Description: p.Description, Metadata: p.Metadata, ChargeID: p.ChargeID, SplitID: p.SplitID, LegIndex: p.LegIndex,
 		Status: string(p.Status), FailureCode: p.FailureCode, FailureReason: p.FailureReason,
 		AttemptCount: p.AttemptCount, CreatedAt: p.CreatedAt.UTC(), UpdatedAt: p.UpdatedAt.UTC()}
 	if p.CurrentAttemptID != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/saldo/saldo/api"
 	"github.com/saldo/saldo/attempts"
 	"github.com/saldo/saldo/audit"
+	"github.com/saldo/saldo/charges"
 	"github.com/saldo/saldo/internal/testdb"
 	"github.com/saldo/saldo/merchants"
 	"github.com/saldo/saldo/money"
@@ -63,18 +64,19 @@ func openAPIRouter(t *testing.T) routers.Router {
 // HTTP, attempts, payouts with the notifier hook, the API on a real port, and
 // a key for every role.
 type env struct {
-	t      *testing.T
-	ctx    context.Context
-	pool   *pgxpool.Pool
-	clock  *sim.ManualClock
-	srv    *sim.Server
-	prov   *sim.Provider
-	att    *attempts.Service
-	pay    *payouts.Service
-	notif  *api.Notifier
-	api    *api.Server
-	http   *httptest.Server
-	router routers.Router
+	t       *testing.T
+	ctx     context.Context
+	pool    *pgxpool.Pool
+	clock   *sim.ManualClock
+	srv     *sim.Server
+	prov    *sim.Provider
+	att     *attempts.Service
+	pay     *payouts.Service
+	charges *charges.Service
+	notif   *api.Notifier
+	api     *api.Server
+	http    *httptest.Server
+	router  routers.Router
 
 	admin, auditor, operator, m1, m2 string // key secrets
 	operatorID                       string
@@ -109,7 +111,10 @@ func setup(t *testing.T, cfg sim.Config, tune ...func(*attempts.Config)) *env {
 	e.notif, err = api.NewNotifier(api.NotifierConfig{Pool: e.pool, Clock: e.clock,
 		HTTP: providers.HTTPSettings{ConnectTimeout: time.Second, ReadTimeout: 2 * time.Second}, RetryBase: 50 * time.Millisecond})
 	require.NoError(t, err)
-	e.pay, err = payouts.New(payouts.Config{Pool: e.pool, Attempts: e.att, Provider: "sim", Clock: e.clock, OnFinal: e.notif.PayoutFinal})
+	e.charges, err = charges.New(charges.Config{Pool: e.pool, Attempts: e.att, Provider: "sim", Clock: e.clock})
+	require.NoError(t, err)
+	e.pay, err = payouts.New(payouts.Config{Pool: e.pool, Attempts: e.att, Provider: "sim", Clock: e.clock,
+		Charges: e.charges, OnFinal: e.notif.PayoutFinal})
 	require.NoError(t, err)
 	for _, m := range []string{"m1", "m2"} {
 		_, err = merchants.Create(ctx, e.pool, m, "Loja "+m)
@@ -129,7 +134,7 @@ func setup(t *testing.T, cfg sim.Config, tune ...func(*attempts.Config)) *env {
 	_, e.m1 = key(api.RoleMerchant, "m1")
 	_, e.m2 = key(api.RoleMerchant, "m2")
 
-	e.api, err = api.New(api.Config{Pool: e.pool, Payouts: e.pay, Attempts: e.att,
+	e.api, err = api.New(api.Config{Pool: e.pool, Payouts: e.pay, Attempts: e.att, Charges: e.charges,
 		Providers: map[string]providers.Provider{"sim": e.prov}, Clock: e.clock})
 	require.NoError(t, err)
 	handler = e.api

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/charges"
 	"github.com/saldo/saldo/ledger"
 	"github.com/saldo/saldo/merchants"
 	"github.com/saldo/saldo/money"
@@ -63,12 +64,21 @@ func badRequest(detail string) *apiError {
 func problemFor(err error) Problem {
 	var ae *apiError
 	var fe *payouts.FieldError
+	var cfe *charges.FieldError
 	var pe *money.ParseError
 	switch {
 	case errors.As(err, &ae):
 		return Problem{Status: ae.status, Code: ae.code, Title: ae.title, Detail: ae.detail, Field: ae.field}
+	case errors.Is(err, charges.ErrNotRefundable):
+		return Problem{Status: http.StatusConflict, Code: "not_refundable", Title: "Not refundable",
+			Detail: "only a paid charge can be refunded"}
+	case errors.Is(err, payouts.ErrRefundExceedsCharge):
+		return Problem{Status: http.StatusUnprocessableEntity, Code: "refund_exceeds_charge", Title: "Refund exceeds the charge",
+			Detail: "succeeded and open refunds of this charge would exceed what was charged", Field: "amount"}
 	case errors.As(err, &fe):
 		return Problem{Status: http.StatusBadRequest, Code: "validation_failed", Title: "Validation failed", Detail: fe.Reason, Field: fe.Field}
+	case errors.As(err, &cfe):
+		return Problem{Status: http.StatusBadRequest, Code: "validation_failed", Title: "Validation failed", Detail: cfe.Reason, Field: cfe.Field}
 	case errors.As(err, &pe):
 		field := "amount"
 		if errors.Is(err, money.ErrUnknownCurrency) {
@@ -78,13 +88,14 @@ func problemFor(err error) Problem {
 	case errors.Is(err, payouts.ErrInsufficientBalance), errors.Is(err, ledger.ErrInsufficientFunds):
 		return Problem{Status: http.StatusUnprocessableEntity, Code: "insufficient_balance", Title: "Insufficient balance",
 			Detail: "the available balance does not cover this amount; nothing was reserved"}
-	case errors.Is(err, payouts.ErrIdempotencyConflict):
+	case errors.Is(err, payouts.ErrIdempotencyConflict), errors.Is(err, charges.ErrIdempotencyConflict):
 		return Problem{Status: http.StatusUnprocessableEntity, Code: "idempotency_key_reused", Title: "Idempotency key reused",
 			Detail: "this key was already used for a different request"}
 	case errors.Is(err, payouts.ErrNotRetryable):
 		return Problem{Status: http.StatusConflict, Code: "not_retryable", Title: "Not retryable",
 			Detail: "only a payout whose last attempt failed may be retried"}
 	case errors.Is(err, payouts.ErrNotFound), errors.Is(err, payouts.ErrUnknownMerchant),
+		errors.Is(err, charges.ErrNotFound), errors.Is(err, charges.ErrUnknownMerchant),
 		errors.Is(err, merchants.ErrNotFound), errors.Is(err, attempts.ErrNotFound),
 		errors.Is(err, ledger.ErrAccountNotFound), errors.Is(err, ledger.ErrTransactionNotFound):
 		return Problem{Status: http.StatusNotFound, Code: "not_found", Title: "Not found", Detail: "no such resource"}
@@ -96,7 +107,7 @@ func problemFor(err error) Problem {
 	case errors.Is(err, ledger.ErrInvalidCursor):
 		return Problem{Status: http.StatusBadRequest, Code: "validation_failed", Title: "Validation failed", Detail: "malformed or foreign cursor", Field: "cursor"}
 	case errors.Is(err, merchants.ErrInvalid), errors.Is(err, attempts.ErrInvalid),
-		errors.Is(err, ledger.ErrInvalidInput), errors.Is(err, payouts.ErrInvalid):
+		errors.Is(err, ledger.ErrInvalidInput), errors.Is(err, payouts.ErrInvalid), errors.Is(err, charges.ErrInvalid):
 		return Problem{Status: http.StatusBadRequest, Code: "validation_failed", Title: "Validation failed", Detail: trimPkg(err.Error())}
 	case errors.Is(err, providers.ErrBadSignature):
 		return Problem{Status: http.StatusUnauthorized, Code: "webhook_signature_invalid", Title: "Webhook signature invalid",
@@ -115,7 +126,7 @@ func problemFor(err error) Problem {
 
 // trimPkg keeps the useful part of a package error message.
 func trimPkg(s string) string {
-	for _, p := range []string{"payouts: ", "merchants: ", "attempts: ", "ledger: ", "providers: "} {
+	for _, p := range []string{"charges: ", "payouts: ", "merchants: ", "attempts: ", "ledger: ", "providers: "} {
 		s = strings.ReplaceAll(s, p, "")
 	}
 	return s

@@ -9,6 +9,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/charges"
 	"github.com/saldo/saldo/providers"
 )
 
@@ -85,6 +86,13 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleProviderEvent(ctx context.Context, provider string, ev providers.WebhookEvent) (string, error) {
 	for _, h := range s.cfg.WebhookHandlers {
 		handled, err := h(ctx, provider, ev)
+		if errors.Is(err, charges.ErrEventMismatch) {
+			// Logged by charges; resending will not make it agree. A human
+			// looks at it (reconciliation reports the divergence).
+			s.log.ErrorContext(ctx, "api: webhook contradicts the charge", "provider", provider, "event_id", ev.ID,
+				"reference", ev.Reference, "error", err)
+			return WebhookReview, nil
+		}
 		if err != nil {
 			return "", err
 		}
