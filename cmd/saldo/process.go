@@ -1,0 +1,227 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"riverqueue.com/riverui"
+
+	"github.com/saldo/saldo/api"
+	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/internal/engine"
+	"github.com/saldo/saldo/providers"
+)
+
+// processConfig is one saldo process: which roles it runs and with what.
+type processConfig struct {
+	DatabaseURL string
+	Listen      string // API address; empty when the process runs no API
+	RunAPI      bool
+	RunWorkers  bool
+	Providers   []providers.Provider
+	// PayoutProvider and ChargeProvider name providers among Providers.
+	PayoutProvider, ChargeProvider string
+	MaxWorkers                     int
+	Attempts                       attempts.Config
+	ShutdownTimeout                time.Duration
+	Logger                         *slog.Logger
+	// Ready, optional, is called once the API listens (and workers run),
+	// with the engine and the API's base URL.
+	Ready func(ctx context.Context, e *engine.Engine, baseURL string) error
+}
+
+// runProcess runs saldo until ctx ends (the first SIGINT/SIGTERM), then shuts
+// down gracefully: stop accepting requests, let in-flight requests and
+// provider calls finish and record their results, stop River. A second
+// signal stops at once; attempts stay safe (a call in flight becomes unknown
+// and is resolved by lookup).
+func runProcess(ctx context.Context, pc processConfig) error {
+	log := pc.Logger
+	// Signals are counted here: the first one also cancels ctx (main's
+	// NotifyContext) and starts the graceful stop; the second forces it.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	force := make(chan struct{})
+	go func() {
+		n := 0
+		for range sigs {
+			if n++; n == 2 {
+				close(force)
+				return
+			}
+		}
+	}()
+
+	poolCfg, err := pgxpool.ParseConfig(pc.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("database URL: %w", err)
+	}
+	if pc.MaxWorkers <= 0 {
+		pc.MaxWorkers = 50
+	}
+	poolCfg.MaxConns = int32(max(int(poolCfg.MaxConns), pc.MaxWorkers/2+10))
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
+	defer pool.Close()
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err = pool.Ping(pingCtx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("database unreachable: %w", err)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := attempts.NewMetrics()
+	reg.MustRegister(metrics.Collectors()...)
+
+	e, err := engine.New(engine.Config{
+		Pool: pool, Providers: pc.Providers, PayoutProvider: pc.PayoutProvider, ChargeProvider: pc.ChargeProvider,
+		Logger: log, RunWorkers: pc.RunWorkers, MaxWorkers: pc.MaxWorkers, Attempts: pc.Attempts, Metrics: metrics,
+	})
+	if err != nil {
+		return err
+	}
+	if pc.RunWorkers {
+		if err := e.Start(ctx); err != nil {
+			return fmt.Errorf("river: %w", err)
+		}
+		log.Info("workers started", "max_workers", pc.MaxWorkers)
+	}
+
+	var srv *http.Server
+	serveErr := make(chan error, 1)
+	if pc.RunAPI {
+		handler, err := buildHTTP(e, reg, log)
+		if err != nil {
+			return err
+		}
+		ln, err := net.Listen("tcp", pc.Listen)
+		if err != nil {
+			return fmt.Errorf("listen %s: %w", pc.Listen, err)
+		}
+		srv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+			WriteTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second,
+			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		go func() { serveErr <- srv.Serve(ln) }()
+		log.Info("api listening", "addr", ln.Addr().String())
+		if pc.Ready != nil {
+			if err := pc.Ready(ctx, e, "http://"+ln.Addr().String()); err != nil {
+				_ = srv.Close()
+				return err
+			}
+		}
+	} else if pc.Ready != nil {
+		if err := pc.Ready(ctx, e, ""); err != nil {
+			return err
+		}
+	}
+
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("http: %w", err)
+		}
+	}
+	log.Info("shutting down: finishing in-flight requests and provider calls (signal again to stop at once)")
+	timeout := pc.ShutdownTimeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	stopCtx, cancelStop := context.WithTimeout(context.Background(), timeout)
+	defer cancelStop()
+	go func() {
+		select {
+		case <-force:
+			log.Warn("second signal: stopping at once")
+			cancelStop()
+		case <-stopCtx.Done():
+		}
+	}()
+	var errs []error
+	if srv != nil {
+		if err := srv.Shutdown(stopCtx); err != nil {
+			errs = append(errs, srv.Close())
+		}
+	}
+	if pc.RunWorkers {
+		if err := e.Stop(stopCtx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	log.Info("stopped")
+	return errors.Join(errs...)
+}
+
+// buildHTTP mounts the API, /metrics and the River UI (operators only).
+func buildHTTP(e *engine.Engine, reg *prometheus.Registry, log *slog.Logger) (http.Handler, error) {
+	apiSrv, err := api.New(api.Config{Pool: e.Pool, Payouts: e.Payouts, Attempts: e.Attempts, Providers: e.Providers,
+		WebhookHandlers: []api.WebhookHandler{e.Charges.HandleProviderEvent}, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	requests := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "saldo_http_requests_total",
+		Help: "HTTP requests by route pattern and status."}, []string{"method", "route", "status"})
+	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "saldo_http_request_duration_seconds",
+		Help: "HTTP request latency by route pattern.", Buckets: prometheus.DefBuckets}, []string{"method", "route"})
+	reg.MustRegister(requests, latency)
+
+	ui, err := riverui.NewHandler(&riverui.HandlerOpts{Endpoints: riverui.NewEndpoints(e.River, nil),
+		Logger: log, Prefix: "/ops/river"})
+	if err != nil {
+		return nil, fmt.Errorf("river ui: %w", err)
+	}
+	if err := ui.Start(context.Background()); err != nil {
+		return nil, fmt.Errorf("river ui: %w", err)
+	}
+
+	r := chi.NewRouter()
+	r.Use(func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			start := time.Now()
+			sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+			next.ServeHTTP(sw, req)
+			route := "unmatched"
+			if rc := chi.RouteContext(req.Context()); rc != nil && rc.RoutePattern() != "" {
+				route = rc.RoutePattern()
+			}
+			requests.WithLabelValues(req.Method, route, strconv.Itoa(sw.status)).Inc()
+			latency.WithLabelValues(req.Method, route).Observe(time.Since(start).Seconds())
+		})
+	})
+	r.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	r.Handle("/ops/river", apiSrv.RequireRoles(ui, api.RoleOperator, api.RoleAdmin))
+	r.Handle("/ops/river/*", apiSrv.RequireRoles(ui, api.RoleOperator, api.RoleAdmin))
+	r.Handle("/*", apiSrv)
+	return r, nil
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.status = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/providers"
+	"github.com/saldo/saldo/providers/sim"
+)
+
+func init() {
+	register(command{
+		Name:    "serve",
+		Summary: "run saldo in production: the API and/or the workers (configured by flags and SALDO_* env)",
+		Run:     runServe,
+	})
+}
+
+// envOr returns the environment variable's value or def.
+func envOr(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+func envDuration(name string, def time.Duration) time.Duration {
+	if v := os.Getenv(name); v != "" {
+		if d, err := time.ParseDuration(v); err == nil {
+			return d
+		}
+	}
+	return def
+}
+
+func envInt(name string, def int) int {
+	if v := os.Getenv(name); v != "" {
+		if n, err := strconv.Atoi(v); err == nil {
+			return n
+		}
+	}
+	return def
+}
+
+// newLogger builds the process logger: JSON in production, text in dev.
+func newLogger(format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("log level %q: %w", level, err)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("log format %q: json or text", format)
+}
+
+func runServe(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	dbURL := databaseURL(fs)
+	listen := fs.String("listen", envOr("SALDO_LISTEN", "127.0.0.1:8080"), "API listen address ($SALDO_LISTEN)")
+	roles := fs.String("roles", envOr("SALDO_ROLES", "api,workers"), "what this process runs: api, workers or both ($SALDO_ROLES)")
+	maxWorkers := fs.Int("max-workers", envInt("SALDO_MAX_WORKERS", 50), "River workers ($SALDO_MAX_WORKERS)")
+	simURL := fs.String("sim-url", os.Getenv("SALDO_SIM_URL"), "base URL of a simulated PSP (saldo sim-provider) ($SALDO_SIM_URL)")
+	simName := fs.String("sim-name", envOr("SALDO_SIM_NAME", "sim"), "provider name of the simulated PSP ($SALDO_SIM_NAME)")
+	connect := fs.Duration("provider-connect-timeout", envDuration("SALDO_PROVIDER_CONNECT_TIMEOUT", 3*time.Second),
+		"provider connect timeout: short, fail fast when the provider is down (R3)")
+	read := fs.Duration("provider-read-timeout", envDuration("SALDO_PROVIDER_READ_TIMEOUT", 30*time.Second),
+		"provider read timeout: generous, a short one manufactures unknowns (R3)")
+	staleCall := fs.Duration("stale-call-after", envDuration("SALDO_STALE_CALL_AFTER", 5*time.Minute),
+		"a call started this long ago with nothing recorded is unknown (must exceed connect + read timeout)")
+	shutdown := fs.Duration("shutdown-timeout", envDuration("SALDO_SHUTDOWN_TIMEOUT", 30*time.Second), "graceful shutdown budget")
+	logFormat := fs.String("log-format", envOr("SALDO_LOG_FORMAT", "json"), "json or text ($SALDO_LOG_FORMAT)")
+	logLevel := fs.String("log-level", envOr("SALDO_LOG_LEVEL", "info"), "debug, info, warn or error ($SALDO_LOG_LEVEL)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %v", fs.Args())
+	}
+	log, err := newLogger(*logFormat, *logLevel)
+	if err != nil {
+		return err
+	}
+	var problems []string
+	u, err := dbURL()
+	if err != nil {
+		problems = append(problems, err.Error())
+	}
+	runAPI, runWorkers := false, false
+	for _, r := range strings.Split(*roles, ",") {
+		switch strings.TrimSpace(r) {
+		case "api":
+			runAPI = true
+		case "workers":
+			runWorkers = true
+		default:
+			problems = append(problems, fmt.Sprintf("--roles: unknown role %q (api, workers)", r))
+		}
+	}
+	if !runAPI && !runWorkers {
+		problems = append(problems, "--roles: name at least one of api, workers")
+	}
+	if *simURL == "" {
+		problems = append(problems, "no provider configured: pass --sim-url (or SALDO_SIM_URL) of a saldo sim-provider; "+
+			"this build has no other provider adapter")
+	}
+	if *connect <= 0 || *read <= 0 {
+		problems = append(problems, "provider timeouts must be positive")
+	}
+	if *staleCall <= *connect+*read {
+		problems = append(problems, fmt.Sprintf("--stale-call-after (%s) must exceed connect + read timeout (%s)", *staleCall, *connect+*read))
+	}
+	if *maxWorkers <= 0 {
+		problems = append(problems, "--max-workers must be positive")
+	}
+	if len(problems) > 0 {
+		return errors.New("refusing to start:\n  " + strings.Join(problems, "\n  "))
+	}
+
+	settings := providers.HTTPSettings{ConnectTimeout: *connect, ReadTimeout: *read}
+	capCtx, cancel := context.WithTimeout(ctx, *connect+*read)
+	caps, err := sim.FetchCapabilities(capCtx, *simURL, settings)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("refusing to start: provider %s at %s: %w", *simName, *simURL, err)
+	}
+	prov := sim.NewProvider(*simURL, sim.WithName(*simName), sim.WithHTTPSettings(settings), sim.WithCapabilities(caps),
+		sim.WithWebhookSecret(os.Getenv("SALDO_SIM_WEBHOOK_SECRET")))
+	log.Info("starting saldo", "roles", *roles, "listen", *listen, "provider", *simName)
+	return runProcess(ctx, processConfig{
+		DatabaseURL: u, Listen: *listen, RunAPI: runAPI, RunWorkers: runWorkers,
+		Providers: []providers.Provider{prov}, PayoutProvider: *simName, ChargeProvider: *simName,
+		MaxWorkers: *maxWorkers, Attempts: attempts.Config{StaleCallAfter: *staleCall},
+		ShutdownTimeout: *shutdown, Logger: log,
+	})
+}
