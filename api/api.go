@@ -145,7 +145,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.Se
 
 func (s *Server) routes() chi.Router {
 	r := chi.NewRouter()
-	r.Use(s.recoverer)
+	r.Use(s.recoverer, s.accessLog)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, errNotFound)
 	})
@@ -230,6 +230,49 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 		}()
 		next.ServeHTTP(w, r)
 	})
+}
+
+// accessLog logs one line per request: method, route, status, duration and
+// the key id (never the key, never bodies).
+func (s *Server) accessLog(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		ctx := context.WithValue(r.Context(), principalSlot{}, new(Principal))
+		next.ServeHTTP(sw, r.WithContext(ctx))
+		p := ctx.Value(principalSlot{}).(*Principal)
+		level := slog.LevelInfo
+		if sw.status >= 500 {
+			level = slog.LevelError
+		}
+		s.log.Log(r.Context(), level, "api: request", "method", r.Method, "path", r.URL.Path, "status", sw.status,
+			"duration", time.Since(start), "key_id", p.KeyID, "idempotency_key_set", r.Header.Get(IdempotencyHeader) != "")
+	})
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.status, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	w.wrote = true
+	return w.ResponseWriter.Write(b)
+}
+
+// Flush lets streaming handlers (CSV export) flush.
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {

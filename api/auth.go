@@ -121,6 +121,10 @@ type Principal struct {
 
 type principalKey struct{}
 
+// principalSlot carries a *Principal the access log reads after the
+// request (authentication fills it).
+type principalSlot struct{}
+
 func principalFrom(ctx context.Context) Principal {
 	p, _ := ctx.Value(principalKey{}).(Principal)
 	return p
@@ -150,6 +154,9 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			return
 		}
 		p.Role, p.MerchantID = Role(role), deref(merchantID)
+		if slot, ok := r.Context().Value(principalSlot{}).(*Principal); ok {
+			*slot = p
+		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
 	})
 }

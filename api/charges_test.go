@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/saldo/saldo/attempts"
@@ -46,6 +47,19 @@ func TestChargesAndRefunds(t *testing.T) {
 	av, _ := e.balances("m1", e.m1)
 	require.Equal(t, "1100.00", av, "credited net of a zero fee")
 	require.Len(t, e.get("/v1/merchants/m1/charges?status=paid&kind=card", e.auditor).json(t)["data"], 1)
+
+	// The notification hook for charges, once charges calls it.
+	require.Equal(t, http.StatusCreated, e.do(req{method: http.MethodPost, path: "/v1/merchants/m1/notification-endpoints",
+		key: e.m1, body: map[string]any{"url": "http://127.0.0.1:1/hook"}}).Status)
+	paid, err := e.charges.Get(e.ctx, "m1", c["id"].(string))
+	require.NoError(t, err)
+	for range 2 {
+		require.NoError(t, pgx.BeginFunc(e.ctx, e.pool, func(tx pgx.Tx) error { return e.notif.ChargeFinal(e.ctx, tx, paid) }))
+	}
+	var events int
+	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT count(*) FROM notification_events WHERE type = 'charge.paid' AND object_id = $1`,
+		paid.ID).Scan(&events))
+	require.Equal(t, 1, events, "one event per final status")
 
 	r = e.post(path+"/refunds", e.m1, "rf-1", map[string]any{"amount": "30.00", "currency": "BRL"})
 	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -33,6 +34,28 @@ import (
 )
 
 const webhookSecret = "whsec_sim_test"
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// exercised records the documented operations the tests called (METHOD
+// /path/{template}); TestMain checks that every one was.
+var exercised sync.Map
 
 var (
 	docOnce   sync.Once
@@ -78,7 +101,8 @@ type env struct {
 	http    *httptest.Server
 	router  routers.Router
 
-	admin, auditor, operator, m1, m2 string // key secrets
+	logs                             *syncBuffer // the API's log output
+	admin, auditor, operator, m1, m2 string      // key secrets
 	operatorID                       string
 }
 
@@ -134,7 +158,9 @@ func setup(t *testing.T, cfg sim.Config, tune ...func(*attempts.Config)) *env {
 	_, e.m1 = key(api.RoleMerchant, "m1")
 	_, e.m2 = key(api.RoleMerchant, "m2")
 
+	e.logs = &syncBuffer{}
 	e.api, err = api.New(api.Config{Pool: e.pool, Payouts: e.pay, Attempts: e.att, Charges: e.charges,
+		Logger:    slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Providers: map[string]providers.Provider{"sim": e.prov}, Clock: e.clock})
 	require.NoError(t, err)
 	handler = e.api
@@ -262,6 +288,7 @@ func (e *env) exchange(r req) (resp, error) {
 	if err != nil {
 		return out, fmt.Errorf("%s %s is not in docs/openapi.yaml: %w", r.method, r.path, err)
 	}
+	exercised.Store(route.Method+" "+route.Path, true)
 	opts := &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc, IncludeResponseStatus: true}
 	in := &openapi3filter.RequestValidationInput{Request: vr, PathParams: params, Route: route, Options: opts}
 	if reqErr := openapi3filter.ValidateRequest(e.ctx, in); reqErr != nil && out.Status < 300 {

@@ -22,6 +22,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/saldo/saldo/charges"
 	"github.com/saldo/saldo/payouts"
 	"github.com/saldo/saldo/providers"
 )
@@ -228,6 +229,17 @@ func (n *Notifier) PayoutFinal(ctx context.Context, tx pgx.Tx, p payouts.Payout)
 		dedupe += ":" + p.CurrentAttemptID.String()
 	}
 	return n.record(ctx, tx, p.MerchantID, "payout."+string(p.Status), p.ID, dedupe, payoutJSON(p))
+}
+
+// ChargeFinal records a charge.<status> event (paid, failed, expired) like
+// PayoutFinal does for payouts. charges has no final hook yet: wire it as
+// that hook (called inside the transaction that makes the charge final)
+// when it has one.
+func (n *Notifier) ChargeFinal(ctx context.Context, tx pgx.Tx, c charges.Charge) error {
+	if !c.Status.Final() {
+		return nil
+	}
+	return n.record(ctx, tx, c.MerchantID, "charge."+string(c.Status), c.ID, "charge:"+c.ID+":"+string(c.Status), chargeJSONOf(c))
 }
 
 type eventEnvelope struct {

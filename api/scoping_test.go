@@ -91,6 +91,13 @@ func TestScoping(t *testing.T) {
 	require.NoError(t, api.RevokeKey(e.ctx, e.pool, k.ID, time.Now()))
 	require.Equal(t, http.StatusUnauthorized, e.get("/v1/merchants/m1/balances", secret).Status)
 
+	// Logs name key ids, never secrets.
+	logs := e.logs.String()
+	require.Contains(t, logs, `"key_id":"key_`)
+	for _, secret := range []string{e.m1, e.m2, e.admin, e.auditor, e.operator, secret} {
+		require.NotContains(t, logs, secret)
+	}
+
 	// The balance reads right for the owner: 10.00 reserved (R22).
 	av, re := e.balances("m1", e.m1)
 	require.Equal(t, "990.00", av)
