@@ -109,7 +109,21 @@ type Server struct {
 }
 
 // New builds the API handler. Mount it at the root of a listener (it serves
-// /healthz, /readyz, /openapi.yaml and /v1/...).
+// /healthz, /readyz, /openapi.yaml and /v1/...). The wiring saldo serve
+// needs:
+//
+//	notifier, _ := api.NewNotifier(api.NotifierConfig{Pool: pool})
+//	pay, _ := payouts.New(payouts.Config{..., OnFinal: notifier.PayoutFinal})
+//	workers := river.NewWorkers()
+//	notifier.AddWorkers(workers)                   // notification delivery
+//	api.AddWorkers(workers, pool, logger)          // idempotency cleanup
+//	riverCfg.PeriodicJobs = append(riverCfg.PeriodicJobs, api.PeriodicJobs(24*time.Hour)...)
+//	notifier.SetRiverClient(client)
+//	srv, _ := api.New(api.Config{Pool: pool, Payouts: pay, Attempts: att,
+//		Charges: ch, Providers: byName, Logger: logger})
+//
+// With Config.Charges set, charges' webhook handler is offered every event
+// first; do not also list it in WebhookHandlers.
 func New(cfg Config) (*Server, error) {
 	if cfg.Pool == nil || cfg.Payouts == nil || cfg.Attempts == nil {
 		return nil, errors.New("api: Config.Pool, Config.Payouts and Config.Attempts are required")

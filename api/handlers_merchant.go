@@ -77,6 +77,9 @@ func (s *Server) listMerchants(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, err)
 		return
 	}
+	if limit == 0 {
+		limit = 100
+	}
 	after := r.URL.Query().Get("cursor")
 	ms, err := merchants.List(r.Context(), s.pool, after, limit+1)
 	if err != nil {
@@ -368,7 +371,7 @@ func parsePositive(amount, currency, field string) (money.Amount, error) {
 func limitParam(r *http.Request, max int) (int, error) {
 	v := r.URL.Query().Get("limit")
 	if v == "" {
-		return max, nil
+		return 0, nil // the listing's own default
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 || n > max {
