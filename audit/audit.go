@@ -61,7 +61,42 @@ func (r Result) Summary() string {
 	return b.String()
 }
 
-// Run runs every check against db.
+// Check is one area's invariants beyond the ledger's own.
+type Check struct {
+	Area string
+	Run  func(ctx context.Context, db *pgxpool.Pool) ([]Violation, error)
+}
+
+// Checks are the per-area checks Run performs after ledger.Verify, in order.
+// `saldo audit verify` runs the same list.
+var Checks = []Check{
+	{Area: "attempts", Run: func(ctx context.Context, db *pgxpool.Pool) ([]Violation, error) {
+		vs, err := attempts.Verify(ctx, db)
+		out := make([]Violation, 0, len(vs))
+		for _, v := range vs {
+			out = append(out, Violation{"attempts", v.Code, v.String()})
+		}
+		return out, err
+	}},
+	{Area: "payouts", Run: func(ctx context.Context, db *pgxpool.Pool) ([]Violation, error) {
+		vs, err := payouts.Verify(ctx, db)
+		out := make([]Violation, 0, len(vs))
+		for _, v := range vs {
+			out = append(out, Violation{"payouts", v.Check, v.Detail})
+		}
+		return out, err
+	}},
+	{Area: "charges", Run: func(ctx context.Context, db *pgxpool.Pool) ([]Violation, error) {
+		vs, err := charges.Verify(ctx, db)
+		out := make([]Violation, 0, len(vs))
+		for _, v := range vs {
+			out = append(out, Violation{"charges", v.Check, v.Detail})
+		}
+		return out, err
+	}},
+}
+
+// Run runs ledger.Verify and every Check against db.
 func Run(ctx context.Context, db *pgxpool.Pool) (Result, error) {
 	var res Result
 	rep, err := ledger.Verify(ctx, db)
@@ -72,26 +107,12 @@ func Run(ctx context.Context, db *pgxpool.Pool) (Result, error) {
 	for _, v := range rep.Violations {
 		res.Violations = append(res.Violations, Violation{"ledger", string(v.Kind), v.String()})
 	}
-	av, err := attempts.Verify(ctx, db)
-	if err != nil {
-		return res, err
-	}
-	for _, v := range av {
-		res.Violations = append(res.Violations, Violation{"attempts", v.Code, v.String()})
-	}
-	pv, err := payouts.Verify(ctx, db)
-	if err != nil {
-		return res, err
-	}
-	for _, v := range pv {
-		res.Violations = append(res.Violations, Violation{"payouts", v.Check, v.Detail})
-	}
-	cv, err := charges.Verify(ctx, db)
-	if err != nil {
-		return res, err
-	}
-	for _, v := range cv {
-		res.Violations = append(res.Violations, Violation{"charges", v.Check, v.Detail})
+	for _, c := range Checks {
+		vs, err := c.Run(ctx, db)
+		if err != nil {
+			return res, fmt.Errorf("audit: %s: %w", c.Area, err)
+		}
+		res.Violations = append(res.Violations, vs...)
 	}
 	return res, nil
 }
