@@ -231,3 +231,25 @@ func TestIdempotencyLeaseTakeover(t *testing.T) {
 	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT state FROM idempotent_requests WHERE idem_key = 'crash'`).Scan(&state))
 	require.Equal(t, "done", state)
 }
+
+// A 5xx is not stored: the key is released and a retry runs again (here
+// the payouts table is briefly unavailable).
+func TestIdempotencyServerErrorNotStored(t *testing.T) {
+	t.Parallel()
+	e := setup(t, sim.Config{})
+	_, err := e.pool.Exec(e.ctx, `ALTER TABLE payouts RENAME TO payouts_away`)
+	require.NoError(t, err)
+	restore := func() { _, _ = e.pool.Exec(e.ctx, `ALTER TABLE IF EXISTS payouts_away RENAME TO payouts`) }
+	defer restore()
+	r := e.post("/v1/merchants/m1/pix-transfers", e.m1, "flaky", pixBody("4.00"))
+	require.Equal(t, http.StatusInternalServerError, r.Status, string(r.Body))
+	require.Equal(t, "internal", r.code(t))
+	require.NotContains(t, string(r.Body), "payouts", "no internals leak")
+	restore()
+	var n int
+	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT count(*) FROM idempotent_requests WHERE idem_key = 'flaky'`).Scan(&n))
+	require.Zero(t, n, "the key was released")
+	r = e.post("/v1/merchants/m1/pix-transfers", e.m1, "flaky", pixBody("4.00"))
+	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
+	require.Equal(t, 1, e.payoutCount("m1"))
+}

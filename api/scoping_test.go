@@ -24,6 +24,20 @@ func TestHealthAndDocument(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, onDisk, r.Body, "the served document is docs/openapi.yaml")
 	require.Equal(t, api.OpenAPI, r.Body)
+
+	// Unknown routes and methods are problems too.
+	for _, c := range []struct {
+		method, path string
+		status       int
+	}{{http.MethodGet, "/nothing", 404}, {http.MethodGet, "/v1/nothing", 401}, {http.MethodDelete, "/healthz", 405}} {
+		hr, err := http.NewRequest(c.method, e.http.URL+c.path, nil)
+		require.NoError(t, err)
+		res, err := http.DefaultClient.Do(hr)
+		require.NoError(t, err)
+		res.Body.Close()
+		require.Equal(t, c.status, res.StatusCode)
+		require.Equal(t, "application/problem+json", res.Header.Get("Content-Type"))
+	}
 }
 
 // A merchant key sees only its merchant: another merchant's payout or
