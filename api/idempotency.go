@@ -83,6 +83,9 @@ func (s *Server) idempotent(required bool) func(http.Handler) http.Handler {
 				return
 			}
 			if stored != nil {
+				for k, v := range stored.headers {
+					w.Header().Set(k, v)
+				}
 				w.Header().Set("Content-Type", stored.contentType)
 				w.Header().Set(ReplayedHeader, "true")
 				w.WriteHeader(stored.status)
@@ -100,9 +103,16 @@ func (s *Server) idempotent(required bool) func(http.Handler) http.Handler {
 					s.log.ErrorContext(ctx, "api: release idempotency key", "key_id", p.KeyID, "error", err)
 				}
 			} else {
+				kept := map[string]string{}
+				for _, h := range replayedHeaders {
+					if v := rec.header.Get(h); v != "" {
+						kept[h] = v
+					}
+				}
 				_, err := s.pool.Exec(ctx, `UPDATE idempotent_requests SET state = 'done', status = $3, content_type = $4,
-					response_body = $5, completed_at = $6 WHERE key_id = $1 AND idem_key = $2 AND state = 'running'`,
-					p.KeyID, key, rec.status, rec.header.Get("Content-Type"), rec.body.Bytes(), s.clock.Now())
+					response_body = $5, completed_at = $6, response_headers = $7
+					WHERE key_id = $1 AND idem_key = $2 AND state = 'running'`,
+					p.KeyID, key, rec.status, rec.header.Get("Content-Type"), rec.body.Bytes(), s.clock.Now(), kept)
 				if err != nil {
 					// The effect happened; the caller gets its answer. A retry
 					// will find the row running until its lease passes, then
@@ -119,9 +129,13 @@ func (s *Server) idempotent(required bool) func(http.Handler) http.Handler {
 	}
 }
 
+// replayedHeaders are stored with an idempotent response and replayed.
+var replayedHeaders = []string{"Location", "Retry-After"}
+
 type storedResponse struct {
 	status      int
 	contentType string
+	headers     map[string]string
 	body        []byte
 }
 
@@ -146,9 +160,10 @@ func (s *Server) claimIdempotencyKey(ctx context.Context, keyID, key string, has
 		var leaseUntil time.Time
 		var status *int
 		var contentType *string
-		err = tx.QueryRow(ctx, `SELECT request_hash, state, lease_until, status, content_type, response_body
+		var headers map[string]string
+		err = tx.QueryRow(ctx, `SELECT request_hash, state, lease_until, status, content_type, response_body, response_headers
 			FROM idempotent_requests WHERE key_id = $1 AND idem_key = $2 FOR UPDATE`, keyID, key).
-			Scan(&prevHash, &state, &leaseUntil, &status, &contentType, &body)
+			Scan(&prevHash, &state, &leaseUntil, &status, &contentType, &body, &headers)
 		if errors.Is(err, pgx.ErrNoRows) {
 			// Deleted (a 5xx) between our insert and read: try again.
 			return &apiError{status: http.StatusConflict, code: "request_in_progress", title: "Request in progress",
@@ -162,7 +177,7 @@ func (s *Server) claimIdempotencyKey(ctx context.Context, keyID, key string, has
 				detail: "this Idempotency-Key was used with a different request (method, path or body); use a new key for a new request"}
 		}
 		if state == "done" {
-			out = &storedResponse{status: *status, contentType: deref(contentType), body: body}
+			out = &storedResponse{status: *status, contentType: deref(contentType), headers: headers, body: body}
 			return nil
 		}
 		if now.Before(leaseUntil) {
@@ -182,11 +197,13 @@ func (s *Server) CleanupIdempotency(ctx context.Context) (int64, error) {
 	return CleanupIdempotency(ctx, s.pool, s.clock.Now().Add(-s.cfg.IdempotencyRetention))
 }
 
-// CleanupIdempotency deletes finished idempotency records created before
-// olderThan. Never pass a time less than 24 hours ago (the documented
-// retention).
+// CleanupIdempotency deletes idempotency records created before olderThan:
+// finished ones, and running ones whose lease passed (their request died
+// and nobody retried). Never pass a time less than 24 hours ago (the
+// documented retention).
 func CleanupIdempotency(ctx context.Context, db ledger.DBTX, olderThan time.Time) (int64, error) {
-	tag, err := db.Exec(ctx, `DELETE FROM idempotent_requests WHERE created_at < $1 AND state = 'done'`, olderThan)
+	tag, err := db.Exec(ctx, `DELETE FROM idempotent_requests WHERE created_at < $1
+		AND (state = 'done' OR lease_until < $1)`, olderThan)
 	if err != nil {
 		return 0, err
 	}

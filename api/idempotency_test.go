@@ -40,6 +40,8 @@ func TestIdempotencyReplayAndMismatch(t *testing.T) {
 	require.Equal(t, first.Status, again.Status)
 	require.Equal(t, string(first.Body), string(again.Body), "a replay is byte for byte the first answer")
 	require.Equal(t, "true", again.Header.Get(api.ReplayedHeader))
+	require.NotEmpty(t, first.Header.Get("Location"))
+	require.Equal(t, first.Header.Get("Location"), again.Header.Get("Location"))
 	require.Equal(t, "k-1", again.Header.Get("Idempotency-Key"))
 
 	mismatch := e.post("/v1/merchants/m1/pix-transfers", e.m1, "k-1", pixBody("11.00"))
