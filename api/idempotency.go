@@ -37,6 +37,9 @@ const ReplayedHeader = "Idempotent-Replayed"
 //     (Retry-After: 1);
 //   - a 5xx is not stored: the row is deleted so a retry runs again (the
 //     domain below has its own keys, so that never doubles an effect);
+//   - neither is a refusal of the request's form (400, 413, 415): nothing
+//     happened, so the client may fix the body and retry with the same key;
+//     domain answers (404, 409, 422 insufficient balance, ...) are stored;
 //   - a running row whose lease (Config.IdempotencyLease) passed was left by
 //     a request that died mid-way; a retry takes it over and runs again.
 //
@@ -97,7 +100,7 @@ func (s *Server) idempotent(required bool) func(http.Handler) http.Handler {
 			next.ServeHTTP(rec, r)
 
 			ctx := context.WithoutCancel(r.Context())
-			if rec.status >= 500 {
+			if !storable(rec.status) {
 				if _, err := s.pool.Exec(ctx, `DELETE FROM idempotent_requests WHERE key_id = $1 AND idem_key = $2 AND state = 'running'`,
 					p.KeyID, key); err != nil {
 					s.log.ErrorContext(ctx, "api: release idempotency key", "key_id", p.KeyID, "error", err)
@@ -127,6 +130,17 @@ func (s *Server) idempotent(required bool) func(http.Handler) http.Handler {
 			_, _ = w.Write(rec.body.Bytes())
 		})
 	}
+}
+
+// storable reports whether a response is kept for replay: not a 5xx (we
+// do not know what happened) nor a refusal of the request's form (nothing
+// happened).
+func storable(status int) bool {
+	switch {
+	case status >= 500, status == 400, status == 413, status == 415:
+		return false
+	}
+	return true
 }
 
 // replayedHeaders are stored with an idempotent response and replayed.

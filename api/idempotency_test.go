@@ -31,6 +31,11 @@ func TestIdempotencyReplayAndMismatch(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, r.Status)
 	require.Equal(t, "idempotency_key_required", r.code(t))
 
+	// A malformed request is not stored: fixed, the same key runs.
+	r = e.post("/v1/merchants/m1/pix-transfers", e.m1, "k-1", pixBody("10.001"))
+	require.Equal(t, http.StatusBadRequest, r.Status)
+	require.Equal(t, "k-1", r.Header.Get("Idempotency-Key"))
+
 	first := e.post("/v1/merchants/m1/pix-transfers", e.m1, "k-1", pixBody("10.00"))
 	require.Equal(t, http.StatusCreated, first.Status, string(first.Body))
 	require.Equal(t, "k-1", first.Header.Get("Idempotency-Key"))
