@@ -168,13 +168,16 @@ DECLARE
     v_bad_tx boolean;
     v_unbalanced boolean;
 BEGIN
-    SELECT bool_or(a.id IS NULL OR a.currency <> n.currency), bool_or(t.id IS NULL),
+    -- Correlated subqueries in the select list stay per-row index probes;
+    -- joins against the transition table (of unknown size to the planner)
+    -- would become hash joins over whole tables.
+    SELECT bool_or(NOT EXISTS (SELECT 1 FROM ledger_accounts a
+                               WHERE a.id = n.account_id AND a.currency = n.currency)),
+           bool_or(NOT EXISTS (SELECT 1 FROM ledger_transactions t WHERE t.id = n.transaction_id)),
            (SELECT bool_or(s <> 0) FROM (SELECT sum(x.amount) AS s FROM new_postings x
                                          GROUP BY x.transaction_id, x.currency) sums)
     INTO v_bad_account, v_bad_tx, v_unbalanced
-    FROM new_postings n
-    LEFT JOIN ledger_accounts a ON a.id = n.account_id
-    LEFT JOIN ledger_transactions t ON t.id = n.transaction_id;
+    FROM new_postings n;
     IF v_bad_account THEN
         RAISE EXCEPTION 'ledger: posting for a missing account or in another currency than its account'
             USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'ledger_postings_account';
@@ -212,8 +215,9 @@ CREATE TRIGGER ledger_postings_checked AFTER INSERT ON ledger_postings
 -- detected without an error and answered 'existing' or 'conflict'); chain
 -- the posting hashes; insert the postings; update the balances.
 --
--- The happy path runs four statements (lock, insert transaction, insert
--- postings, update accounts); everything else is plpgsql arithmetic.
+-- The happy path runs two statements (lock and read the accounts; insert
+-- transaction and postings and update the balances in one statement with
+-- data-modifying CTEs); everything else is plpgsql arithmetic.
 --
 -- Outcomes: posted (one row per leg), existing (one row, transaction_id set),
 -- conflict, insufficient_funds, unknown_account, currency_mismatch,
@@ -256,7 +260,7 @@ DECLARE
     v_req bytea;
     v_tx bigint;
     v_old_req bytea;
-    r record;
+    v_inserted bigint;
     i int;
     j int;
     k int;
@@ -267,24 +271,21 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
 
-    FOR r IN
-        SELECT a.id, a.code, a.currency, a.allow_negative, a.balance, a.last_seq, a.last_hash,
-               a.last_posted_at
-        FROM ledger_accounts a
-        WHERE a.id = ANY (p_account_ids) OR a.code = ANY (p_account_codes)
-        ORDER BY a.id
-        FOR UPDATE
-    LOOP
-        na := na + 1;
-        a_id[na] := r.id;
-        a_code[na] := r.code;
-        a_cur[na] := r.currency;
-        a_neg[na] := r.allow_negative;
-        a_bal[na] := r.balance;
-        a_seq[na] := r.last_seq;
-        a_hash[na] := r.last_hash;
-        v_last := greatest(v_last, r.last_posted_at);
-    END LOOP;
+    -- One statement, no cursor: lock the accounts in id order and read them
+    -- into arrays.
+    -- The arrays are built in one pass, so they agree with each other
+    -- position by position whatever the order.
+    SELECT coalesce(array_agg(l.id), '{}'), coalesce(array_agg(l.code), '{}'),
+           coalesce(array_agg(l.currency), '{}'), coalesce(array_agg(l.allow_negative), '{}'),
+           coalesce(array_agg(l.balance), '{}'), coalesce(array_agg(l.last_seq), '{}'),
+           coalesce(array_agg(l.last_hash), '{}'), max(l.last_posted_at), count(*)
+    INTO a_id, a_code, a_cur, a_neg, a_bal, a_seq, a_hash, v_last, na
+    FROM (SELECT a.id, a.code, a.currency, a.allow_negative, a.balance, a.last_seq, a.last_hash,
+                 a.last_posted_at
+          FROM ledger_accounts a
+          WHERE a.id = ANY (p_account_ids) OR a.code = ANY (p_account_codes)
+          ORDER BY a.id
+          FOR UPDATE) l;
 
     v_req_text := concat_ws('|', 'saldo-ledger-request-v1', p_cause_kind, p_cause_id,
                             coalesce(p_reverses_id::text, ''));
@@ -366,23 +367,9 @@ BEGIN
     -- back must not reorder history), so balance-at-time queries stay exact.
     v_posted := greatest(clock_timestamp(), v_last);
     v_micros := (extract(epoch FROM v_posted) * 1000000)::bigint;
-
-    INSERT INTO ledger_transactions AS t (idempotency_key, request_hash, cause_kind, cause_id,
-        description, metadata, effective_at, posted_at, reverses_id)
-    VALUES (p_key, v_req, p_cause_kind, p_cause_id, coalesce(p_description, ''),
-        coalesce(p_metadata, '{}'), coalesce(p_effective_at, v_posted), v_posted, p_reverses_id)
-    ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING t.id INTO v_tx;
-    IF v_tx IS NULL THEN
-        -- The key was posted before, or by a concurrent twin that committed
-        -- first (ON CONFLICT waited for it).
-        SELECT t.id, t.request_hash INTO v_tx, v_old_req
-        FROM ledger_transactions t WHERE t.idempotency_key = p_key;
-        outcome := CASE WHEN v_old_req = v_req THEN 'existing' ELSE 'conflict' END;
-        transaction_id := v_tx;
-        RETURN NEXT;
-        RETURN;
-    END IF;
+    -- The id is drawn first so the posting hashes (which cover it) can be
+    -- computed before the single write statement below.
+    v_tx := nextval('ledger_transactions_id_seq'::regclass);
 
     FOR i IN 1..n LOOP
         j := l_acc[i];
@@ -394,16 +381,40 @@ BEGIN
         a_hash[j] := l_hash[i];
     END LOOP;
 
-    INSERT INTO ledger_postings (account_id, seq, transaction_id, leg, amount, currency,
-        balance_after, posted_at, prev_hash, hash)
-    SELECT a_id[l_acc[g]], l_seq[g], v_tx, g, p_amounts[g], p_currencies[g], l_bal[g], v_posted,
-        l_prev[g], l_hash[g]
-    FROM generate_series(1, n) AS g;
+    -- All writes in one statement. If the key already exists (a replay, or a
+    -- concurrent twin that committed first: ON CONFLICT waits for it), the
+    -- transaction insert yields no row and so do the postings and updates.
+    WITH t AS (
+        INSERT INTO ledger_transactions AS t (id, idempotency_key, request_hash, cause_kind,
+            cause_id, description, metadata, effective_at, posted_at, reverses_id)
+        OVERRIDING SYSTEM VALUE
+        VALUES (v_tx, p_key, v_req, p_cause_kind, p_cause_id, coalesce(p_description, ''),
+            coalesce(p_metadata, '{}'), coalesce(p_effective_at, v_posted), v_posted, p_reverses_id)
+        ON CONFLICT (idempotency_key) DO NOTHING
+        RETURNING t.id
+    ), p AS (
+        INSERT INTO ledger_postings (account_id, seq, transaction_id, leg, amount, currency,
+            balance_after, posted_at, prev_hash, hash)
+        SELECT a_id[l_acc[g]], l_seq[g], t.id, g, p_amounts[g], p_currencies[g], l_bal[g], v_posted,
+            l_prev[g], l_hash[g]
+        FROM t CROSS JOIN generate_series(1, n) AS g
+    ), u AS (
+        UPDATE ledger_accounts AS a
+        SET balance = a_bal[array_position(a_id, a.id)], last_seq = a_seq[array_position(a_id, a.id)],
+            last_hash = a_hash[array_position(a_id, a.id)], last_posted_at = v_posted
+        FROM t
+        WHERE a.id = ANY (a_id)
+    )
+    SELECT count(*) INTO v_inserted FROM t;
 
-    UPDATE ledger_accounts AS a
-    SET balance = a_bal[array_position(a_id, a.id)], last_seq = a_seq[array_position(a_id, a.id)],
-        last_hash = a_hash[array_position(a_id, a.id)], last_posted_at = v_posted
-    WHERE a.id = ANY (a_id);
+    IF v_inserted = 0 THEN
+        SELECT t.id, t.request_hash INTO v_tx, v_old_req
+        FROM ledger_transactions t WHERE t.idempotency_key = p_key;
+        outcome := CASE WHEN v_old_req = v_req THEN 'existing' ELSE 'conflict' END;
+        transaction_id := v_tx;
+        RETURN NEXT;
+        RETURN;
+    END IF;
 
     outcome := 'posted';
     transaction_id := v_tx;

@@ -90,36 +90,96 @@ func (r Result) String() string {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// transferFunc performs one transfer from account index a to index b.
-// refused reports an expected refusal (insufficient funds).
-type transferFunc func(ctx context.Context, worker, seq, from, to int, amount decimal.Decimal) (refused bool, err error)
+// transferFunc performs one transfer from account index from to index to.
+// round, worker and seq make a unique idempotency key. refused reports an
+// expected refusal (insufficient funds).
+type transferFunc func(ctx context.Context, round, worker, seq, from, to int, amount decimal.Decimal) (refused bool, err error)
 
-// warmUp runs the workload unmeasured for o.Warmup (with negative sequence
-// numbers, so keys do not collide with the measured run).
-func warmUp(ctx context.Context, name string, o Options, fn transferFunc) error {
-	if o.Warmup <= 0 {
-		return nil
-	}
-	w := o
-	w.Duration = o.Warmup
-	_, err := drive(ctx, name+" warm-up", w, func(ctx context.Context, worker, seq, from, to int, amount decimal.Decimal) (bool, error) {
-		return fn(ctx, worker, -1-seq, from, to, amount)
-	})
-	return err
+// Workload is one prepared thing to measure: accounts created and funded,
+// connections warmed up. Measure it once or in several rounds interleaved
+// with other workloads (Compare), so that a machine whose load changes
+// during the run treats every workload alike.
+type Workload struct {
+	name     string
+	tables   []string
+	transfer transferFunc
+	pool     *pgxpool.Pool
+	o        Options
+	rounds   int
+	samples  []sample
 }
 
-// drive runs workers until the duration passes and collects latencies.
-func drive(ctx context.Context, name string, o Options, fn transferFunc) (Result, error) {
+type sample struct {
+	latencies []time.Duration
+	refused   int64
+	elapsed   time.Duration
+	bytes     int64
+}
+
+// Measure runs the workload for d and records the sample.
+func (w *Workload) Measure(ctx context.Context, d time.Duration) error {
+	before, err := tablesSize(ctx, w.pool, w.tables...)
+	if err != nil {
+		return err
+	}
+	w.rounds++
+	sm, err := drive(ctx, w.o, d, w.rounds, w.transfer)
+	if err != nil {
+		return fmt.Errorf("ledgerbench: %s: %w", w.name, err)
+	}
+	after, err := tablesSize(ctx, w.pool, w.tables...)
+	if err != nil {
+		return err
+	}
+	sm.bytes = after - before
+	w.samples = append(w.samples, sm)
+	return nil
+}
+
+// Result summarises every sample measured so far.
+func (w *Workload) Result() Result {
+	r := Result{Name: w.name}
+	var all []time.Duration
+	var bytes int64
+	for _, sm := range w.samples {
+		all = append(all, sm.latencies...)
+		r.Refused += sm.refused
+		r.Elapsed += sm.elapsed
+		bytes += sm.bytes
+	}
+	r.Transfers = int64(len(all))
+	if r.Transfers > 0 {
+		slices.Sort(all)
+		r.P50 = all[len(all)/2]
+		r.P99 = all[len(all)*99/100]
+		r.PerSecond = float64(r.Transfers) / r.Elapsed.Seconds()
+		r.BytesPerTransfer = float64(bytes) / float64(r.Transfers)
+	}
+	return r
+}
+
+func (w *Workload) warmUp(ctx context.Context) error {
+	if w.o.Warmup <= 0 {
+		return nil
+	}
+	_, err := drive(ctx, w.o, w.o.Warmup, 0, w.transfer)
+	if err != nil {
+		return fmt.Errorf("ledgerbench: %s warm-up: %w", w.name, err)
+	}
+	return nil
+}
+
+// drive runs o.Workers workers for d and collects latencies.
+func drive(ctx context.Context, o Options, d time.Duration, round int, fn transferFunc) (sample, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
-		mu        sync.Mutex
-		latencies []time.Duration
-		refused   int64
-		firstErr  error
-		wg        sync.WaitGroup
+		mu       sync.Mutex
+		sm       sample
+		firstErr error
+		wg       sync.WaitGroup
 	)
-	deadline := time.Now().Add(o.Duration)
+	deadline := time.Now().Add(d)
 	start := time.Now()
 	for w := range o.Workers {
 		wg.Add(1)
@@ -139,7 +199,7 @@ func drive(ctx context.Context, name string, o Options, fn transferFunc) (Result
 				}
 				amount := decimal.New(int64(1+rng.IntN(1000)), -2)
 				t0 := time.Now()
-				ref, err := fn(ctx, w, seq, from, to, amount)
+				ref, err := fn(ctx, round, w, seq, from, to, amount)
 				if err != nil {
 					if ctx.Err() == nil {
 						mu.Lock()
@@ -158,24 +218,14 @@ func drive(ctx context.Context, name string, o Options, fn transferFunc) (Result
 				local = append(local, time.Since(t0))
 			}
 			mu.Lock()
-			latencies = append(latencies, local...)
-			refused += localRefused
+			sm.latencies = append(sm.latencies, local...)
+			sm.refused += localRefused
 			mu.Unlock()
 		}()
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	if firstErr != nil {
-		return Result{}, fmt.Errorf("ledgerbench: %s: %w", name, firstErr)
-	}
-	r := Result{Name: name, Transfers: int64(len(latencies)), Refused: refused, Elapsed: elapsed}
-	if r.Transfers > 0 {
-		slices.Sort(latencies)
-		r.P50 = latencies[len(latencies)/2]
-		r.P99 = latencies[len(latencies)*99/100]
-		r.PerSecond = float64(r.Transfers) / elapsed.Seconds()
-	}
-	return r, nil
+	sm.elapsed = time.Since(start)
+	return sm, firstErr
 }
 
 func tablesSize(ctx context.Context, pool *pgxpool.Pool, tables ...string) (int64, error) {
@@ -184,24 +234,26 @@ func tablesSize(ctx context.Context, pool *pgxpool.Pool, tables ...string) (int6
 	return n, err
 }
 
-var ledgerTables = []string{"ledger_accounts", "ledger_transactions", "ledger_postings"}
-
-// Ledger measures ledger.Post: it creates Accounts merchant accounts for the
-// run, funds each from the platform funding account (generously, so
-// transfers are not refused), then posts random transfers for Duration.
-func Ledger(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
+// PrepareLedger prepares the ledger.Post workload: it creates o.Accounts
+// merchant accounts for the run, funds each from the platform funding
+// account (generously, so transfers are not refused), and warms up. Each
+// transfer is one ledger.Post on the pool with its own idempotency key.
+func PrepareLedger(ctx context.Context, pool *pgxpool.Pool, o Options) (*Workload, error) {
+	if err := CheckPool(pool, o); err != nil {
+		return nil, err
+	}
 	if err := o.defaults(); err != nil {
-		return Result{}, err
+		return nil, err
 	}
 	funding, err := ledger.EnsureAccount(ctx, pool, ledger.PlatformFunding(money.BRL))
 	if err != nil {
-		return Result{}, err
+		return nil, err
 	}
 	ids := make([]int64, o.Accounts)
 	for i := range ids {
 		acc, err := ledger.EnsureAccount(ctx, pool, ledger.MerchantAvailable(fmt.Sprintf("%s_%d", o.RunID, i), money.BRL))
 		if err != nil {
-			return Result{}, err
+			return nil, err
 		}
 		ids[i] = acc.ID
 		amount := decimal.NewFromInt(1_000_000)
@@ -216,16 +268,17 @@ func Ledger(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) 
 				{AccountID: ids[i], Amount: amount, Currency: money.BRL},
 			},
 		}); err != nil {
-			return Result{}, err
+			return nil, err
 		}
 	}
 	name := "ledger.Post"
 	if o.Hot {
 		name += " (hot)"
 	}
-	post := func(ctx context.Context, w, seq, from, to int, amount decimal.Decimal) (bool, error) {
+	w := &Workload{name: name, tables: []string{"ledger_accounts", "ledger_transactions", "ledger_postings"}, pool: pool, o: o}
+	w.transfer = func(ctx context.Context, round, worker, seq, from, to int, amount decimal.Decimal) (bool, error) {
 		_, err := ledger.Post(ctx, pool, ledger.TransactionInput{
-			IdempotencyKey: fmt.Sprintf("%s-%d-%d", o.RunID, w, seq),
+			IdempotencyKey: fmt.Sprintf("%s-%d-%d-%d", o.RunID, round, worker, seq),
 			CauseKind:      "bench",
 			CauseID:        o.RunID,
 			Postings: []ledger.PostingInput{
@@ -238,25 +291,19 @@ func Ledger(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) 
 		}
 		return false, err
 	}
-	if err := warmUp(ctx, name, o, post); err != nil {
-		return Result{}, err
-	}
-	before, err := tablesSize(ctx, pool, ledgerTables...)
+	return w, w.warmUp(ctx)
+}
+
+// Ledger prepares the ledger.Post workload and measures it for o.Duration.
+func Ledger(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
+	w, err := PrepareLedger(ctx, pool, o)
 	if err != nil {
 		return Result{}, err
 	}
-	res, err := drive(ctx, name, o, post)
-	if err != nil {
-		return res, err
+	if err := w.Measure(ctx, w.o.Duration); err != nil {
+		return Result{}, err
 	}
-	after, err := tablesSize(ctx, pool, ledgerTables...)
-	if err != nil {
-		return res, err
-	}
-	if res.Transfers > 0 {
-		res.BytesPerTransfer = float64(after-before) / float64(res.Transfers)
-	}
-	return res, nil
+	return w.Result(), nil
 }
 
 // BaselineMode selects how the baseline sends its statements.
@@ -286,21 +333,24 @@ CREATE TABLE IF NOT EXISTS saldo_bench_history (
     mtime      timestamptz NOT NULL DEFAULT now()
 );`
 
-// Baseline measures plain SQL doing the same transfers: two balance UPDATEs
-// (in id order, so workers never deadlock) and two history INSERTs per
-// transaction, on tables saldo_bench_accounts and saldo_bench_history
+// PrepareBaseline prepares plain SQL doing the same transfers: two balance
+// UPDATEs (in id order, so workers never deadlock) and two history INSERTs
+// per transaction, on tables saldo_bench_accounts and saldo_bench_history
 // (created if missing).
-func Baseline(ctx context.Context, pool *pgxpool.Pool, o Options, mode BaselineMode) (Result, error) {
+func PrepareBaseline(ctx context.Context, pool *pgxpool.Pool, o Options, mode BaselineMode) (*Workload, error) {
+	if err := CheckPool(pool, o); err != nil {
+		return nil, err
+	}
 	if err := o.defaults(); err != nil {
-		return Result{}, err
+		return nil, err
 	}
 	if _, err := pool.Exec(ctx, baselineSchema); err != nil {
-		return Result{}, fmt.Errorf("ledgerbench: baseline schema: %w", err)
+		return nil, fmt.Errorf("ledgerbench: baseline schema: %w", err)
 	}
 	run := fmt.Sprintf("%s-%d", o.RunID, mode)
 	if _, err := pool.Exec(ctx, `INSERT INTO saldo_bench_accounts (run, id, balance)
 		SELECT $1, g, 1000000 FROM generate_series(0, $2 - 1) g ON CONFLICT DO NOTHING`, run, o.Accounts); err != nil {
-		return Result{}, fmt.Errorf("ledgerbench: baseline accounts: %w", err)
+		return nil, fmt.Errorf("ledgerbench: baseline accounts: %w", err)
 	}
 	const (
 		upd = `UPDATE saldo_bench_accounts SET balance = balance + $3 WHERE run = $1 AND id = $2`
@@ -313,7 +363,8 @@ func Baseline(ctx context.Context, pool *pgxpool.Pool, o Options, mode BaselineM
 	if o.Hot {
 		name += " (hot)"
 	}
-	transfer := func(ctx context.Context, w, seq, from, to int, amount decimal.Decimal) (bool, error) {
+	w := &Workload{name: name, tables: []string{"saldo_bench_accounts", "saldo_bench_history"}, pool: pool, o: o}
+	w.transfer = func(ctx context.Context, round, worker, seq, from, to int, amount decimal.Decimal) (bool, error) {
 		type leg struct {
 			id    int
 			delta decimal.Decimal
@@ -346,25 +397,57 @@ func Baseline(ctx context.Context, pool *pgxpool.Pool, o Options, mode BaselineM
 			return nil
 		})
 	}
-	if err := warmUp(ctx, name, o, transfer); err != nil {
-		return Result{}, err
-	}
-	before, err := tablesSize(ctx, pool, "saldo_bench_accounts", "saldo_bench_history")
+	return w, w.warmUp(ctx)
+}
+
+// Baseline prepares a baseline workload and measures it for o.Duration.
+func Baseline(ctx context.Context, pool *pgxpool.Pool, o Options, mode BaselineMode) (Result, error) {
+	w, err := PrepareBaseline(ctx, pool, o, mode)
 	if err != nil {
 		return Result{}, err
 	}
-	res, err := drive(ctx, name, o, transfer)
+	if err := w.Measure(ctx, w.o.Duration); err != nil {
+		return Result{}, err
+	}
+	return w.Result(), nil
+}
+
+// Comparison is the ledger against both baselines.
+type Comparison struct {
+	Ledger, PgbenchShaped, Pipelined Result
+}
+
+// Compare measures the ledger and both baselines in rounds: each round
+// runs every workload for o.Duration/rounds, one after the other, so slow
+// phases of a shared machine hit all three alike.
+func Compare(ctx context.Context, pool *pgxpool.Pool, o Options, rounds int) (Comparison, error) {
+	if rounds < 1 {
+		rounds = 1
+	}
+	if err := o.defaults(); err != nil {
+		return Comparison{}, err
+	}
+	l, err := PrepareLedger(ctx, pool, o)
 	if err != nil {
-		return res, err
+		return Comparison{}, err
 	}
-	after, err := tablesSize(ctx, pool, "saldo_bench_accounts", "saldo_bench_history")
+	shaped, err := PrepareBaseline(ctx, pool, o, PgbenchShaped)
 	if err != nil {
-		return res, err
+		return Comparison{}, err
 	}
-	if res.Transfers > 0 {
-		res.BytesPerTransfer = float64(after-before) / float64(res.Transfers)
+	piped, err := PrepareBaseline(ctx, pool, o, Pipelined)
+	if err != nil {
+		return Comparison{}, err
 	}
-	return res, nil
+	d := o.Duration / time.Duration(rounds)
+	for range rounds {
+		for _, w := range []*Workload{l, shaped, piped} {
+			if err := w.Measure(ctx, d); err != nil {
+				return Comparison{}, err
+			}
+		}
+	}
+	return Comparison{Ledger: l.Result(), PgbenchShaped: shaped.Result(), Pipelined: piped.Result()}, nil
 }
 
 // CheckPool returns an error when pool cannot give every worker its own
