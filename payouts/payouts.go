@@ -345,31 +345,31 @@ func (s *Service) AttemptFinal(ctx context.Context, tx pgx.Tx, a attempts.Attemp
 		return fmt.Errorf("payouts: attempt %s names payout %s: %w", a.ID, a.SubjectID, err)
 	}
 	now := s.clock.Now()
-	// The payout row first, the ledger effect last: the ledger write locks
-	// shared accounts, so it comes as close to COMMIT as possible.
+	// The payout row first, then the notification hook, and the ledger
+	// effect last: the ledger write locks shared accounts (the merchant's
+	// reserve, a clearing shard), so it comes as close to COMMIT as possible.
+	var np Payout
+	effect := s.settle
 	switch a.Status {
 	case attempts.StatusSucceeded:
-		_, err = tx.Exec(ctx, `UPDATE payouts SET status = 'succeeded', failure_code = NULL, failure_reason = NULL,
-			updated_at = $2 WHERE id = $1`, p.ID, now)
-		if err == nil {
-			err = s.settle(ctx, tx, p, a.ID)
-		}
+		np, err = scanPayout(tx.QueryRow(ctx, `UPDATE payouts SET status = 'succeeded', failure_code = NULL,
+			failure_reason = NULL, updated_at = $2 WHERE id = $1 RETURNING `+payoutColumns, p.ID, now))
 	case attempts.StatusFailed:
-		_, err = tx.Exec(ctx, `UPDATE payouts SET status = 'failed', failure_code = $2, failure_reason = $3,
-			updated_at = $4 WHERE id = $1 AND current_attempt_id = $5`,
-			p.ID, nullable(a.FailureCode), nullable(a.FailureReason), now, a.ID)
-		if err == nil {
-			err = s.release(ctx, tx, p, a.ID)
+		effect = s.release
+		np, err = scanPayout(tx.QueryRow(ctx, `UPDATE payouts SET status = 'failed', failure_code = $2,
+			failure_reason = $3, updated_at = $4 WHERE id = $1 AND current_attempt_id = $5 RETURNING `+payoutColumns,
+			p.ID, nullable(a.FailureCode), nullable(a.FailureReason), now, a.ID))
+		if errors.Is(err, ErrNotFound) { // not the current attempt: the payout row stays as it is
+			np, err = p, nil
 		}
 	default:
 		return fmt.Errorf("payouts: AttemptFinal called with status %s", a.Status)
 	}
 	if err == nil && s.onFinal != nil {
-		np, gerr := s.get(ctx, tx, "", p.ID)
-		if gerr != nil {
-			return gerr
-		}
 		err = s.onFinal(ctx, tx, np)
+	}
+	if err == nil {
+		err = effect(ctx, tx, p, a.ID)
 	}
 	if err == nil {
 		s.log.InfoContext(ctx, "payout attempt final", "payout_id", p.ID, "attempt_id", a.ID,

@@ -27,7 +27,7 @@ var t0 = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 // env is one test's world: its own database, a simulated PSP over real HTTP,
 // the attempts core and payouts, sharing one manual clock.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	ctx   context.Context
 	pool  *pgxpool.Pool
 	clock *sim.ManualClock
@@ -45,6 +45,11 @@ func brl(s string) money.Amount { return money.MustParse(s, "BRL") }
 // it runs the full audit (R22: reserved == open outgoing attempts, ledger
 // balanced, no negative, chains intact) and the sim oracle (nobody paid twice).
 func setup(t *testing.T, cfg sim.Config, balance string) *env {
+	t.Helper()
+	return setupTB(t, cfg, balance)
+}
+
+func setupTB(t testing.TB, cfg sim.Config, balance string) *env {
 	t.Helper()
 	ctx := context.Background()
 	e := &env{t: t, ctx: ctx, pool: testdb.New(t), clock: sim.NewManualClock(t0)}
