@@ -84,7 +84,7 @@ type Result struct {
 }
 
 func (r Result) String() string {
-	return fmt.Sprintf("%-26s %8.0f transfers/s  p50 %6.2f ms  p99 %6.2f ms  %6.0f B/transfer  (%d in %s, %d refused)",
+	return fmt.Sprintf("%-32s %8.0f transfers/s  p50 %6.2f ms  p99 %6.2f ms  %6.0f B/transfer  (%d in %s, %d refused)",
 		r.Name, r.PerSecond, ms(r.P50), ms(r.P99), r.BytesPerTransfer, r.Transfers, r.Elapsed.Round(time.Millisecond), r.Refused)
 }
 

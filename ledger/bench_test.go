@@ -1,0 +1,117 @@
+package ledger_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/shopspring/decimal"
+
+	"github.com/saldo/saldo/internal/testdb"
+	"github.com/saldo/saldo/ledger"
+	"github.com/saldo/saldo/money"
+)
+
+// benchSetup returns a pool with room for parallel workers and the ids of n
+// funded merchant accounts.
+func benchSetup(b *testing.B, n int) (context.Context, *pgxpool.Pool, []int64) {
+	b.Helper()
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(testdb.NewURL(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.MaxConns = 16
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	funding, err := ledger.EnsureAccount(ctx, pool, ledger.PlatformFunding(money.BRL))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ids := make([]int64, n)
+	for i := range ids {
+		acc, err := ledger.EnsureAccount(ctx, pool, ledger.MerchantAvailable(fmt.Sprintf("bench_%d", i), money.BRL))
+		if err != nil {
+			b.Fatal(err)
+		}
+		ids[i] = acc.ID
+		if _, err := ledger.Post(ctx, pool, ledger.TransactionInput{
+			IdempotencyKey: fmt.Sprintf("fund-%d", i), CauseKind: "bench", CauseID: "fund",
+			Postings: []ledger.PostingInput{
+				{AccountID: funding.ID, Amount: decimal.NewFromInt(-1_000_000), Currency: money.BRL},
+				{AccountID: acc.ID, Amount: decimal.NewFromInt(1_000_000), Currency: money.BRL},
+			},
+		}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return ctx, pool, ids
+}
+
+var benchKey atomic.Int64
+
+func benchTransfer(from, to int64) ledger.TransactionInput {
+	return ledger.TransactionInput{
+		IdempotencyKey: fmt.Sprintf("b-%d", benchKey.Add(1)), CauseKind: "bench", CauseID: "bench",
+		Postings: []ledger.PostingInput{
+			{AccountID: from, Amount: decimal.New(-125, -2), Currency: money.BRL},
+			{AccountID: to, Amount: decimal.New(125, -2), Currency: money.BRL},
+		},
+	}
+}
+
+// BenchmarkPost: one transfer per iteration, each its own commit.
+func BenchmarkPost(b *testing.B) {
+	ctx, pool, ids := benchSetup(b, 50)
+	i := 0
+	for b.Loop() {
+		if _, err := ledger.Post(ctx, pool, benchTransfer(ids[i%50], ids[(i+7)%50])); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
+
+// BenchmarkPostParallel: transfers between 50 accounts from GOMAXPROCS*4
+// goroutines (set -cpu to change), the shape of `saldo bench ledger`.
+func BenchmarkPostParallel(b *testing.B) {
+	ctx, pool, ids := benchSetup(b, 50)
+	b.SetParallelism(4)
+	var worker atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		w := int(worker.Add(1))
+		i := 0
+		for pb.Next() {
+			from := ids[(w*13+i)%50]
+			to := ids[(w*13+i+1+i%7)%50]
+			if _, err := ledger.Post(ctx, pool, benchTransfer(from, to)); err != nil {
+				b.Error(err)
+				return
+			}
+			i++
+		}
+	})
+}
+
+// BenchmarkPostHot: every transfer debits the same account.
+func BenchmarkPostHot(b *testing.B) {
+	ctx, pool, ids := benchSetup(b, 50)
+	b.SetParallelism(4)
+	var worker atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		w := int(worker.Add(1))
+		i := 0
+		for pb.Next() {
+			if _, err := ledger.Post(ctx, pool, benchTransfer(ids[0], ids[1+(w+i)%49])); err != nil {
+				b.Error(err)
+				return
+			}
+			i++
+		}
+	})
+}
