@@ -39,8 +39,6 @@ package charges
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -49,6 +47,9 @@ import (
 	"regexp"
 	"sync"
 	"time"
+
+	"github.com/saldo/saldo/internal/intent"
+	"github.com/saldo/saldo/internal/keyset"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -428,7 +429,7 @@ func (s *Service) Create(ctx context.Context, req ChargeRequest) (Charge, error)
 	if err != nil {
 		return Charge{}, err
 	}
-	hash := requestHash(req.Kind, req.Amount.Format(), cur.Code(), req.CardToken, int64(req.PixExpiresIn/time.Second),
+	hash := intent.RequestHash(req.Kind, req.Amount.Format(), cur.Code(), req.CardToken, int64(req.PixExpiresIn/time.Second),
 		req.PayerName, req.PayerTaxID, req.Description, req.Metadata, req.Splits)
 	if err := s.prepareAccounts(ctx, req.MerchantID, cur, req.Splits); err != nil {
 		return Charge{}, err
@@ -506,7 +507,7 @@ func (s *Service) Create(ctx context.Context, req ChargeRequest) (Charge, error)
 func (s *Service) insertCharge(ctx context.Context, tx pgx.Tx, req ChargeRequest, rule FeeRule, b Breakdown) (Charge, error) {
 	cur := req.Amount.Currency()
 	now := s.clock.Now()
-	c := Charge{ID: newID("ch_"), MerchantID: req.MerchantID, Kind: req.Kind, Provider: s.provider,
+	c := Charge{ID: intent.NewID("ch_"), MerchantID: req.MerchantID, Kind: req.Kind, Provider: s.provider,
 		Amount: req.Amount, FeeRule: rule, Fee: mustAmount(b.Fee, cur), MerchantNet: mustAmount(b.MerchantNet, cur),
 		Description: req.Description, Metadata: req.Metadata, Status: StatusProcessing, CreatedAt: now, UpdatedAt: now}
 	var expiresIn *int64
@@ -792,7 +793,7 @@ func (s *Service) List(ctx context.Context, p ListParams) ([]Charge, string, err
 	afterID := ""
 	if p.Cursor != "" {
 		var err error
-		if afterAt, afterID, err = decodeCursor(p.Cursor); err != nil {
+		if afterAt, afterID, err = keyset.Decode(p.Cursor); err != nil {
 			return nil, "", invalid("cursor", "malformed")
 		}
 	}
@@ -812,41 +813,9 @@ func (s *Service) List(ctx context.Context, p ListParams) ([]Charge, string, err
 	if len(out) > limit {
 		out = out[:limit]
 		last := out[len(out)-1]
-		next = encodeCursor(last.CreatedAt, last.ID)
+		next = keyset.Encode(last.CreatedAt, last.ID)
 	}
 	return out, next, nil
-}
-
-func encodeCursor(t time.Time, id string) string {
-	b, _ := json.Marshal([2]string{t.UTC().Format(time.RFC3339Nano), id})
-	return hex.EncodeToString(b)
-}
-
-func decodeCursor(c string) (time.Time, string, error) {
-	b, err := hex.DecodeString(c)
-	if err != nil {
-		return time.Time{}, "", err
-	}
-	var v [2]string
-	if err := json.Unmarshal(b, &v); err != nil {
-		return time.Time{}, "", err
-	}
-	t, err := time.Parse(time.RFC3339Nano, v[0])
-	return t, v[1], err
-}
-
-// newID returns prefix + 32 random lowercase hex characters.
-func newID(prefix string) string {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b)
-	return prefix + hex.EncodeToString(b)
-}
-
-// requestHash is the sha256 of the canonical JSON of the parts of a request.
-func requestHash(parts ...any) []byte {
-	b, _ := json.Marshal(parts)
-	h := sha256.Sum256(b)
-	return h[:]
 }
 
 func nullable(s string) *string {

@@ -18,8 +18,6 @@ package payouts
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -27,6 +25,9 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/saldo/saldo/internal/intent"
+	"github.com/saldo/saldo/internal/keyset"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -219,7 +220,7 @@ func (s *Service) CreatePayout(ctx context.Context, req PayoutRequest) (Payout, 
 		return Payout{}, err
 	}
 	req.Destination = dest
-	hash := requestHash("payout", req.Operation, req.Amount.String(), req.Amount.Currency().Code(), dest, req.Description, req.Metadata)
+	hash := intent.RequestHash("payout", req.Operation, req.Amount.String(), req.Amount.Currency().Code(), dest, req.Description, req.Metadata)
 
 	if err := s.requireMerchant(ctx, req.MerchantID); err != nil {
 		return Payout{}, err
@@ -230,7 +231,7 @@ func (s *Service) CreatePayout(ctx context.Context, req PayoutRequest) (Payout, 
 	var out Payout
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		p := Payout{
-			ID: newID("po_"), MerchantID: req.MerchantID, Kind: req.kind(), Operation: req.Operation,
+			ID: intent.NewID("po_"), MerchantID: req.MerchantID, Kind: req.kind(), Operation: req.Operation,
 			Provider: s.provider, Amount: req.Amount, Destination: dest, Description: req.Description,
 			Metadata: req.Metadata, Status: StatusProcessing,
 		}
@@ -593,7 +594,7 @@ func (s *Service) List(ctx context.Context, p ListParams) ([]Payout, string, err
 	afterID := ""
 	if p.Cursor != "" {
 		var err error
-		if afterAt, afterID, err = decodeCursor(p.Cursor); err != nil {
+		if afterAt, afterID, err = keyset.Decode(p.Cursor); err != nil {
 			return nil, "", invalid("cursor", "malformed")
 		}
 	}
@@ -613,41 +614,9 @@ func (s *Service) List(ctx context.Context, p ListParams) ([]Payout, string, err
 	if len(out) > limit {
 		out = out[:limit]
 		last := out[len(out)-1]
-		next = encodeCursor(last.CreatedAt, last.ID)
+		next = keyset.Encode(last.CreatedAt, last.ID)
 	}
 	return out, next, nil
-}
-
-func encodeCursor(t time.Time, id string) string {
-	b, _ := json.Marshal([2]string{t.UTC().Format(time.RFC3339Nano), id})
-	return hex.EncodeToString(b)
-}
-
-func decodeCursor(c string) (time.Time, string, error) {
-	b, err := hex.DecodeString(c)
-	if err != nil {
-		return time.Time{}, "", err
-	}
-	var v [2]string
-	if err := json.Unmarshal(b, &v); err != nil {
-		return time.Time{}, "", err
-	}
-	t, err := time.Parse(time.RFC3339Nano, v[0])
-	return t, v[1], err
-}
-
-// newID returns prefix + 32 random lowercase hex characters.
-func newID(prefix string) string {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b)
-	return prefix + hex.EncodeToString(b)
-}
-
-// requestHash is the sha256 of the canonical JSON of the parts of a request.
-func requestHash(parts ...any) []byte {
-	b, _ := json.Marshal(parts)
-	h := sha256.Sum256(b)
-	return h[:]
 }
 
 func nullable(s string) *string {

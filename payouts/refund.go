@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/saldo/saldo/internal/intent"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
 
@@ -76,7 +78,7 @@ func (s *Service) CreateRefund(ctx context.Context, req RefundRequest) (Payout, 
 	if !full {
 		amountPart = req.Amount.String()
 	}
-	hash := requestHash("refund", req.ChargeID, amountPart, req.Description, req.Metadata)
+	hash := intent.RequestHash("refund", req.ChargeID, amountPart, req.Description, req.Metadata)
 
 	// Accounts are prepared before the transaction (see prepareAccounts);
 	// the charge's currency and provider are read without the lock here and
@@ -94,7 +96,7 @@ func (s *Service) CreateRefund(ctx context.Context, req RefundRequest) (Payout, 
 
 	var out Payout
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		p := Payout{ID: newID("po_"), MerchantID: req.MerchantID, Kind: attempts.KindRefund,
+		p := Payout{ID: intent.NewID("po_"), MerchantID: req.MerchantID, Kind: attempts.KindRefund,
 			Operation: providers.OpRefund, ChargeID: req.ChargeID, Description: req.Description,
 			Metadata: req.Metadata, Status: StatusProcessing}
 		existing, err := s.claimClientKey(ctx, tx, req.MerchantID, req.ClientKey, hash, "refund", p.ID)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/saldo/saldo/internal/intent"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
 
@@ -124,7 +126,7 @@ func (s *Service) CreateSplit(ctx context.Context, req SplitRequest) (Split, err
 	if err != nil {
 		return Split{}, invalid("legs", "%v", err)
 	}
-	hash := requestHash(hashParts...)
+	hash := intent.RequestHash(hashParts...)
 	if err := s.requireMerchant(ctx, req.MerchantID); err != nil {
 		return Split{}, err
 	}
@@ -134,7 +136,7 @@ func (s *Service) CreateSplit(ctx context.Context, req SplitRequest) (Split, err
 
 	var out Split
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		spID := newID("sp_")
+		spID := intent.NewID("sp_")
 		existing, err := s.claimClientKey(ctx, tx, req.MerchantID, req.ClientKey, hash, "split", spID)
 		if err != nil || existing != "" {
 			if err == nil {
@@ -152,7 +154,7 @@ func (s *Service) CreateSplit(ctx context.Context, req SplitRequest) (Split, err
 		}
 		for i, l := range req.Legs {
 			idx := i
-			p := Payout{ID: newID("po_"), MerchantID: req.MerchantID, Kind: attempts.KindSplitLeg, Operation: l.Operation,
+			p := Payout{ID: intent.NewID("po_"), MerchantID: req.MerchantID, Kind: attempts.KindSplitLeg, Operation: l.Operation,
 				Provider: s.provider, Amount: l.Amount, Destination: l.Destination, Description: l.Description,
 				SplitID: sp.ID, LegIndex: &idx, Status: StatusProcessing}
 			if err := s.insertWithAttempt(ctx, tx, &p, operationInput(&p)); err != nil {

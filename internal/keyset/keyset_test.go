@@ -1,0 +1,32 @@
+package keyset_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/saldo/saldo/internal/keyset"
+)
+
+func TestRoundTripAndGarbage(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 2, 12, 0, 0, 123456789, time.FixedZone("BRT", -3*3600))
+	gotT, gotID, err := keyset.Decode(keyset.Encode(at, "po_1"))
+	require.NoError(t, err)
+	require.True(t, at.Equal(gotT))
+	require.Equal(t, "po_1", gotID)
+	for _, bad := range []string{"zz", "6869", hexOf(`["not a time","x"]`)} {
+		_, _, err := keyset.Decode(bad)
+		require.Error(t, err, bad)
+	}
+}
+
+func hexOf(s string) string {
+	const digits = "0123456789abcdef"
+	out := make([]byte, 0, 2*len(s))
+	for i := range len(s) {
+		out = append(out, digits[s[i]>>4], digits[s[i]&15])
+	}
+	return string(out)
+}
