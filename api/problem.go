@@ -141,7 +141,7 @@ func (s *Server) problem(w http.ResponseWriter, r *http.Request, err error) {
 	if p.Status >= 500 {
 		s.log.ErrorContext(r.Context(), "api: request failed", "method", r.Method, "path", r.URL.Path, "error", err)
 	}
-	if p.Status == http.StatusUnauthorized && !strings.HasPrefix(p.Code, "webhook_") {
+	if p.Status == http.StatusUnauthorized && !strings.HasPrefix(p.Code, "webhook_") && w.Header().Get("WWW-Authenticate") == "" {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="saldo"`)
 	}
 	b, _ := json.Marshal(p)
