@@ -180,6 +180,8 @@ func (s *Server) routes() chi.Router {
 		r.Use(s.authenticate)
 
 		r.With(s.allow(RoleAdmin)).Post("/keys", s.createKey)
+		r.With(s.allow(RoleAdmin)).Get("/keys", s.listKeys)
+		r.With(s.allow(RoleAdmin), s.idempotent(false)).Post("/keys/{key_id}/revoke", s.revokeKey)
 
 		r.With(s.allow(RoleAdmin), s.idempotent(false)).Post("/merchants", s.createMerchant)
 		r.With(s.allow(RoleAdmin, RoleAuditor)).Get("/merchants", s.listMerchants)
@@ -212,6 +214,7 @@ func (s *Server) routes() chi.Router {
 
 			r.With(write).Post("/notification-endpoints", s.createNotificationEndpoint)
 			r.With(read).Get("/notification-endpoints", s.listNotificationEndpoints)
+			r.With(write, s.idempotent(false)).Post("/notification-endpoints/{endpoint_id}/disable", s.disableNotificationEndpoint)
 		})
 
 		r.Route("/ledger", func(r chi.Router) {

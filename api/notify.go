@@ -292,9 +292,9 @@ func (n *Notifier) record(ctx context.Context, tx pgx.Tx, merchantID, typ, objec
 func (n *Notifier) Deliver(ctx context.Context, eventID string) error {
 	var url, secret string
 	var body []byte
-	var delivered *time.Time
-	err := n.pool.QueryRow(ctx, `SELECT e.payload, e.delivered_at, p.url, p.secret FROM notification_events e
-		JOIN notification_endpoints p ON p.id = e.endpoint_id WHERE e.id = $1`, eventID).Scan(&body, &delivered, &url, &secret)
+	var delivered, disabled *time.Time
+	err := n.pool.QueryRow(ctx, `SELECT e.payload, e.delivered_at, p.url, p.secret, p.disabled_at FROM notification_events e
+		JOIN notification_endpoints p ON p.id = e.endpoint_id WHERE e.id = $1`, eventID).Scan(&body, &delivered, &url, &secret, &disabled)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("api: notification %s not found", eventID)
 	}
@@ -303,6 +303,10 @@ func (n *Notifier) Deliver(ctx context.Context, eventID string) error {
 	}
 	if delivered != nil {
 		return nil
+	}
+	if disabled != nil {
+		_, err := n.pool.Exec(ctx, `UPDATE notification_events SET last_error = 'endpoint disabled; not sent' WHERE id = $1`, eventID)
+		return err
 	}
 	h := http.Header{}
 	h.Set("Content-Type", "application/json")
@@ -372,6 +376,17 @@ func (s *Server) createNotificationEndpoint(w http.ResponseWriter, r *http.Reque
 		s.problem(w, r, invalidField("url", "an absolute http(s) URL without credentials, up to 2000 characters"))
 		return
 	}
+	var active int
+	if err := s.pool.QueryRow(r.Context(), `SELECT count(*) FROM notification_endpoints WHERE merchant_id = $1 AND disabled_at IS NULL`,
+		chi.URLParam(r, "merchant_id")).Scan(&active); err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	if active >= MaxNotificationEndpoints {
+		s.problem(w, r, &apiError{status: http.StatusConflict, code: "too_many_endpoints", title: "Too many endpoints",
+			detail: fmt.Sprintf("at most %d active notification endpoints per merchant; disable one first", MaxNotificationEndpoints)})
+		return
+	}
 	ep := notificationEndpointJSON{ID: "we_" + randomHex(16), MerchantID: chi.URLParam(r, "merchant_id"), URL: req.URL,
 		Secret: "whsec_" + randomHex(32), CreatedAt: s.clock.Now().UTC()}
 	if _, err := s.pool.Exec(r.Context(), `INSERT INTO notification_endpoints (id, merchant_id, url, secret, created_at)
@@ -380,6 +395,30 @@ func (s *Server) createNotificationEndpoint(w http.ResponseWriter, r *http.Reque
 		return
 	}
 	writeJSON(w, http.StatusCreated, ep)
+}
+
+// MaxNotificationEndpoints bounds a merchant's active endpoints.
+const MaxNotificationEndpoints = 10
+
+// disableNotificationEndpoint stops deliveries to an endpoint: no new
+// events, and pending deliveries are dropped (recorded as such). Disabling a
+// disabled endpoint changes nothing.
+func (s *Server) disableNotificationEndpoint(w http.ResponseWriter, r *http.Request) {
+	var e notificationEndpointJSON
+	err := s.pool.QueryRow(r.Context(), `UPDATE notification_endpoints SET disabled_at = coalesce(disabled_at, $3)
+		WHERE id = $1 AND merchant_id = $2 RETURNING id, merchant_id, url, created_at, disabled_at`,
+		chi.URLParam(r, "endpoint_id"), chi.URLParam(r, "merchant_id"), s.clock.Now()).
+		Scan(&e.ID, &e.MerchantID, &e.URL, &e.CreatedAt, &e.DisabledAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		s.problem(w, r, errNotFound)
+		return
+	}
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	e.CreatedAt, e.DisabledAt = e.CreatedAt.UTC(), utcPtr(e.DisabledAt)
+	writeJSON(w, http.StatusOK, e)
 }
 
 func (s *Server) listNotificationEndpoints(w http.ResponseWriter, r *http.Request) {

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"fmt"
 	"net/http"
 	"os"
 	"strings"
@@ -199,4 +200,77 @@ func TestStrictJSON(t *testing.T) {
 	require.Equal(t, http.StatusUnsupportedMediaType, r.Status)
 	av, re := e.balances("m1", e.m1)
 	require.Equal(t, []string{"1000.00", "0.00"}, []string{av, re}, "nothing was reserved")
+}
+
+// Admins list and revoke keys through the API; a key cannot revoke itself;
+// merchants disable their notification endpoints (at most 10 active).
+func TestKeyRevocationAndEndpoints(t *testing.T) {
+	t.Parallel()
+	e := setup(t, sim.Config{})
+	r := e.get("/v1/keys?merchant_id=m1", e.admin)
+	require.Equal(t, http.StatusOK, r.Status)
+	data := r.json(t)["data"].([]any)
+	require.Len(t, data, 1)
+	m1Key := data[0].(map[string]any)
+	require.NotContains(t, string(r.Body), e.m1)
+	require.Equal(t, http.StatusForbidden, e.get("/v1/keys", e.auditor).Status)
+
+	path := "/v1/keys/" + m1Key["id"].(string) + "/revoke"
+	r = e.post(path, e.admin, "", nil)
+	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+	require.NotNil(t, r.json(t)["revoked_at"])
+	again := e.post(path, e.admin, "", nil)
+	require.Equal(t, http.StatusOK, again.Status)
+	require.Equal(t, r.json(t)["revoked_at"], again.json(t)["revoked_at"])
+	require.Equal(t, http.StatusUnauthorized, e.get("/v1/merchants/m1/balances", e.m1).Status)
+	require.Equal(t, http.StatusNotFound, e.post("/v1/keys/key_0000000000000000/revoke", e.admin, "", nil).Status)
+
+	adminKeys := e.get("/v1/keys", e.admin).json(t)["data"].([]any)
+	for _, k := range adminKeys {
+		k := k.(map[string]any)
+		if k["role"] == "admin" {
+			r = e.post("/v1/keys/"+k["id"].(string)+"/revoke", e.admin, "", nil)
+			require.Equal(t, http.StatusConflict, r.Status)
+			require.Equal(t, "own_key", r.code(t))
+		}
+	}
+
+	var ids []string
+	for i := range api.MaxNotificationEndpoints {
+		r := e.do(req{method: http.MethodPost, path: "/v1/merchants/m2/notification-endpoints", key: e.m2,
+			body: map[string]any{"url": fmt.Sprintf("https://example.com/hook/%d", i)}})
+		require.Equal(t, http.StatusCreated, r.Status)
+		ids = append(ids, r.json(t)["id"].(string))
+	}
+	r = e.do(req{method: http.MethodPost, path: "/v1/merchants/m2/notification-endpoints", key: e.m2,
+		body: map[string]any{"url": "https://example.com/one-too-many"}})
+	require.Equal(t, http.StatusConflict, r.Status)
+	require.Equal(t, "too_many_endpoints", r.code(t))
+	r = e.post("/v1/merchants/m2/notification-endpoints/"+ids[0]+"/disable", e.m2, "", nil)
+	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+	require.NotNil(t, r.json(t)["disabled_at"])
+	require.Equal(t, http.StatusNotFound, e.post("/v1/merchants/m1/notification-endpoints/"+ids[1]+"/disable", e.admin, "", nil).Status)
+	r = e.do(req{method: http.MethodPost, path: "/v1/merchants/m2/notification-endpoints", key: e.m2,
+		body: map[string]any{"url": "https://example.com/replacement"}})
+	require.Equal(t, http.StatusCreated, r.Status)
+
+	// A final payout notifies the active endpoints only; disabling one
+	// drops its pending delivery without sending.
+	require.Equal(t, http.StatusCreated, e.post("/v1/merchants/m2/fundings", e.admin, "f", map[string]any{
+		"amount": "5.00", "currency": "BRL", "reason": "test"}).Status)
+	r = e.post("/v1/merchants/m2/pix-transfers", e.m2, "p", pixBody("5.00"))
+	require.Equal(t, http.StatusCreated, r.Status)
+	a := e.attemptOf(r.json(t))
+	_, err := e.att.Execute(e.ctx, a.ID)
+	require.NoError(t, err)
+	var n int
+	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT count(*) FROM notification_events WHERE merchant_id = 'm2'`).Scan(&n))
+	require.Equal(t, api.MaxNotificationEndpoints, n)
+	var ev string
+	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT id FROM notification_events WHERE endpoint_id = $1`, ids[1]).Scan(&ev))
+	require.Equal(t, http.StatusOK, e.post("/v1/merchants/m2/notification-endpoints/"+ids[1]+"/disable", e.m2, "", nil).Status)
+	require.NoError(t, e.notif.Deliver(e.ctx, ev))
+	var lastErr string
+	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT last_error FROM notification_events WHERE id = $1`, ev).Scan(&lastErr))
+	require.Contains(t, lastErr, "disabled")
 }
