@@ -99,6 +99,10 @@ type Config struct {
 	OnReview func(a Attempt, reason string)
 }
 
+// DefaultJobTimeout bounds one submit or resolve job when Config.JobTimeout
+// is zero; it must exceed a provider's connect + TLS + read timeouts.
+const DefaultJobTimeout = 2 * time.Minute
+
 // Service is the attempts core.
 type Service struct {
 	cfg       Config
@@ -151,7 +155,7 @@ func New(cfg Config) (*Service, error) {
 	def(&cfg.ProcessingReviewAfter, 24*time.Hour)
 	def(&cfg.StaleCallAfter, 5*time.Minute)
 	def(&cfg.SweepInterval, time.Minute)
-	def(&cfg.JobTimeout, 2*time.Minute)
+	def(&cfg.JobTimeout, DefaultJobTimeout)
 	if cfg.MaxSends <= 0 {
 		cfg.MaxSends = 20
 	}

@@ -183,6 +183,11 @@ type Config struct {
 	// result at once. The submit job still exists and does nothing more
 	// than a pending attempt allows. Default false.
 	SubmitInline bool
+	// OnFinal, optional, is called inside the transaction that records a
+	// charge's final status (paid, failed, expired), with the charge as it
+	// now stands: the notification hook (R24). Returning an error rolls the
+	// transition back.
+	OnFinal func(ctx context.Context, tx pgx.Tx, c Charge) error
 }
 
 // Service creates charges and owns their ledger effects.
@@ -198,6 +203,7 @@ type Service struct {
 	pollInterval time.Duration
 	inline       bool
 	river        *river.Client[pgx.Tx]
+	onFinal      func(ctx context.Context, tx pgx.Tx, c Charge) error
 	accounts     sync.Map // account code -> id, only accounts known committed
 }
 
@@ -238,7 +244,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	s := &Service{pool: cfg.Pool, attempts: cfg.Attempts, provider: cfg.Provider, clock: cfg.Clock, log: cfg.Logger,
 		queue: cfg.Queue, defaultFee: FeeRule{Percent: cfg.DefaultFeePercent}, pixExpiry: cfg.PixExpiry,
-		pollInterval: cfg.PollInterval, inline: cfg.SubmitInline, river: rc}
+		pollInterval: cfg.PollInterval, inline: cfg.SubmitInline, river: rc, onFinal: cfg.OnFinal}
 	cfg.Attempts.RegisterOwner(attempts.KindCardCharge, s)
 	cfg.Attempts.RegisterOwner(attempts.KindPixCharge, s)
 	return s, nil

@@ -60,6 +60,17 @@ func parseCob(data []byte) (cobData, bool) {
 //   - failed: the charge fails with the provider's reason; a cob that
 //     expired unpaid makes it expired.
 func (s *Service) AttemptFinal(ctx context.Context, tx pgx.Tx, a attempts.Attempt) error {
+	if err := s.attemptFinal(ctx, tx, a); err != nil || s.onFinal == nil {
+		return err
+	}
+	c, err := s.get(ctx, tx, "", a.SubjectID)
+	if err != nil {
+		return err
+	}
+	return s.onFinal(ctx, tx, c)
+}
+
+func (s *Service) attemptFinal(ctx context.Context, tx pgx.Tx, a attempts.Attempt) error {
 	if a.Kind != attempts.KindCardCharge && a.Kind != attempts.KindPixCharge {
 		return fmt.Errorf("charges: AttemptFinal for a %s attempt", a.Kind)
 	}

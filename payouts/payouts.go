@@ -565,7 +565,9 @@ func (s *Service) Get(ctx context.Context, merchantID, id string) (View, error) 
 		v.Attempts = append(v.Attempts, AttemptView{ID: a.ID, Status: a.Status, Reference: a.Reference,
 			ProviderID: a.ProviderID, FailureCode: a.FailureCode, FailureReason: a.FailureReason,
 			CallCount: a.CallCount, Review: a.Review, CreatedAt: a.CreatedAt, ResolvedAt: a.ResolvedAt, Events: evs})
-		if p.CurrentAttemptID != nil && a.ID == *p.CurrentAttemptID && a.Review {
+		// In review and still open: a resolved attempt keeps its review flag
+		// as history, but needs nobody's attention any more.
+		if p.CurrentAttemptID != nil && a.ID == *p.CurrentAttemptID && a.Review && a.Status.Open() {
 			v.NeedsAttention = true
 		}
 	}

@@ -15,6 +15,10 @@ import (
 	"time"
 )
 
+// DefaultTLSHandshakeTimeout bounds a TLS handshake when HTTPSettings
+// names none.
+const DefaultTLSHandshakeTimeout = 5 * time.Second
+
 // HTTPSettings are one provider's HTTP client settings (R3): a short connect
 // timeout so a provider that is down fails fast as "not sent", and a generous
 // read timeout, because a short one manufactures unknowns.
@@ -37,7 +41,7 @@ func (s HTTPSettings) withDefaults() HTTPSettings {
 		s.ConnectTimeout = 3 * time.Second
 	}
 	if s.TLSHandshakeTimeout <= 0 {
-		s.TLSHandshakeTimeout = 5 * time.Second
+		s.TLSHandshakeTimeout = DefaultTLSHandshakeTimeout
 	}
 	if s.ReadTimeout <= 0 {
 		s.ReadTimeout = 30 * time.Second

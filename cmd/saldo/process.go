@@ -29,7 +29,7 @@ import (
 // processConfig is one saldo process: which roles it runs and with what.
 type processConfig struct {
 	DatabaseURL string
-	Listen      string // API address; empty when the process runs no API
+	Listen      string // HTTP address (the API, or /metrics and /healthz for workers only); empty: none
 	RunAPI      bool
 	RunWorkers  bool
 	Providers   []providers.Provider
@@ -108,10 +108,24 @@ func runProcess(ctx context.Context, pc processConfig) error {
 
 	var srv *http.Server
 	serveErr := make(chan error, 1)
-	if pc.RunAPI {
-		handler, err := buildHTTP(e, reg, log)
-		if err != nil {
-			return err
+	if pc.Listen != "" {
+		// An API process serves the API, /metrics and the River UI; a
+		// workers-only process still serves /metrics and /healthz, so every
+		// process of a fleet can be scraped.
+		var handler http.Handler
+		if pc.RunAPI {
+			handler, err = buildHTTP(e, reg, log)
+			if err != nil {
+				return err
+			}
+		} else {
+			mux := http.NewServeMux()
+			mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+			mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+			})
+			handler = mux
 		}
 		ln, err := net.Listen("tcp", pc.Listen)
 		if err != nil {
@@ -121,7 +135,7 @@ func runProcess(ctx context.Context, pc processConfig) error {
 			WriteTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second,
 			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 		go func() { serveErr <- srv.Serve(ln) }()
-		log.Info("api listening", "addr", ln.Addr().String())
+		log.Info("api listening", "addr", ln.Addr().String(), "api", pc.RunAPI)
 		if pc.Ready != nil {
 			if err := pc.Ready(ctx, e, "http://"+ln.Addr().String()); err != nil {
 				_ = srv.Close()
@@ -173,8 +187,8 @@ func runProcess(ctx context.Context, pc processConfig) error {
 
 // buildHTTP mounts the API, /metrics and the River UI (operators only).
 func buildHTTP(e *engine.Engine, reg *prometheus.Registry, log *slog.Logger) (http.Handler, error) {
-	apiSrv, err := api.New(api.Config{Pool: e.Pool, Payouts: e.Payouts, Attempts: e.Attempts, Providers: e.Providers,
-		WebhookHandlers: []api.WebhookHandler{e.Charges.HandleProviderEvent}, Logger: log})
+	apiSrv, err := api.New(api.Config{Pool: e.Pool, Payouts: e.Payouts, Attempts: e.Attempts, Charges: e.Charges,
+		Providers: e.Providers, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -32,22 +32,34 @@ func envOr(name, def string) string {
 	return def
 }
 
-func envDuration(name string, def time.Duration) time.Duration {
-	if v := os.Getenv(name); v != "" {
-		if d, err := time.ParseDuration(v); err == nil {
-			return d
-		}
+// envDefaults reads typed SALDO_* defaults for flags, collecting a problem
+// for each malformed value instead of silently using the default.
+type envDefaults struct{ problems []string }
+
+func (e *envDefaults) duration(name string, def time.Duration) time.Duration {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
 	}
-	return def
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		e.problems = append(e.problems, fmt.Sprintf("%s=%q is not a duration (e.g. 30s)", name, v))
+		return def
+	}
+	return d
 }
 
-func envInt(name string, def int) int {
-	if v := os.Getenv(name); v != "" {
-		if n, err := strconv.Atoi(v); err == nil {
-			return n
-		}
+func (e *envDefaults) int(name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
 	}
-	return def
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		e.problems = append(e.problems, fmt.Sprintf("%s=%q is not a whole number", name, v))
+		return def
+	}
+	return n
 }
 
 // newLogger builds the process logger: JSON in production, text in dev.
@@ -68,19 +80,21 @@ func newLogger(format, level string) (*slog.Logger, error) {
 
 func runServe(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	env := &envDefaults{}
 	dbURL := databaseURL(fs)
 	listen := fs.String("listen", envOr("SALDO_LISTEN", "127.0.0.1:8080"), "API listen address ($SALDO_LISTEN)")
 	roles := fs.String("roles", envOr("SALDO_ROLES", "api,workers"), "what this process runs: api, workers or both ($SALDO_ROLES)")
-	maxWorkers := fs.Int("max-workers", envInt("SALDO_MAX_WORKERS", 50), "River workers ($SALDO_MAX_WORKERS)")
+	maxWorkers := fs.Int("max-workers", env.int("SALDO_MAX_WORKERS", 50), "River workers ($SALDO_MAX_WORKERS)")
 	simURL := fs.String("sim-url", os.Getenv("SALDO_SIM_URL"), "base URL of a simulated PSP (saldo sim-provider) ($SALDO_SIM_URL)")
 	simName := fs.String("sim-name", envOr("SALDO_SIM_NAME", "sim"), "provider name of the simulated PSP ($SALDO_SIM_NAME)")
-	connect := fs.Duration("provider-connect-timeout", envDuration("SALDO_PROVIDER_CONNECT_TIMEOUT", 3*time.Second),
+	connect := fs.Duration("provider-connect-timeout", env.duration("SALDO_PROVIDER_CONNECT_TIMEOUT", 3*time.Second),
 		"provider connect timeout: short, fail fast when the provider is down (R3)")
-	read := fs.Duration("provider-read-timeout", envDuration("SALDO_PROVIDER_READ_TIMEOUT", 30*time.Second),
+	read := fs.Duration("provider-read-timeout", env.duration("SALDO_PROVIDER_READ_TIMEOUT", 30*time.Second),
 		"provider read timeout: generous, a short one manufactures unknowns (R3)")
-	staleCall := fs.Duration("stale-call-after", envDuration("SALDO_STALE_CALL_AFTER", 5*time.Minute),
+	staleCall := fs.Duration("stale-call-after", env.duration("SALDO_STALE_CALL_AFTER", 5*time.Minute),
 		"a call started this long ago with nothing recorded is unknown (must exceed connect + read timeout)")
-	shutdown := fs.Duration("shutdown-timeout", envDuration("SALDO_SHUTDOWN_TIMEOUT", 30*time.Second), "graceful shutdown budget")
+	shutdown := fs.Duration("shutdown-timeout", env.duration("SALDO_SHUTDOWN_TIMEOUT", 0),
+		"graceful shutdown budget (default: the longest provider call, connect + TLS + read, plus 10s)")
 	logFormat := fs.String("log-format", envOr("SALDO_LOG_FORMAT", "json"), "json or text ($SALDO_LOG_FORMAT)")
 	logLevel := fs.String("log-level", envOr("SALDO_LOG_LEVEL", "info"), "debug, info, warn or error ($SALDO_LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
@@ -93,7 +107,7 @@ func runServe(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	var problems []string
+	problems := env.problems
 	u, err := dbURL()
 	if err != nil {
 		problems = append(problems, err.Error())
@@ -119,8 +133,13 @@ func runServe(ctx context.Context, args []string) error {
 	if *connect <= 0 || *read <= 0 {
 		problems = append(problems, "provider timeouts must be positive")
 	}
-	if *staleCall <= *connect+*read {
-		problems = append(problems, fmt.Sprintf("--stale-call-after (%s) must exceed connect + read timeout (%s)", *staleCall, *connect+*read))
+	// The longest a provider call can take: connect, TLS handshake, read.
+	longestCall := *connect + providers.DefaultTLSHandshakeTimeout + *read
+	if *staleCall <= longestCall {
+		problems = append(problems, fmt.Sprintf("--stale-call-after (%s) must exceed the longest provider call, connect + TLS handshake + read (%s)", *staleCall, longestCall))
+	}
+	if *shutdown == 0 {
+		*shutdown = longestCall + 10*time.Second
 	}
 	if *maxWorkers <= 0 {
 		problems = append(problems, "--max-workers must be positive")
@@ -136,13 +155,21 @@ func runServe(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("refusing to start: provider %s at %s: %w", *simName, *simURL, err)
 	}
+	secret := os.Getenv("SALDO_SIM_WEBHOOK_SECRET")
+	if secret == "" && caps.Webhooks {
+		log.Warn("SALDO_SIM_WEBHOOK_SECRET is empty: every webhook from the provider will be refused (401); " +
+			"attempts still resolve by lookup")
+	}
 	prov := sim.NewProvider(*simURL, sim.WithName(*simName), sim.WithHTTPSettings(settings), sim.WithCapabilities(caps),
-		sim.WithWebhookSecret(os.Getenv("SALDO_SIM_WEBHOOK_SECRET")))
+		sim.WithWebhookSecret(secret))
 	log.Info("starting saldo", "roles", *roles, "listen", *listen, "provider", *simName)
 	return runProcess(ctx, processConfig{
 		DatabaseURL: u, Listen: *listen, RunAPI: runAPI, RunWorkers: runWorkers,
 		Providers: []providers.Provider{prov}, PayoutProvider: *simName, ChargeProvider: *simName,
-		MaxWorkers: *maxWorkers, Attempts: attempts.Config{StaleCallAfter: *staleCall},
+		MaxWorkers: *maxWorkers,
+		// A job outlives the longest call it makes, so River never cuts a call
+		// off (which would only make it unknown, but costs a lookup).
+		Attempts:        attempts.Config{StaleCallAfter: *staleCall, JobTimeout: longestCall + 30*time.Second},
 		ShutdownTimeout: *shutdown, Logger: log,
 	})
 }

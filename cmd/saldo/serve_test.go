@@ -50,9 +50,9 @@ type serveProc struct {
 	mu   *sync.Mutex
 }
 
-func startServe(t *testing.T, bin, dbURL, simURL, secret string) *serveProc {
+func startServe(t *testing.T, bin, dbURL, simURL, secret, roles string) *serveProc {
 	t.Helper()
-	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--sim-url", simURL,
+	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--sim-url", simURL, "--roles", roles,
 		"--provider-read-timeout", "2s", "--stale-call-after", "30s", "--max-workers", "10", "--log-level", "info")
 	cmd.Env = append(os.Environ(), "SALDO_DATABASE_URL="+dbURL, "SALDO_SIM_WEBHOOK_SECRET="+secret)
 	stderr, err := cmd.StderrPipe()
@@ -116,14 +116,24 @@ func TestThreeServeProcessesShareTheWork(t *testing.T) {
 	_, key, err := api.CreateKey(ctx, pool, api.RoleMerchant, "m1", "test", time.Now())
 	require.NoError(t, err)
 
+	// Two processes run the API and the workers; the third runs workers
+	// only (and still serves /metrics).
 	procs := []*serveProc{
-		startServe(t, bin, dbURL, srv.URL(), secret),
-		startServe(t, bin, dbURL, srv.URL(), secret),
-		startServe(t, bin, dbURL, srv.URL(), secret),
+		startServe(t, bin, dbURL, srv.URL(), secret, "api,workers"),
+		startServe(t, bin, dbURL, srv.URL(), secret, "api,workers"),
+		startServe(t, bin, dbURL, srv.URL(), secret, "workers"),
 	}
 	client := &http.Client{Timeout: 30 * time.Second}
+	resp, err := client.Get(procs[2].base + "/metrics")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	resp, err = client.Get(procs[2].base + "/v1/merchants/m1/payouts")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusNotFound, resp.StatusCode, "a workers-only process serves no API")
 	for i := range 30 {
-		p := procs[i%len(procs)]
+		p := procs[i%2]
 		body := `{"amount":"10.00","currency":"BRL","destination":{"pix_key":{"type":"email","value":"ana@example.com"}}}`
 		req, err := http.NewRequest(http.MethodPost, p.base+"/v1/merchants/m1/pix-transfers", strings.NewReader(body))
 		require.NoError(t, err)
@@ -174,10 +184,11 @@ func TestServeRefusesBadConfiguration(t *testing.T) {
 	bin, err := buildSaldo()
 	require.NoError(t, err)
 	cmd := exec.Command(bin, "serve", "--roles", "api,cron", "--provider-read-timeout", "1s", "--stale-call-after", "1s")
-	cmd.Env = append(os.Environ(), "SALDO_DATABASE_URL=", "SALDO_SIM_URL=")
+	cmd.Env = append(os.Environ(), "SALDO_DATABASE_URL=", "SALDO_SIM_URL=", "SALDO_MAX_WORKERS=many")
 	out, err := cmd.CombinedOutput()
 	require.Error(t, err)
-	for _, want := range []string{"refusing to start", "no database", `unknown role "cron"`, "no provider configured", "--stale-call-after"} {
+	for _, want := range []string{"refusing to start", "no database", `unknown role "cron"`, "no provider configured",
+		"--stale-call-after", `SALDO_MAX_WORKERS="many" is not a whole number`} {
 		require.Contains(t, string(out), want)
 	}
 }

@@ -63,6 +63,10 @@ type Config struct {
 	Register func(e *Engine, w *river.Workers) error
 }
 
+// IdempotencyRetention is how long the API keeps finished idempotent
+// requests for replay (at least 24 hours, as the API documents).
+const IdempotencyRetention = 24 * time.Hour
+
 // Engine is a wired saldo.
 type Engine struct {
 	Pool      *pgxpool.Pool
@@ -105,16 +109,17 @@ func New(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	cc := cfg.Charges
-	cc.Pool, cc.Attempts, cc.Clock, cc.Logger = cfg.Pool, att, cfg.Clock, cfg.Logger
-	cc.Provider = cmp.Or(cfg.ChargeProvider, cfg.PayoutProvider)
-	ch, err := charges.New(cc)
-	if err != nil {
-		return nil, err
-	}
 	nc := cfg.Notifications
 	nc.Pool, nc.Clock, nc.Logger = cfg.Pool, cfg.Clock, cfg.Logger
 	notifier, err := api.NewNotifier(nc)
+	if err != nil {
+		return nil, err
+	}
+	cc := cfg.Charges
+	cc.Pool, cc.Attempts, cc.Clock, cc.Logger = cfg.Pool, att, cfg.Clock, cfg.Logger
+	cc.Provider = cmp.Or(cfg.ChargeProvider, cfg.PayoutProvider)
+	cc.OnFinal = notifier.ChargeFinal
+	ch, err := charges.New(cc)
 	if err != nil {
 		return nil, err
 	}
@@ -130,12 +135,18 @@ func New(cfg Config) (*Engine, error) {
 	att.AddWorkers(workers)
 	ch.AddWorkers(workers)
 	notifier.AddWorkers(workers)
+	api.AddWorkers(workers, cfg.Pool, cfg.Logger)
+	e.Periodic = append(e.Periodic, api.PeriodicJobs(IdempotencyRetention)...)
 	if cfg.Register != nil {
 		if err := cfg.Register(e, workers); err != nil {
 			return nil, err
 		}
 	}
-	rc := &river.Config{Logger: cfg.Logger, Workers: workers}
+	// A job whose process died stays "running" until River rescues it; the
+	// attempts sweeper leaves attempts with a running submit job alone, so
+	// the rescue must come soon after the longest job could have ended.
+	jobTimeout := cmp.Or(cfg.Attempts.JobTimeout, attempts.DefaultJobTimeout)
+	rc := &river.Config{Logger: cfg.Logger, Workers: workers, RescueStuckJobsAfter: jobTimeout + time.Minute}
 	if cfg.RunWorkers {
 		rc.Queues = map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.MaxWorkers}}
 		rc.PeriodicJobs = append(att.PeriodicJobs(), e.Periodic...)
