@@ -130,6 +130,12 @@ func mapPgError(err error) error {
 		return fmt.Errorf("%w: %s", &InsufficientFundsError{AccountCode: "(see database detail)"}, pgErr.Detail)
 	case "ledger_transaction_balanced":
 		return fmt.Errorf("%w: %s", ErrUnbalanced, pgErr.Message)
+	case "ledger_postings_account":
+		return fmt.Errorf("%w: %s", ErrAccountNotFound, pgErr.Message)
+	case "ledger_postings_transaction":
+		return fmt.Errorf("%w: %s", ErrTransactionNotFound, pgErr.Message)
+	case "ledger_accounts_valid":
+		return fmt.Errorf("%w: %s", ErrInvalidInput, pgErr.Message)
 	}
 	return err
 }

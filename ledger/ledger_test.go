@@ -317,18 +317,26 @@ func TestDatabaseGuards(t *testing.T) {
 	err = tx.Commit(ctx)
 	require.ErrorIs(t, ledger.MapCommitError(err), ledger.ErrUnbalanced)
 
-	// Postings written directly must cancel out within their statement,
-	// name an existing account in its currency and an existing transaction.
+	// Postings written directly must keep their transaction balanced and
+	// name an existing account in its currency and an existing transaction
+	// (checked at commit).
 	insert := `INSERT INTO ledger_postings (account_id, seq, transaction_id, leg, amount, currency, balance_after, posted_at, prev_hash, hash)
 		VALUES ($1, 99, $2, 3, 5, $3, 5, now(), '\x', '\x')`
 	_, err = f.pool.Exec(ctx, insert, b.ID, posted.ID, "BRL")
 	require.ErrorIs(t, ledger.MapCommitError(err), ledger.ErrUnbalanced)
 	_, err = f.pool.Exec(ctx, insert, b.ID, posted.ID, "USD")
 	require.ErrorContains(t, err, "missing account or in another currency")
+	require.ErrorIs(t, ledger.MapCommitError(err), ledger.ErrAccountNotFound)
 	_, err = f.pool.Exec(ctx, insert, 424242, posted.ID, "BRL")
-	require.ErrorContains(t, err, "missing account or in another currency")
+	require.ErrorIs(t, ledger.MapCommitError(err), ledger.ErrAccountNotFound)
 	_, err = f.pool.Exec(ctx, insert, b.ID, 424242, "BRL")
 	require.ErrorContains(t, err, "missing transaction")
+	require.ErrorIs(t, ledger.MapCommitError(err), ledger.ErrTransactionNotFound)
+
+	// Accounts are validated when inserted directly too.
+	_, err = f.pool.Exec(ctx, `INSERT INTO ledger_accounts (code, owner_kind, owner_id, purpose, currency, allow_negative)
+		VALUES ('merchant/x/available/BRL', 'merchant', 'y', 'available', 'BRL', false)`)
+	require.ErrorIs(t, ledger.MapCommitError(err), ledger.ErrInvalidInput)
 
 	requireClean(t, ctx, f.pool)
 }

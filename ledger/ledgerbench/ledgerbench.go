@@ -81,12 +81,23 @@ type Result struct {
 	// BytesPerTransfer is the growth of the run's tables (heap, indexes,
 	// TOAST) divided by Transfers.
 	BytesPerTransfer float64
+	// ClientCPU and ServerCPU are CPU time per transfer spent by this
+	// process and by the database backends serving it (read from /proc;
+	// zero when the server is not local). Unlike transfers/s they do not
+	// depend on what else the machine is doing.
+	ClientCPU, ServerCPU time.Duration
 }
 
 func (r Result) String() string {
-	return fmt.Sprintf("%-32s %8.0f transfers/s  p50 %6.2f ms  p99 %6.2f ms  %6.0f B/transfer  (%d in %s, %d refused)",
-		r.Name, r.PerSecond, ms(r.P50), ms(r.P99), r.BytesPerTransfer, r.Transfers, r.Elapsed.Round(time.Millisecond), r.Refused)
+	cpu := ""
+	if r.ServerCPU > 0 {
+		cpu = fmt.Sprintf("  CPU/transfer client %4.0f us server %4.0f us", us(r.ClientCPU), us(r.ServerCPU))
+	}
+	return fmt.Sprintf("%-32s %8.0f transfers/s  p50 %6.2f ms  p99 %6.2f ms  %6.0f B/transfer%s  (%d in %s, %d refused)",
+		r.Name, r.PerSecond, ms(r.P50), ms(r.P99), r.BytesPerTransfer, cpu, r.Transfers, r.Elapsed.Round(time.Millisecond), r.Refused)
 }
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
@@ -114,6 +125,8 @@ type sample struct {
 	refused   int64
 	elapsed   time.Duration
 	bytes     int64
+	client    time.Duration
+	server    time.Duration
 }
 
 // Measure runs the workload for d and records the sample.
@@ -123,15 +136,21 @@ func (w *Workload) Measure(ctx context.Context, d time.Duration) error {
 		return err
 	}
 	w.rounds++
+	client0, server0 := processCPU(), backendsCPU(ctx, w.pool)
 	sm, err := drive(ctx, w.o, d, w.rounds, w.transfer)
 	if err != nil {
 		return fmt.Errorf("ledgerbench: %s: %w", w.name, err)
 	}
+	client1, server1 := processCPU(), backendsCPU(ctx, w.pool)
 	after, err := tablesSize(ctx, w.pool, w.tables...)
 	if err != nil {
 		return err
 	}
 	sm.bytes = after - before
+	sm.client = client1 - client0
+	if server0 > 0 && server1 > server0 {
+		sm.server = server1 - server0
+	}
 	w.samples = append(w.samples, sm)
 	return nil
 }
@@ -141,11 +160,14 @@ func (w *Workload) Result() Result {
 	r := Result{Name: w.name}
 	var all []time.Duration
 	var bytes int64
+	var client, server time.Duration
 	for _, sm := range w.samples {
 		all = append(all, sm.latencies...)
 		r.Refused += sm.refused
 		r.Elapsed += sm.elapsed
 		bytes += sm.bytes
+		client += sm.client
+		server += sm.server
 	}
 	r.Transfers = int64(len(all))
 	if r.Transfers > 0 {
@@ -154,6 +176,8 @@ func (w *Workload) Result() Result {
 		r.P99 = all[len(all)*99/100]
 		r.PerSecond = float64(r.Transfers) / r.Elapsed.Seconds()
 		r.BytesPerTransfer = float64(bytes) / float64(r.Transfers)
+		r.ClientCPU = client / time.Duration(r.Transfers)
+		r.ServerCPU = server / time.Duration(r.Transfers)
 	}
 	return r
 }
