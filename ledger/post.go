@@ -178,7 +178,15 @@ func Post(ctx context.Context, db DBTX, in TransactionInput) (Transaction, error
 	return post(ctx, db, in, 0)
 }
 
+// post is postOnce with its latency recorded (saldo_ledger_post_duration_seconds).
 func post(ctx context.Context, db DBTX, in TransactionInput, reversesID int64) (Transaction, error) {
+	start := time.Now()
+	tx, err := postOnce(ctx, db, in, reversesID)
+	observePost(start, tx, err)
+	return tx, err
+}
+
+func postOnce(ctx context.Context, db DBTX, in TransactionInput, reversesID int64) (Transaction, error) {
 	n := len(in.Postings)
 	ids := make([]int64, n)
 	codes := make([]string, n)

@@ -23,6 +23,7 @@ import (
 	"github.com/saldo/saldo/api"
 	"github.com/saldo/saldo/attempts"
 	"github.com/saldo/saldo/internal/engine"
+	"github.com/saldo/saldo/ledger"
 	"github.com/saldo/saldo/providers"
 )
 
@@ -91,6 +92,7 @@ func runProcess(ctx context.Context, pc processConfig) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := attempts.NewMetrics()
 	reg.MustRegister(metrics.Collectors()...)
+	reg.MustRegister(ledger.Collectors()...)
 
 	e, err := engine.New(engine.Config{
 		Pool: pool, Providers: pc.Providers, PayoutProvider: pc.PayoutProvider, ChargeProvider: pc.ChargeProvider,

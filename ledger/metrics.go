@@ -1,0 +1,35 @@
+package ledger
+
+import (
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// postDuration is the ledger write latency: one Post or Reverse, from the
+// call to its answer (inside the caller's transaction, so commit time is
+// not included). Labelled by outcome: posted, replayed, refused, error.
+var postDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	Name:    "saldo_ledger_post_duration_seconds",
+	Help:    "Latency of one ledger write (Post or Reverse), by outcome.",
+	Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+}, []string{"outcome"})
+
+// Collectors returns the ledger's Prometheus collectors, for a registry.
+func Collectors() []prometheus.Collector { return []prometheus.Collector{postDuration} }
+
+// observePost records one write's latency and outcome.
+func observePost(start time.Time, tx Transaction, err error) {
+	outcome := "posted"
+	switch {
+	case err == nil && tx.Replayed:
+		outcome = "replayed"
+	case errors.Is(err, ErrInsufficientFunds) || errors.Is(err, ErrIdempotencyConflict) ||
+		errors.Is(err, ErrAlreadyReversed) || errors.Is(err, ErrInvalidInput) || errors.Is(err, ErrUnbalanced):
+		outcome = "refused"
+	case err != nil:
+		outcome = "error"
+	}
+	postDuration.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
+}
