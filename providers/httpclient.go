@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -34,6 +36,31 @@ type HTTPSettings struct {
 	TLS *tls.Config
 	// MaxBodyBytes caps how much of a response body is read. Default 1 MiB.
 	MaxBodyBytes int64
+	// DenyPrivateNetworks refuses to connect to loopback, private,
+	// link-local, CGNAT, multicast and unspecified addresses, checked on the
+	// address actually dialled (after DNS, so rebinding cannot dodge it).
+	// For clients that call URLs chosen by others (merchant notification
+	// endpoints): no server-side request forgery into the platform.
+	DenyPrivateNetworks bool
+}
+
+// ErrPrivateAddress: DenyPrivateNetworks refused the address.
+var ErrPrivateAddress = errors.New("providers: refusing to connect to a private or local address")
+
+var cgnat = net.IPNet{IP: net.IPv4(100, 64, 0, 0), Mask: net.CIDRMask(10, 32)}
+
+// denyPrivate is a net.Dialer Control function for DenyPrivateNetworks.
+func denyPrivate(_, address string, _ syscall.RawConn) error {
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		return err
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
+		ip.IsInterfaceLocalMulticast() || ip.IsMulticast() || ip.IsUnspecified() || cgnat.Contains(ip) {
+		return fmt.Errorf("%w: %s", ErrPrivateAddress, host)
+	}
+	return nil
 }
 
 func (s HTTPSettings) withDefaults() HTTPSettings {
@@ -64,6 +91,9 @@ type Client struct {
 func NewClient(s HTTPSettings) *Client {
 	s = s.withDefaults()
 	dialer := &net.Dialer{Timeout: s.ConnectTimeout, KeepAlive: 30 * time.Second}
+	if s.DenyPrivateNetworks {
+		dialer.Control = denyPrivate
+	}
 	tr := &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
 		DialContext:           dialer.DialContext,

@@ -132,3 +132,20 @@ func TestClientReadsAnswer(t *testing.T) {
 	require.Equal(t, http.StatusFound, ex.StatusCode)
 	require.Equal(t, before+1, calls.Load(), "redirect not followed")
 }
+
+// A client for URLs chosen by others refuses local and private addresses at
+// dial time; the request never leaves (Wrote false), so nothing was sent.
+func TestDenyPrivateNetworks(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	defer srv.Close()
+	open := providers.NewClient(providers.HTTPSettings{ReadTimeout: time.Second})
+	require.Equal(t, http.StatusNoContent, open.Do(context.Background(), http.MethodPost, srv.URL, nil, []byte("{}")).StatusCode)
+
+	strict := providers.NewClient(providers.HTTPSettings{ReadTimeout: time.Second, DenyPrivateNetworks: true})
+	for _, u := range []string{srv.URL, "http://10.1.2.3:80/x", "http://[::1]:9/x", "http://169.254.169.254/latest", "http://100.64.0.1/"} {
+		ex := strict.Do(context.Background(), http.MethodPost, u, nil, []byte("{}"))
+		require.ErrorIs(t, ex.Err, providers.ErrPrivateAddress, u)
+		require.False(t, ex.Wrote, u)
+	}
+}

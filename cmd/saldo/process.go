@@ -37,9 +37,12 @@ type processConfig struct {
 	// PayoutProvider and ChargeProvider name providers among Providers.
 	PayoutProvider, ChargeProvider string
 	MaxWorkers                     int
-	Attempts                       attempts.Config
-	ShutdownTimeout                time.Duration
-	Logger                         *slog.Logger
+	// NotifyDenyPrivate: merchant notification URLs may not reach
+	// loopback or private addresses (no SSRF into the platform's network).
+	NotifyDenyPrivate bool
+	Attempts          attempts.Config
+	ShutdownTimeout   time.Duration
+	Logger            *slog.Logger
 	// Ready, optional, is called once the API listens (and workers run),
 	// with the engine and the API's base URL.
 	Ready func(ctx context.Context, e *engine.Engine, baseURL string) error
@@ -97,6 +100,7 @@ func runProcess(ctx context.Context, pc processConfig) error {
 	e, err := engine.New(engine.Config{
 		Pool: pool, Providers: pc.Providers, PayoutProvider: pc.PayoutProvider, ChargeProvider: pc.ChargeProvider,
 		Logger: log, RunWorkers: pc.RunWorkers, MaxWorkers: pc.MaxWorkers, Attempts: pc.Attempts, Metrics: metrics,
+		Notifications: api.NotifierConfig{HTTP: providers.HTTPSettings{DenyPrivateNetworks: pc.NotifyDenyPrivate}},
 	})
 	if err != nil {
 		return err

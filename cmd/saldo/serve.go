@@ -95,6 +95,8 @@ func runServe(ctx context.Context, args []string) error {
 		"a call started this long ago with nothing recorded is unknown (must exceed connect + read timeout)")
 	shutdown := fs.Duration("shutdown-timeout", env.duration("SALDO_SHUTDOWN_TIMEOUT", 0),
 		"graceful shutdown budget (default: the longest provider call, connect + TLS + read, plus 10s)")
+	notifyPrivate := fs.Bool("notify-allow-private", os.Getenv("SALDO_NOTIFY_ALLOW_PRIVATE") == "true",
+		"let merchant notification URLs reach loopback and private addresses ($SALDO_NOTIFY_ALLOW_PRIVATE=true); off in production: SSRF")
 	logFormat := fs.String("log-format", envOr("SALDO_LOG_FORMAT", "json"), "json or text ($SALDO_LOG_FORMAT)")
 	logLevel := fs.String("log-level", envOr("SALDO_LOG_LEVEL", "info"), "debug, info, warn or error ($SALDO_LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
@@ -166,7 +168,7 @@ func runServe(ctx context.Context, args []string) error {
 	return runProcess(ctx, processConfig{
 		DatabaseURL: u, Listen: *listen, RunAPI: runAPI, RunWorkers: runWorkers,
 		Providers: []providers.Provider{prov}, PayoutProvider: *simName, ChargeProvider: *simName,
-		MaxWorkers: *maxWorkers,
+		MaxWorkers: *maxWorkers, NotifyDenyPrivate: !*notifyPrivate,
 		// A job outlives the longest call it makes, so River never cuts a call
 		// off (which would only make it unknown, but costs a lookup).
 		Attempts:        attempts.Config{StaleCallAfter: *staleCall, JobTimeout: longestCall + 30*time.Second},
