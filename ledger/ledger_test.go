@@ -612,3 +612,39 @@ func TestConcurrentTransfers(t *testing.T) {
 	require.EqualValues(t, accounts+posted, rep.Transactions)
 	t.Logf("posted %d, refused for insufficient funds %d", posted, refused)
 }
+
+// TestBalanceAt checks the binary search of BalanceAt against every instant
+// of a history.
+func TestBalanceAt(t *testing.T) {
+	t.Parallel()
+	ctx, f := setup(t)
+	a := f.merchant(t, ctx, "a", "")
+	type point struct {
+		at      time.Time
+		balance string
+	}
+	var history []point
+	for i := range 37 {
+		tx, err := ledger.Post(ctx, f.pool, transfer(fmt.Sprintf("t%d", i), f.funding.Code, a.Code, "1.10"))
+		require.NoError(t, err)
+		history = append(history, point{tx.PostedAt, tx.Postings[1].BalanceAfter.StringFixed(2)})
+	}
+	for i, p := range history {
+		got, err := ledger.BalanceAt(ctx, f.pool, a.Code, p.at)
+		require.NoError(t, err)
+		// Postings with the same instant all count at that instant.
+		want := p.balance
+		for j := i + 1; j < len(history) && history[j].at.Equal(p.at); j++ {
+			want = history[j].balance
+		}
+		require.Equal(t, want, got.Format(), "at posting %d", i)
+		if i > 0 && p.at.After(history[i-1].at) {
+			before, err := ledger.BalanceAt(ctx, f.pool, a.Code, p.at.Add(-time.Microsecond))
+			require.NoError(t, err)
+			require.Equal(t, history[i-1].balance, before.Format(), "just before posting %d", i)
+		}
+	}
+	zero, err := ledger.BalanceAt(ctx, f.pool, a.Code, history[0].at.Add(-time.Second))
+	require.NoError(t, err)
+	require.Equal(t, "0.00", zero.Format())
+}

@@ -144,24 +144,38 @@ func transactionWhere(ctx context.Context, db DBTX, where string, arg any) (Tran
 
 // BalanceAt returns the balance of the account with the code as of instant
 // at: the balance after its last posting with PostedAt <= at, or zero if
-// there is none. PostedAt never goes backwards within an account, so this
-// is exact; it is stable once no transaction that started before at is
-// still in flight.
+// there is none. PostedAt never goes backwards within an account (Post
+// guarantees it and Verify checks it), so this is exact, and it is found by
+// a binary search over the account's sequence numbers (O(log n) primary-key
+// probes, one round trip). It is stable once no transaction that started
+// before at is still in flight.
 func BalanceAt(ctx context.Context, db DBTX, code string, at time.Time) (money.Amount, error) {
 	acc, err := AccountByCode(ctx, db, code)
 	if err != nil {
 		return money.Amount{}, err
 	}
-	var s string
-	err = db.QueryRow(ctx, `SELECT balance_after::text FROM ledger_postings
-		WHERE account_id = $1 AND posted_at <= $2 ORDER BY posted_at DESC, seq DESC LIMIT 1`, acc.ID, at).Scan(&s)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return money.Zero(acc.Currency), nil
-	}
+	// Invariant: posting lo (0 = none) is at or before at; postings after
+	// hi are after it. Each step probes the middle posting.
+	var s *string
+	err = db.QueryRow(ctx, `
+		WITH RECURSIVE search(lo, hi) AS (
+			SELECT 0::bigint, $2::bigint
+			UNION ALL
+			SELECT CASE WHEN p.posted_at <= $3 THEN (s.lo + s.hi + 1) / 2 ELSE s.lo END,
+			       CASE WHEN p.posted_at <= $3 THEN s.hi ELSE (s.lo + s.hi + 1) / 2 - 1 END
+			FROM search s
+			JOIN ledger_postings p ON p.account_id = $1 AND p.seq = (s.lo + s.hi + 1) / 2
+			WHERE s.lo < s.hi
+		)
+		SELECT (SELECT p.balance_after::text FROM ledger_postings p WHERE p.account_id = $1 AND p.seq = s.lo)
+		FROM search s WHERE s.lo >= s.hi`, acc.ID, acc.LastSeq, at).Scan(&s)
 	if err != nil {
 		return money.Amount{}, fmt.Errorf("ledger: balance of %s at %s: %w", code, at, err)
 	}
-	d, err := decimal.NewFromString(s)
+	if s == nil {
+		return money.Zero(acc.Currency), nil
+	}
+	d, err := decimal.NewFromString(*s)
 	if err != nil {
 		return money.Amount{}, err
 	}

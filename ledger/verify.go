@@ -36,13 +36,16 @@ const (
 	// ViolationOrphanPosting: a posting whose account or transaction does
 	// not exist.
 	ViolationOrphanPosting ViolationKind = "orphan_posting"
+	// ViolationTimeOrder: a posting's posted_at is earlier than the previous
+	// posting's of the same account (BalanceAt relies on the order).
+	ViolationTimeOrder ViolationKind = "posted_at_backwards"
 )
 
 // AllViolationKinds lists every kind, in report order.
 var AllViolationKinds = []ViolationKind{
 	ViolationBalanceMismatch, ViolationChainHead, ViolationUnbalancedTransaction,
 	ViolationForbiddenNegative, ViolationSequenceGap, ViolationBalanceAfter,
-	ViolationHashChain, ViolationCurrency, ViolationOrphanPosting,
+	ViolationHashChain, ViolationCurrency, ViolationOrphanPosting, ViolationTimeOrder,
 }
 
 // Violation is one piece of damage found by Verify.
@@ -160,12 +163,13 @@ func Verify(ctx context.Context, db DBTX) (Report, error) {
 func verifyPostings(ctx context.Context, db DBTX, rep *Report) error {
 	rows, err := db.Query(ctx, `
 		SELECT code, seq, transaction_id, gap, bad_after, negative, bad_hash, bad_prev, bad_currency,
-		       orphan, prev_seq, amount::text, balance_after::text, prev_after::text
+		       orphan, backwards, prev_seq, amount::text, balance_after::text, prev_after::text
 		FROM (
 			SELECT coalesce(a.code, 'account id ' || p.account_id) AS code, p.seq, p.transaction_id, p.amount, p.balance_after,
 			       lag(p.seq) OVER w AS prev_seq,
 			       lag(p.balance_after) OVER w AS prev_after,
 			       p.seq <> coalesce(lag(p.seq) OVER w, 0) + 1 AS gap,
+			       coalesce(p.posted_at < lag(p.posted_at) OVER w, false) AS backwards,
 			       p.balance_after <> coalesce(lag(p.balance_after) OVER w, 0) + p.amount AS bad_after,
 			       coalesce(NOT a.allow_negative AND p.balance_after < 0, false) AS negative,
 			       p.hash <> sha256(convert_to(concat_ws('|', 'saldo-ledger-posting-v1',
@@ -178,22 +182,22 @@ func verifyPostings(ctx context.Context, db DBTX, rep *Report) error {
 			FROM ledger_postings p LEFT JOIN ledger_accounts a ON a.id = p.account_id
 			WINDOW w AS (PARTITION BY p.account_id ORDER BY p.seq)
 		) x
-		WHERE gap OR bad_after OR negative OR bad_hash OR bad_prev OR bad_currency OR orphan`)
+		WHERE gap OR bad_after OR negative OR bad_hash OR bad_prev OR bad_currency OR orphan OR backwards`)
 	if err != nil {
 		return fmt.Errorf("ledger: verify: postings: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var (
-			code                                                  string
-			seq, tx                                               int64
-			gap, badAfter, negative, badHash, badPrev, bc, orphan bool
-			prevSeq                                               *int64
-			amount, after                                         string
-			prevAfter                                             *string
+			code                                                        string
+			seq, tx                                                     int64
+			gap, badAfter, negative, badHash, badPrev, bc, orphan, back bool
+			prevSeq                                                     *int64
+			amount, after                                               string
+			prevAfter                                                   *string
 		)
 		if err := rows.Scan(&code, &seq, &tx, &gap, &badAfter, &negative, &badHash, &badPrev, &bc,
-			&orphan, &prevSeq, &amount, &after, &prevAfter); err != nil {
+			&orphan, &back, &prevSeq, &amount, &after, &prevAfter); err != nil {
 			return fmt.Errorf("ledger: verify: postings: %w", err)
 		}
 		v := Violation{AccountCode: code, Seq: seq, TransactionID: tx}
@@ -223,6 +227,10 @@ func verifyPostings(ctx context.Context, db DBTX, rep *Report) error {
 		}
 		if orphan {
 			v.Kind, v.Detail = ViolationOrphanPosting, "the posting's account or transaction does not exist"
+			rep.add(v)
+		}
+		if back {
+			v.Kind, v.Detail = ViolationTimeOrder, "posted_at is earlier than the previous posting's"
 			rep.add(v)
 		}
 	}

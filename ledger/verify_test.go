@@ -173,6 +173,17 @@ func TestVerifyDetectsDamage(t *testing.T) {
 		})
 	})
 
+	t.Run("posted_at backwards", func(t *testing.T) {
+		t.Parallel()
+		ctx, f, admin, a, _ := history(t)
+		exec(t, admin, `UPDATE ledger_postings SET posted_at = posted_at - interval '1 hour'
+			WHERE account_id = (SELECT id FROM ledger_accounts WHERE code = $1) AND seq = 4`, a)
+		expect(t, ctx, f.pool, true, map[ledger.ViolationKind]int64{
+			ledger.ViolationTimeOrder: 1,
+			ledger.ViolationHashChain: 1, // posted_at is hashed
+		})
+	})
+
 	t.Run("stale account head", func(t *testing.T) {
 		t.Parallel()
 		ctx, f, admin, a, _ := history(t)

@@ -107,7 +107,9 @@ CREATE TABLE ledger_postings (
     CONSTRAINT ledger_postings_valid CHECK (seq >= 1 AND leg >= 1 AND amount <> 0)
 );
 
-CREATE INDEX ledger_postings_account_time ON ledger_postings (account_id, posted_at);
+-- No index on (account_id, posted_at): posted_at never decreases along an
+-- account's sequence, so BalanceAt binary-searches the primary key instead,
+-- and every posting is one index entry cheaper.
 
 -- History is append-only: no UPDATE, DELETE or TRUNCATE on transactions and
 -- postings. A correction is a reversal transaction (reverses_id).
