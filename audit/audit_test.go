@@ -38,7 +38,7 @@ func TestRunCatchesCrossAreaDamage(t *testing.T) {
 		Key: "k", Reason: "test", Actor: "test"})
 	require.NoError(t, err)
 	p, err := po.CreatePayout(ctx, payouts.PayoutRequest{MerchantID: "m1", Operation: providers.OpPixTransfer,
-		Amount: money.MustParse("10.00", "BRL"),
+		Amount:      money.MustParse("10.00", "BRL"),
 		Destination: &providers.Destination{PixKey: &providers.PixKey{Type: "email", Value: "a@example.com"}}})
 	require.NoError(t, err)
 
