@@ -791,10 +791,7 @@ type ListParams struct {
 // List returns a page of a merchant's charges, newest first, and the cursor
 // of the next page ("" at the end). Splits are not loaded (Get has them).
 func (s *Service) List(ctx context.Context, p ListParams) ([]Charge, string, error) {
-	limit := p.Limit
-	if limit <= 0 || limit > 100 {
-		limit = 100
-	}
+	limit := keyset.Limit(p.Limit, 100)
 	var afterAt time.Time
 	afterID := ""
 	if p.Cursor != "" {
@@ -815,12 +812,7 @@ func (s *Service) List(ctx context.Context, p ListParams) ([]Charge, string, err
 	if err != nil {
 		return nil, "", err
 	}
-	next := ""
-	if len(out) > limit {
-		out = out[:limit]
-		last := out[len(out)-1]
-		next = keyset.Encode(last.CreatedAt, last.ID)
-	}
+	out, next := keyset.Trim(out, limit, func(x Charge) (time.Time, string) { return x.CreatedAt, x.ID })
 	return out, next, nil
 }
 

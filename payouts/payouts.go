@@ -588,10 +588,7 @@ type ListParams struct {
 // List returns a page of a merchant's payouts, newest first, and the cursor
 // of the next page ("" at the end).
 func (s *Service) List(ctx context.Context, p ListParams) ([]Payout, string, error) {
-	limit := p.Limit
-	if limit <= 0 || limit > 100 {
-		limit = 100
-	}
+	limit := keyset.Limit(p.Limit, 100)
 	var afterAt time.Time
 	afterID := ""
 	if p.Cursor != "" {
@@ -612,12 +609,7 @@ func (s *Service) List(ctx context.Context, p ListParams) ([]Payout, string, err
 	if err != nil {
 		return nil, "", err
 	}
-	next := ""
-	if len(out) > limit {
-		out = out[:limit]
-		last := out[len(out)-1]
-		next = keyset.Encode(last.CreatedAt, last.ID)
-	}
+	out, next := keyset.Trim(out, limit, func(x Payout) (time.Time, string) { return x.CreatedAt, x.ID })
 	return out, next, nil
 }
 

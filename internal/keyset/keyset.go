@@ -28,3 +28,21 @@ func Decode(c string) (time.Time, string, error) {
 	t, err := time.Parse(time.RFC3339Nano, v[0])
 	return t, v[1], err
 }
+
+// Limit clamps a requested page size to 1..max; zero or less means max.
+func Limit(n, max int) int {
+	if n <= 0 || n > max {
+		return max
+	}
+	return n
+}
+
+// Trim takes the rows of a query run with LIMIT limit+1 and returns the page
+// (at most limit rows) and the cursor of the next page ("" at the end).
+func Trim[T any](rows []T, limit int, key func(T) (time.Time, string)) ([]T, string) {
+	if len(rows) <= limit {
+		return rows, ""
+	}
+	rows = rows[:limit]
+	return rows, Encode(key(rows[len(rows)-1]))
+}

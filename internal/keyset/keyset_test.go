@@ -30,3 +30,20 @@ func hexOf(s string) string {
 	}
 	return string(out)
 }
+
+func TestLimitAndTrim(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, 100, keyset.Limit(0, 100))
+	require.Equal(t, 100, keyset.Limit(500, 100))
+	require.Equal(t, 7, keyset.Limit(7, 100))
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	key := func(s string) (time.Time, string) { return at, s }
+	page, next := keyset.Trim([]string{"a", "b"}, 2, key)
+	require.Equal(t, []string{"a", "b"}, page)
+	require.Empty(t, next)
+	page, next = keyset.Trim([]string{"a", "b", "c"}, 2, key)
+	require.Equal(t, []string{"a", "b"}, page)
+	_, id, err := keyset.Decode(next)
+	require.NoError(t, err)
+	require.Equal(t, "b", id)
+}
