@@ -134,7 +134,7 @@ func mapPgError(err error) error {
 		return fmt.Errorf("%w: %s", ErrAccountNotFound, pgErr.Message)
 	case "ledger_postings_transaction":
 		return fmt.Errorf("%w: %s", ErrTransactionNotFound, pgErr.Message)
-	case "ledger_accounts_valid":
+	case "ledger_accounts_valid", "ledger_transactions_valid", "ledger_postings_valid":
 		return fmt.Errorf("%w: %s", ErrInvalidInput, pgErr.Message)
 	}
 	return err

@@ -333,6 +333,35 @@ func TestDatabaseGuards(t *testing.T) {
 	require.ErrorContains(t, err, "missing transaction")
 	require.ErrorIs(t, ledger.MapCommitError(err), ledger.ErrTransactionNotFound)
 
+	// Field rules, checked at commit (migration 00011 moved them out of
+	// CHECK constraints): a balanced pair with a zero leg, legs that skip a
+	// number, and a transaction whose cause kind is not a lowercase word.
+	pair := func(tx pgx.Tx, txID int64, legA, legB int, amount string) error {
+		_, err := tx.Exec(ctx, `INSERT INTO ledger_postings (account_id, seq, transaction_id, leg, amount, currency, balance_after, posted_at, prev_hash, hash)
+			VALUES ($1, 90, $2, $3, $4::numeric, 'BRL', 0, now(), '\x', '\x'), ($5, 91, $2, $6, -$4::numeric, 'BRL', 0, now(), '\x', '\x')`,
+			a.ID, txID, legA, amount, b.ID, legB)
+		return err
+	}
+	for name, c := range map[string]struct {
+		kind         string
+		legA, legB   int
+		amount, want string
+	}{
+		"zero amount": {"test", 1, 2, "0", "zero amount"},
+		"gap in legs": {"test", 1, 3, "1", "not numbered 1..n"},
+		"cause kind":  {"Not A Word", 1, 2, "1", "is invalid"},
+	} {
+		tx, err := f.pool.Begin(ctx)
+		require.NoError(t, err, name)
+		var txID int64
+		require.NoError(t, tx.QueryRow(ctx, `INSERT INTO ledger_transactions (idempotency_key, request_hash, cause_kind, cause_id, effective_at, posted_at)
+			VALUES ($1, '\x00', $2, 'raw', now(), now()) RETURNING id`, "raw-"+name, c.kind).Scan(&txID), name)
+		require.NoError(t, pair(tx, txID, c.legA, c.legB, c.amount), name)
+		err = tx.Commit(ctx)
+		require.ErrorContains(t, err, c.want, name)
+		require.ErrorIs(t, ledger.MapCommitError(err), ledger.ErrInvalidInput, name)
+	}
+
 	// Accounts are validated when inserted directly too.
 	_, err = f.pool.Exec(ctx, `INSERT INTO ledger_accounts (code, owner_kind, owner_id, purpose, currency, allow_negative)
 		VALUES ('merchant/x/available/BRL', 'merchant', 'y', 'available', 'BRL', false)`)

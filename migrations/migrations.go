@@ -103,6 +103,10 @@ func Up(ctx context.Context, databaseURL string, logger *slog.Logger) (Result, e
 	gp, err := goose.NewProvider(goose.DialectPostgres, db, files,
 		goose.WithDisableGlobalRegistry(true),
 		goose.WithSlog(logger),
+		// Files are numbered by owning package, so a later change to an
+		// early package (00011 after 00051) applies out of order on
+		// databases migrated before it existed.
+		goose.WithAllowOutofOrder(true),
 	)
 	if err != nil {
 		return res, fmt.Errorf("migrations: goose: %w", err)

@@ -82,3 +82,26 @@ func TestHashIsStable(t *testing.T) {
 	require.Equal(t, migrations.Hash(), migrations.Hash())
 	require.Len(t, migrations.Hash(), 16)
 }
+
+// Files are numbered by owning package, so a file added to an early range
+// (00011, the ledger) after later ones were applied must still be applied:
+// Up allows out-of-order files, and such files are re-runnable. Simulated by
+// forgetting that 00011 was applied on a fully migrated database.
+func TestUpAppliesAFileOutOfOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := emptyDatabase(t)
+	_, err := migrations.Up(ctx, dbURL, nil)
+	require.NoError(t, err)
+
+	conn, err := pgx.Connect(ctx, dbURL)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	tag, err := conn.Exec(ctx, `DELETE FROM goose_db_version WHERE version_id = 11`)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected())
+
+	again, err := migrations.Up(ctx, dbURL, nil)
+	require.NoError(t, err)
+	require.Equal(t, []string{"00011_ledger_checks_at_commit.sql"}, again.SaldoApplied)
+}
