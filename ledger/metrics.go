@@ -16,8 +16,17 @@ var postDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 	Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 }, []string{"outcome"})
 
+// posterBatchSize is how many transactions a Poster commit carried.
+var posterBatchSize = prometheus.NewHistogram(prometheus.HistogramOpts{
+	Name:    "saldo_ledger_poster_batch_size",
+	Help:    "Transactions per ledger.Poster batch (one commit).",
+	Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128},
+})
+
 // Collectors returns the ledger's Prometheus collectors, for a registry.
-func Collectors() []prometheus.Collector { return []prometheus.Collector{postDuration} }
+func Collectors() []prometheus.Collector {
+	return []prometheus.Collector{postDuration, posterBatchSize}
+}
 
 // observePost records one write's latency and outcome.
 func observePost(start time.Time, tx Transaction, err error) {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
 
 	"github.com/saldo/saldo/money"
@@ -186,7 +187,13 @@ func post(ctx context.Context, db DBTX, in TransactionInput, reversesID int64) (
 	return tx, err
 }
 
-func postOnce(ctx context.Context, db DBTX, in TransactionInput, reversesID int64) (Transaction, error) {
+// postSQL calls ledger_post; postArgs gives its arguments.
+const postSQL = `
+		SELECT outcome, detail, transaction_id, posted_at, leg, account_id, account_code, seq,
+		       balance_after::text, hash
+		FROM ledger_post($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::numeric[], $11)`
+
+func postArgs(in TransactionInput, reversesID int64) []any {
 	n := len(in.Postings)
 	ids := make([]int64, n)
 	codes := make([]string, n)
@@ -205,23 +212,28 @@ func postOnce(ctx context.Context, db DBTX, in TransactionInput, reversesID int6
 	if len(in.Metadata) > 0 {
 		metadata = in.Metadata
 	}
-	rows, err := db.Query(ctx, `
-		SELECT outcome, detail, transaction_id, posted_at, leg, account_id, account_code, seq,
-		       balance_after::text, hash
-		FROM ledger_post($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::numeric[], $11)`,
-		in.IdempotencyKey, in.CauseKind, in.CauseID, in.Description, metadata, effective, reverses,
-		ids, codes, amounts, currencies)
-	if err != nil {
-		return Transaction{}, fmt.Errorf("ledger: post %q: %w", in.IdempotencyKey, mapPgError(err))
-	}
-	tx := Transaction{
+	return []any{in.IdempotencyKey, in.CauseKind, in.CauseID, in.Description, metadata, effective, reverses,
+		ids, codes, amounts, currencies}
+}
+
+// postAnswer is what ledger_post answered: the outcome, and for "posted"
+// the transaction.
+type postAnswer struct {
+	outcome    string
+	detail     string
+	existingID int64
+	tx         Transaction
+}
+
+// readPostRows reads ledger_post's rows (and closes them).
+func readPostRows(rows pgx.Rows, in TransactionInput, reversesID int64) (postAnswer, error) {
+	defer rows.Close()
+	a := postAnswer{tx: Transaction{
 		IdempotencyKey: in.IdempotencyKey, CauseKind: in.CauseKind, CauseID: in.CauseID,
 		Description: in.Description, Metadata: in.Metadata, ReversesID: reversesID,
-		Postings: make([]Posting, 0, n),
-	}
-	var outcome string
+		Postings: make([]Posting, 0, len(in.Postings)),
+	}}
 	var detail *string
-	var existingID int64
 	for rows.Next() {
 		var (
 			txID, accountID, seq *int64
@@ -230,52 +242,58 @@ func postOnce(ctx context.Context, db DBTX, in TransactionInput, reversesID int6
 			code, balance        *string
 			hash                 []byte
 		)
-		if err := rows.Scan(&outcome, &detail, &txID, &postedAt, &leg, &accountID, &code, &seq, &balance, &hash); err != nil {
-			rows.Close()
-			return Transaction{}, fmt.Errorf("ledger: post %q: %w", in.IdempotencyKey, err)
+		if err := rows.Scan(&a.outcome, &detail, &txID, &postedAt, &leg, &accountID, &code, &seq, &balance, &hash); err != nil {
+			return a, fmt.Errorf("ledger: post %q: %w", in.IdempotencyKey, err)
 		}
-		if outcome != "posted" {
+		if a.outcome != "posted" {
 			if txID != nil {
-				existingID = *txID
+				a.existingID = *txID
 			}
 			continue
 		}
-		tx.ID, tx.PostedAt = *txID, *postedAt
+		a.tx.ID, a.tx.PostedAt = *txID, *postedAt
 		p := in.Postings[*leg-1]
 		bal, err := decimal.NewFromString(*balance)
 		if err != nil {
-			rows.Close()
-			return Transaction{}, fmt.Errorf("ledger: post %q: balance %q: %w", in.IdempotencyKey, *balance, err)
+			return a, fmt.Errorf("ledger: post %q: balance %q: %w", in.IdempotencyKey, *balance, err)
 		}
-		tx.Postings = append(tx.Postings, Posting{
+		a.tx.Postings = append(a.tx.Postings, Posting{
 			TransactionID: *txID, Leg: int(*leg), AccountID: *accountID, AccountCode: *code, Seq: *seq,
 			Amount: p.Amount, Currency: p.Currency, BalanceAfter: bal, PostedAt: *postedAt, Hash: hash,
 		})
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return Transaction{}, fmt.Errorf("ledger: post %q: %w", in.IdempotencyKey, mapPgError(err))
+		return a, fmt.Errorf("ledger: post %q: %w", in.IdempotencyKey, mapPgError(err))
 	}
-	d := ""
 	if detail != nil {
-		d = *detail
+		a.detail = *detail
 	}
-	switch outcome {
-	case "posted":
-		tx.EffectiveAt = in.EffectiveAt
-		if tx.EffectiveAt.IsZero() {
-			tx.EffectiveAt = tx.PostedAt
+	if a.outcome == "posted" {
+		a.tx.EffectiveAt = in.EffectiveAt
+		if a.tx.EffectiveAt.IsZero() {
+			a.tx.EffectiveAt = a.tx.PostedAt
 		}
-		return tx, nil
+	}
+	return a, nil
+}
+
+// result turns an answer into Post's result; a replay reads the original
+// transaction through db.
+func (a postAnswer) result(ctx context.Context, db DBTX, key string) (Transaction, error) {
+	d := a.detail
+	switch a.outcome {
+	case "posted":
+		return a.tx, nil
 	case "existing":
-		orig, err := TransactionByID(ctx, db, existingID)
+		orig, err := TransactionByID(ctx, db, a.existingID)
 		if err != nil {
 			return Transaction{}, err
 		}
 		orig.Replayed = true
 		return orig, nil
 	case "conflict":
-		return Transaction{}, &IdempotencyConflictError{Key: in.IdempotencyKey, ExistingTransactionID: existingID}
+		return Transaction{}, &IdempotencyConflictError{Key: key, ExistingTransactionID: a.existingID}
 	case "insufficient_funds":
 		return Transaction{}, &InsufficientFundsError{AccountCode: d}
 	case "unknown_account":
@@ -285,11 +303,23 @@ func postOnce(ctx context.Context, db DBTX, in TransactionInput, reversesID int6
 	case "not_found":
 		return Transaction{}, fmt.Errorf("%w: %s", ErrTransactionNotFound, d)
 	case "already_reversed":
-		return Transaction{}, fmt.Errorf("%w: transaction %s reversed by transaction %d", ErrAlreadyReversed, d, existingID)
+		return Transaction{}, fmt.Errorf("%w: transaction %s reversed by transaction %d", ErrAlreadyReversed, d, a.existingID)
 	case "":
-		return Transaction{}, fmt.Errorf("ledger: post %q: database returned no outcome", in.IdempotencyKey)
+		return Transaction{}, fmt.Errorf("ledger: post %q: database returned no outcome", key)
 	}
-	return Transaction{}, fmt.Errorf("ledger: post %q: unexpected outcome %q", in.IdempotencyKey, outcome)
+	return Transaction{}, fmt.Errorf("ledger: post %q: unexpected outcome %q", key, a.outcome)
+}
+
+func postOnce(ctx context.Context, db DBTX, in TransactionInput, reversesID int64) (Transaction, error) {
+	rows, err := db.Query(ctx, postSQL, postArgs(in, reversesID)...)
+	if err != nil {
+		return Transaction{}, fmt.Errorf("ledger: post %q: %w", in.IdempotencyKey, mapPgError(err))
+	}
+	a, err := readPostRows(rows, in, reversesID)
+	if err != nil {
+		return Transaction{}, err
+	}
+	return a.result(ctx, db, in.IdempotencyKey)
 }
 
 // CauseReversal is the CauseKind of reversal transactions; their CauseID is

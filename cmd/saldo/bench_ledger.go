@@ -29,6 +29,10 @@ func runBenchLedger(ctx context.Context, args []string) error {
 	fs.DurationVar(&o.Duration, "duration", 10*time.Second, "measured time of each workload (ledger, each baseline)")
 	fs.BoolVar(&o.Hot, "hot", false, "hot account: every transfer debits the same account")
 	baseline := fs.Bool("baseline", true, "also measure the plain-SQL baselines and print the ratios")
+	group := fs.Bool("group-commit", true, "also measure ledger.Poster (group commit) beside ledger.Post")
+	var po ledger.PosterOptions
+	fs.IntVar(&po.MaxBatch, "batch", 64, "ledger.Poster: most transfers per commit")
+	fs.IntVar(&po.Flushers, "flushers", 2, "ledger.Poster: batches in flight at once")
 	rounds := fs.Int("rounds", 3, "interleave the ledger and the baselines in this many rounds (each gets duration/rounds per round)")
 	server := fs.String("server-url", localServerURL, "server for the throwaway database when no database URL is given")
 	keep := fs.Bool("keep", false, "keep the throwaway database")
@@ -47,7 +51,7 @@ func runBenchLedger(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg.MaxConns = int32(o.Workers + 2)
+	cfg.MaxConns = int32(o.Workers + po.Flushers + 2)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return err
@@ -65,17 +69,28 @@ func runBenchLedger(ctx context.Context, args []string) error {
 		o.Accounts, o.Workers, o.Duration, *rounds, mode, redact(u))
 
 	if *baseline {
-		cmp, err := ledgerbench.Compare(ctx, pool, o, *rounds)
+		var popt *ledger.PosterOptions
+		if *group {
+			popt = &po
+		}
+		cmp, err := ledgerbench.Compare(ctx, pool, o, *rounds, popt)
 		if err != nil {
 			return err
 		}
 		fmt.Println(cmp.Ledger)
+		if *group {
+			fmt.Println(cmp.Poster)
+		}
 		fmt.Println(cmp.PgbenchShaped)
 		fmt.Println(cmp.Pipelined)
 		fmt.Println()
-		if cmp.PgbenchShaped.PerSecond > 0 && cmp.Pipelined.PerSecond > 0 {
-			fmt.Printf("ratio ledger / pgbench-shaped baseline: %.2fx   (target >= 1.0x)\n", cmp.Ledger.PerSecond/cmp.PgbenchShaped.PerSecond)
-			fmt.Printf("ratio ledger / pipelined baseline:      %.2fx   (same round trips and commits as Post)\n", cmp.Ledger.PerSecond/cmp.Pipelined.PerSecond)
+		if shaped := cmp.PgbenchShaped.PerSecond; shaped > 0 && cmp.Pipelined.PerSecond > 0 {
+			if *group {
+				fmt.Printf("ratio ledger.Poster / pgbench-shaped baseline: %.2fx   (target >= 1.0x; group commit, avg %.1f transfers per commit)\n",
+					cmp.Poster.PerSecond/shaped, cmp.Poster.PerCommit)
+			}
+			fmt.Printf("ratio ledger.Post / pgbench-shaped baseline:   %.2fx   (one commit per transfer, like the baseline)\n", cmp.Ledger.PerSecond/shaped)
+			fmt.Printf("ratio ledger.Post / pipelined baseline:        %.2fx   (same round trips and commits as Post)\n", cmp.Ledger.PerSecond/cmp.Pipelined.PerSecond)
 		}
 	} else {
 		res, err := ledgerbench.Ledger(ctx, pool, o)

@@ -86,6 +86,9 @@ type Result struct {
 	// zero when the server is not local). Unlike transfers/s they do not
 	// depend on what else the machine is doing.
 	ClientCPU, ServerCPU time.Duration
+	// PerCommit is the average of transfers per database commit (1 but for
+	// group commit).
+	PerCommit float64
 }
 
 func (r Result) String() string {
@@ -118,6 +121,9 @@ type Workload struct {
 	o        Options
 	rounds   int
 	samples  []sample
+	// commits counts the workload's commits so far; nil means one per
+	// transfer.
+	commits func() int64
 }
 
 type sample struct {
@@ -127,6 +133,7 @@ type sample struct {
 	bytes     int64
 	client    time.Duration
 	server    time.Duration
+	commits   int64
 }
 
 // Measure runs the workload for d and records the sample.
@@ -137,11 +144,19 @@ func (w *Workload) Measure(ctx context.Context, d time.Duration) error {
 	}
 	w.rounds++
 	client0, server0 := processCPU(), backendsCPU(ctx, w.pool)
+	var commits0 int64
+	if w.commits != nil {
+		commits0 = w.commits()
+	}
 	sm, err := drive(ctx, w.o, d, w.rounds, w.transfer)
 	if err != nil {
 		return fmt.Errorf("ledgerbench: %s: %w", w.name, err)
 	}
 	client1, server1 := processCPU(), backendsCPU(ctx, w.pool)
+	sm.commits = int64(len(sm.latencies)) + sm.refused
+	if w.commits != nil {
+		sm.commits = w.commits() - commits0
+	}
 	after, err := tablesSize(ctx, w.pool, w.tables...)
 	if err != nil {
 		return err
@@ -161,7 +176,9 @@ func (w *Workload) Result() Result {
 	var all []time.Duration
 	var bytes int64
 	var client, server time.Duration
+	var commits int64
 	for _, sm := range w.samples {
+		commits += sm.commits
 		all = append(all, sm.latencies...)
 		r.Refused += sm.refused
 		r.Elapsed += sm.elapsed
@@ -178,6 +195,9 @@ func (w *Workload) Result() Result {
 		r.BytesPerTransfer = float64(bytes) / float64(r.Transfers)
 		r.ClientCPU = client / time.Duration(r.Transfers)
 		r.ServerCPU = server / time.Duration(r.Transfers)
+	}
+	if commits > 0 {
+		r.PerCommit = float64(r.Transfers+r.Refused) / float64(commits)
 	}
 	return r
 }
@@ -261,8 +281,34 @@ func tablesSize(ctx context.Context, pool *pgxpool.Pool, tables ...string) (int6
 // PrepareLedger prepares the ledger.Post workload: it creates o.Accounts
 // merchant accounts for the run, funds each from the platform funding
 // account (generously, so transfers are not refused), and warms up. Each
-// transfer is one ledger.Post on the pool with its own idempotency key.
+// transfer is one ledger.Post on the pool with its own idempotency key: one
+// round trip and one commit per transfer.
 func PrepareLedger(ctx context.Context, pool *pgxpool.Pool, o Options) (*Workload, error) {
+	return prepareLedger(ctx, pool, o, "ledger.Post", func(ctx context.Context, in ledger.TransactionInput) error {
+		_, err := ledger.Post(ctx, pool, in)
+		return err
+	})
+}
+
+// PreparePoster prepares the same workload through a ledger.Poster (group
+// commit: transfers that arrive while a batch commits share the next
+// batch's round trip and commit). Close the returned Poster after the
+// last Measure.
+func PreparePoster(ctx context.Context, pool *pgxpool.Pool, o Options, po ledger.PosterOptions) (*Workload, *ledger.Poster, error) {
+	p := ledger.NewPoster(pool, po)
+	w, err := prepareLedger(ctx, pool, o, "ledger.Poster (group commit)", func(ctx context.Context, in ledger.TransactionInput) error {
+		_, err := p.Post(ctx, in)
+		return err
+	})
+	if err != nil {
+		p.Close()
+		return nil, nil, err
+	}
+	w.commits = func() int64 { return p.Stats().Batches }
+	return w, p, nil
+}
+
+func prepareLedger(ctx context.Context, pool *pgxpool.Pool, o Options, name string, post func(context.Context, ledger.TransactionInput) error) (*Workload, error) {
 	if err := CheckPool(pool, o); err != nil {
 		return nil, err
 	}
@@ -273,9 +319,12 @@ func PrepareLedger(ctx context.Context, pool *pgxpool.Pool, o Options) (*Workloa
 	if err != nil {
 		return nil, err
 	}
+	// Each workload gets its own accounts, so workloads measured in turns
+	// do not share row locks or balances.
+	run := fmt.Sprintf("%s_%x", o.RunID, rand.Uint32())
 	ids := make([]int64, o.Accounts)
 	for i := range ids {
-		acc, err := ledger.EnsureAccount(ctx, pool, ledger.MerchantAvailable(fmt.Sprintf("%s_%d", o.RunID, i), money.BRL))
+		acc, err := ledger.EnsureAccount(ctx, pool, ledger.MerchantAvailable(fmt.Sprintf("%s_%d", run, i), money.BRL))
 		if err != nil {
 			return nil, err
 		}
@@ -285,7 +334,7 @@ func PrepareLedger(ctx context.Context, pool *pgxpool.Pool, o Options) (*Workloa
 			amount = decimal.NewFromInt(1_000_000_000)
 		}
 		if _, err := ledger.Post(ctx, pool, ledger.TransactionInput{
-			IdempotencyKey: fmt.Sprintf("%s-fund-%d", o.RunID, i), CauseKind: "bench", CauseID: o.RunID,
+			IdempotencyKey: fmt.Sprintf("%s-fund-%d", run, i), CauseKind: "bench", CauseID: o.RunID,
 			Description: "bench funding",
 			Postings: []ledger.PostingInput{
 				{AccountID: funding.ID, Amount: amount.Neg(), Currency: money.BRL},
@@ -295,14 +344,13 @@ func PrepareLedger(ctx context.Context, pool *pgxpool.Pool, o Options) (*Workloa
 			return nil, err
 		}
 	}
-	name := "ledger.Post"
 	if o.Hot {
 		name += " (hot)"
 	}
 	w := &Workload{name: name, tables: []string{"ledger_accounts", "ledger_transactions", "ledger_postings"}, pool: pool, o: o}
 	w.transfer = func(ctx context.Context, round, worker, seq, from, to int, amount decimal.Decimal) (bool, error) {
-		_, err := ledger.Post(ctx, pool, ledger.TransactionInput{
-			IdempotencyKey: fmt.Sprintf("%s-%d-%d-%d", o.RunID, round, worker, seq),
+		err := post(ctx, ledger.TransactionInput{
+			IdempotencyKey: fmt.Sprintf("%s-%d-%d-%d", run, round, worker, seq),
 			CauseKind:      "bench",
 			CauseID:        o.RunID,
 			Postings: []ledger.PostingInput{
@@ -436,15 +484,17 @@ func Baseline(ctx context.Context, pool *pgxpool.Pool, o Options, mode BaselineM
 	return w.Result(), nil
 }
 
-// Comparison is the ledger against both baselines.
+// Comparison is the ledger (Post, and Poster when measured) against both
+// baselines.
 type Comparison struct {
-	Ledger, PgbenchShaped, Pipelined Result
+	Ledger, Poster, PgbenchShaped, Pipelined Result
 }
 
 // Compare measures the ledger and both baselines in rounds: each round
 // runs every workload for o.Duration/rounds, one after the other, so slow
-// phases of a shared machine hit all three alike.
-func Compare(ctx context.Context, pool *pgxpool.Pool, o Options, rounds int) (Comparison, error) {
+// phases of a shared machine hit all of them alike. A non-nil po adds the
+// ledger.Poster workload with those options.
+func Compare(ctx context.Context, pool *pgxpool.Pool, o Options, rounds int, po *ledger.PosterOptions) (Comparison, error) {
 	if rounds < 1 {
 		rounds = 1
 	}
@@ -463,15 +513,30 @@ func Compare(ctx context.Context, pool *pgxpool.Pool, o Options, rounds int) (Co
 	if err != nil {
 		return Comparison{}, err
 	}
+	all := []*Workload{l, shaped, piped}
+	var pw *Workload
+	if po != nil {
+		w, p, err := PreparePoster(ctx, pool, o, *po)
+		if err != nil {
+			return Comparison{}, err
+		}
+		defer p.Close()
+		pw = w
+		all = append(all, pw)
+	}
 	d := o.Duration / time.Duration(rounds)
 	for range rounds {
-		for _, w := range []*Workload{l, shaped, piped} {
+		for _, w := range all {
 			if err := w.Measure(ctx, d); err != nil {
 				return Comparison{}, err
 			}
 		}
 	}
-	return Comparison{Ledger: l.Result(), PgbenchShaped: shaped.Result(), Pipelined: piped.Result()}, nil
+	c := Comparison{Ledger: l.Result(), PgbenchShaped: shaped.Result(), Pipelined: piped.Result()}
+	if pw != nil {
+		c.Poster = pw.Result()
+	}
+	return c, nil
 }
 
 // CheckPool returns an error when pool cannot give every worker its own

@@ -1,0 +1,355 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/shopspring/decimal"
+)
+
+// Poster posts transactions that do not belong to a caller's database
+// transaction, with group commit: the Posts that arrive while a batch is
+// being written queue up and are written together as the next batch, in
+// one round trip and one COMMIT. Each Post still returns only once its
+// transaction is committed (or refused), with the same answer and errors as
+// Post on a pool, so a caller cannot tell the difference except in
+// throughput: a commit, its WAL flush and the round trips are shared by the
+// batch, and a hot account's row lock is taken once per batch instead of
+// once per transfer.
+//
+// A batch is one database transaction: it first locks every account the
+// batch names, in id order (so batches never deadlock each other or a
+// single Post), then runs ledger_post once per transaction in arrival
+// order. A refusal (insufficient funds, idempotency conflict, unknown
+// account, ...) is an answer, not an error, and does not affect the other
+// transactions of the batch; a later transaction in the same batch sees the
+// balances the earlier ones left. If the batch fails as a whole (a database
+// error, a failed COMMIT), nothing of it was written and each of its
+// transactions is posted again on its own, so one bad transaction cannot
+// fail the others.
+//
+// Use Post with a pgx.Tx, not a Poster, when the ledger write must commit
+// or roll back together with the caller's other writes.
+type Poster struct {
+	pool     *pgxpool.Pool
+	maxBatch int
+	reqs     chan *posterRequest
+	quit     chan struct{}
+	wg       sync.WaitGroup
+	once     sync.Once
+	batches  atomic.Int64
+	setBased atomic.Int64
+	written  atomic.Int64
+}
+
+// PosterStats counts what a Poster has committed.
+type PosterStats struct {
+	Batches      int64 // batches committed
+	SetBased     int64 // of those, batches written by the ledger_post_batch fast path
+	Transactions int64 // transactions answered by those batches (posted, replayed or refused)
+}
+
+// Stats returns the counts so far.
+func (p *Poster) Stats() PosterStats {
+	return PosterStats{Batches: p.batches.Load(), SetBased: p.setBased.Load(), Transactions: p.written.Load()}
+}
+
+// PosterOptions configure a Poster. Zero values take the defaults.
+type PosterOptions struct {
+	// MaxBatch caps the transactions in one batch (default 64).
+	MaxBatch int
+	// Flushers is how many batches may be in flight at once, each on its
+	// own connection (default 2: one batch commits while the next is
+	// written). The pool needs at least that many connections.
+	Flushers int
+}
+
+// ErrPosterClosed is returned by Poster.Post after Close.
+var ErrPosterClosed = errors.New("ledger: poster closed")
+
+type posterRequest struct {
+	ctx   context.Context
+	in    TransactionInput
+	start time.Time
+	done  chan posterResult
+}
+
+type posterResult struct {
+	tx  Transaction
+	err error
+}
+
+// NewPoster starts a Poster writing through pool. Close it when done.
+func NewPoster(pool *pgxpool.Pool, o PosterOptions) *Poster {
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 64
+	}
+	if o.Flushers <= 0 {
+		o.Flushers = 2
+	}
+	p := &Poster{
+		pool:     pool,
+		maxBatch: o.MaxBatch,
+		reqs:     make(chan *posterRequest, o.MaxBatch*o.Flushers),
+		quit:     make(chan struct{}),
+	}
+	for range o.Flushers {
+		p.wg.Add(1)
+		go p.flusher()
+	}
+	return p
+}
+
+// Post posts in with group commit and returns the committed transaction
+// (or the original one, Replayed, for a key already posted). Errors are
+// those of Post.
+//
+// If ctx ends before the batch holding the transaction commits, Post
+// returns ctx's error and the transaction may or may not be posted: post
+// the same input again (same idempotency key) to learn which.
+func (p *Poster) Post(ctx context.Context, in TransactionInput) (Transaction, error) {
+	if err := in.Validate(); err != nil {
+		return Transaction{}, err
+	}
+	r := &posterRequest{ctx: ctx, in: in, start: time.Now(), done: make(chan posterResult, 1)}
+	select {
+	case <-p.quit:
+		return Transaction{}, ErrPosterClosed
+	default:
+	}
+	select {
+	case p.reqs <- r:
+	case <-p.quit:
+		return Transaction{}, ErrPosterClosed
+	case <-ctx.Done():
+		return Transaction{}, ctx.Err()
+	}
+	select {
+	case res := <-r.done:
+		return res.tx, res.err
+	case <-ctx.Done():
+		return Transaction{}, ctx.Err()
+	}
+}
+
+// Close stops taking Posts, finishes the ones already queued and returns
+// when every batch is written.
+func (p *Poster) Close() {
+	p.once.Do(func() { close(p.quit) })
+	p.wg.Wait()
+}
+
+func (p *Poster) flusher() {
+	defer p.wg.Done()
+	for {
+		var first *posterRequest
+		select {
+		case first = <-p.reqs:
+		case <-p.quit:
+			// Drain what was queued before Close.
+			for {
+				select {
+				case r := <-p.reqs:
+					p.flush([]*posterRequest{r})
+				default:
+					return
+				}
+			}
+		}
+		batch := []*posterRequest{first}
+	fill:
+		for len(batch) < p.maxBatch {
+			select {
+			case r := <-p.reqs:
+				batch = append(batch, r)
+			default:
+				break fill
+			}
+		}
+		p.flush(batch)
+	}
+}
+
+// flush writes one batch and answers every request in it.
+func (p *Poster) flush(batch []*posterRequest) {
+	live := batch[:0]
+	for _, r := range batch {
+		if err := r.ctx.Err(); err != nil {
+			r.done <- posterResult{err: err}
+			continue
+		}
+		live = append(live, r)
+	}
+	if len(live) == 0 {
+		return
+	}
+	// The batch's own context: one caller giving up must not cut the
+	// others' transaction short.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	answers, err := p.writeBatch(ctx, live)
+	if err != nil {
+		// Nothing of the batch was written: each transaction on its own.
+		for _, r := range live {
+			tx, err := post(r.ctx, p.pool, r.in, 0)
+			r.done <- posterResult{tx: tx, err: err}
+		}
+		return
+	}
+	p.batches.Add(1)
+	p.written.Add(int64(len(live)))
+	posterBatchSize.Observe(float64(len(live)))
+	for i, r := range live {
+		tx, err := answers[i].result(r.ctx, p.pool, r.in.IdempotencyKey)
+		observePost(r.start, tx, err)
+		r.done <- posterResult{tx: tx, err: err}
+	}
+}
+
+// lockAccountsSQL locks every account a batch names, in id order, before
+// any ledger_post of the batch runs.
+const lockAccountsSQL = `SELECT FROM ledger_accounts
+	WHERE id = ANY ($1::bigint[]) OR code = ANY ($2::text[]) ORDER BY id FOR UPDATE`
+
+// postBatchSQL calls ledger_post_batch (migration 00012).
+const postBatchSQL = `
+	SELECT outcome, transaction_ids, posted_at, account_ids, account_codes, seqs,
+	       balances_after::text[], hashes
+	FROM ledger_post_batch($1, $2, $3, $4, $5::jsonb[], $6::timestamptz[], $7, $8, $9, $10, $11::numeric[], $12)`
+
+// writeBatch writes a batch in one database transaction and returns the
+// answers only once it committed. The fast path is one ledger_post_batch
+// call; when it falls back (some transaction of the batch would be refused
+// or replayed) it writes nothing, and the batch goes through ledger_post
+// transaction by transaction, in one pipeline.
+func (p *Poster) writeBatch(ctx context.Context, live []*posterRequest) ([]postAnswer, error) {
+	answers, ok, err := p.writeSetBased(ctx, live)
+	if err != nil || ok {
+		if ok {
+			p.setBased.Add(1)
+		}
+		return answers, err
+	}
+	return p.writePipelined(ctx, live)
+}
+
+// writeSetBased is the ledger_post_batch fast path; ok is false when it
+// fell back and wrote nothing.
+func (p *Poster) writeSetBased(ctx context.Context, live []*posterRequest) ([]postAnswer, bool, error) {
+	m := len(live)
+	keys, kinds, causeIDs, descs := make([]string, m), make([]string, m), make([]string, m), make([]string, m)
+	metadata, effective := make([]any, m), make([]any, m)
+	var txIdx, legs []int32
+	var ids []int64
+	var codes, amounts, currencies []string
+	for k, r := range live {
+		in := r.in
+		keys[k], kinds[k], causeIDs[k], descs[k] = in.IdempotencyKey, in.CauseKind, in.CauseID, in.Description
+		if len(in.Metadata) > 0 {
+			metadata[k] = in.Metadata
+		}
+		if !in.EffectiveAt.IsZero() {
+			effective[k] = in.EffectiveAt
+		}
+		for i, leg := range in.Postings {
+			txIdx = append(txIdx, int32(k+1))
+			legs = append(legs, int32(i+1))
+			ids = append(ids, leg.AccountID)
+			codes = append(codes, leg.AccountCode)
+			amounts = append(amounts, leg.Amount.String())
+			currencies = append(currencies, leg.Currency.Code())
+		}
+	}
+	var (
+		outcome                 string
+		txIDs, accountIDs, seqs []int64
+		postedAt                *time.Time
+		accountCodes, balances  []string
+		hashes                  [][]byte
+	)
+	err := p.pool.QueryRow(ctx, postBatchSQL, keys, kinds, causeIDs, descs, metadata, effective,
+		txIdx, legs, ids, codes, amounts, currencies).
+		Scan(&outcome, &txIDs, &postedAt, &accountIDs, &accountCodes, &seqs, &balances, &hashes)
+	if err != nil {
+		return nil, false, fmt.Errorf("ledger: poster batch of %d: %w", m, mapPgError(err))
+	}
+	if outcome != "posted" {
+		return nil, false, nil
+	}
+	n := len(txIdx)
+	if len(txIDs) != m || postedAt == nil || len(accountIDs) != n || len(accountCodes) != n ||
+		len(seqs) != n || len(balances) != n || len(hashes) != n {
+		return nil, false, fmt.Errorf("ledger: poster batch of %d: answer of the wrong shape", m)
+	}
+	answers := make([]postAnswer, m)
+	g := 0
+	for k, r := range live {
+		in := r.in
+		tx := Transaction{
+			ID: txIDs[k], IdempotencyKey: in.IdempotencyKey, CauseKind: in.CauseKind, CauseID: in.CauseID,
+			Description: in.Description, Metadata: in.Metadata, EffectiveAt: in.EffectiveAt, PostedAt: *postedAt,
+			Postings: make([]Posting, len(in.Postings)),
+		}
+		if tx.EffectiveAt.IsZero() {
+			tx.EffectiveAt = *postedAt
+		}
+		for i, leg := range in.Postings {
+			bal, err := decimal.NewFromString(balances[g])
+			if err != nil {
+				return nil, false, fmt.Errorf("ledger: poster batch: balance %q: %w", balances[g], err)
+			}
+			tx.Postings[i] = Posting{
+				TransactionID: tx.ID, Leg: i + 1, AccountID: accountIDs[g], AccountCode: accountCodes[g], Seq: seqs[g],
+				Amount: leg.Amount, Currency: leg.Currency, BalanceAfter: bal, PostedAt: *postedAt, Hash: hashes[g],
+			}
+			g++
+		}
+		answers[k] = postAnswer{outcome: "posted", tx: tx}
+	}
+	return answers, true, nil
+}
+
+// writePipelined sends a lock of every account the batch names and every
+// ledger_post in one pipeline, which PostgreSQL runs as one implicit
+// transaction committed at its end.
+func (p *Poster) writePipelined(ctx context.Context, live []*posterRequest) ([]postAnswer, error) {
+	var ids []int64
+	var codes []string
+	for _, r := range live {
+		for _, leg := range r.in.Postings {
+			if leg.AccountID != 0 {
+				ids = append(ids, leg.AccountID)
+			} else {
+				codes = append(codes, leg.AccountCode)
+			}
+		}
+	}
+	b := &pgx.Batch{}
+	b.Queue(lockAccountsSQL, ids, codes)
+	for _, r := range live {
+		b.Queue(postSQL, postArgs(r.in, 0)...)
+	}
+	br := p.pool.SendBatch(ctx, b)
+	answers := make([]postAnswer, len(live))
+	_, err := br.Exec()
+	for i := 0; err == nil && i < len(live); i++ {
+		var rows pgx.Rows
+		rows, err = br.Query()
+		if err == nil {
+			answers[i], err = readPostRows(rows, live[i].in, 0)
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ledger: poster batch of %d: %w", len(live), mapPgError(err))
+	}
+	return answers, nil
+}
