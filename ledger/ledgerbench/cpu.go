@@ -16,8 +16,8 @@ import (
 // Linux everywhere that matters).
 const clockTick = 100
 
-// processCPU returns the CPU time (user + system) this process has used.
-func processCPU() time.Duration {
+// ProcessCPU returns the CPU time (user + system) this process has used.
+func ProcessCPU() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
@@ -25,10 +25,10 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// backendsCPU sums the CPU time of the backends connected to the pool's
+// BackendsCPU sums the CPU time of the backends connected to the pool's
 // database, from /proc. It returns 0 when they cannot be read (remote
 // server, other user), which turns the server CPU figure off.
-func backendsCPU(ctx context.Context, pool *pgxpool.Pool) time.Duration {
+func BackendsCPU(ctx context.Context, pool *pgxpool.Pool) time.Duration {
 	rows, err := pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database()`)
 	if err != nil {
 		return 0

@@ -143,7 +143,7 @@ func (w *Workload) Measure(ctx context.Context, d time.Duration) error {
 		return err
 	}
 	w.rounds++
-	client0, server0 := processCPU(), backendsCPU(ctx, w.pool)
+	client0, server0 := ProcessCPU(), BackendsCPU(ctx, w.pool)
 	var commits0 int64
 	if w.commits != nil {
 		commits0 = w.commits()
@@ -152,7 +152,7 @@ func (w *Workload) Measure(ctx context.Context, d time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("ledgerbench: %s: %w", w.name, err)
 	}
-	client1, server1 := processCPU(), backendsCPU(ctx, w.pool)
+	client1, server1 := ProcessCPU(), BackendsCPU(ctx, w.pool)
 	sm.commits = int64(len(sm.latencies)) + sm.refused
 	if w.commits != nil {
 		sm.commits = w.commits() - commits0

@@ -20,6 +20,7 @@ import (
 	"github.com/saldo/saldo/attempts"
 	"github.com/saldo/saldo/audit"
 	"github.com/saldo/saldo/internal/engine"
+	"github.com/saldo/saldo/ledger/ledgerbench"
 	"github.com/saldo/saldo/merchants"
 	"github.com/saldo/saldo/money"
 	"github.com/saldo/saldo/payouts"
@@ -57,11 +58,21 @@ type Result struct {
 	Duplicates []string      // sim oracle: references paid more than once
 	Audit      audit.Result
 	Elapsed    time.Duration
+	// ClientCPU and ServerCPU are CPU time per payout, from the first
+	// creation until every payout is final: this process (creators, River,
+	// the in-process sim) and the database backends (zero when the server
+	// is not local). Unlike payouts/s they do not depend on what else the
+	// machine is doing.
+	ClientCPU, ServerCPU time.Duration
 }
 
 func (r Result) String() string {
-	return fmt.Sprintf("payouts: %d created, %d final in window (%.1f/s), %d went unknown, %d failed, time to final p50 %.1f ms p99 %.1f ms, sim duplicates %d",
-		r.Created, r.Final, r.PerSecond, r.Unknown, r.Failed, ms(r.P50), ms(r.P99), len(r.Duplicates))
+	cpu := ""
+	if r.ServerCPU > 0 {
+		cpu = fmt.Sprintf(", CPU/payout client %.0f us server %.0f us", float64(r.ClientCPU)/1e3, float64(r.ServerCPU)/1e3)
+	}
+	return fmt.Sprintf("payouts: %d created, %d final in window (%.1f/s), %d went unknown, %d failed, time to final p50 %.1f ms p99 %.1f ms, sim duplicates %d%s",
+		r.Created, r.Final, r.PerSecond, r.Unknown, r.Failed, ms(r.P50), ms(r.P99), len(r.Duplicates), cpu)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -144,6 +155,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 		_ = e.Stop(stopCtx)
 	}()
 
+	client0, server0 := ledgerbench.ProcessCPU(), ledgerbench.BackendsCPU(ctx, pool)
 	start := time.Now()
 	deadline := start.Add(o.Duration)
 	var created atomic.Int64
@@ -192,6 +204,12 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	res.Elapsed = time.Since(start)
+	if client1, server1 := ledgerbench.ProcessCPU(), ledgerbench.BackendsCPU(ctx, pool); res.Created > 0 {
+		res.ClientCPU = (client1 - client0) / time.Duration(res.Created)
+		if server0 > 0 && server1 > server0 {
+			res.ServerCPU = (server1 - server0) / time.Duration(res.Created)
+		}
+	}
 
 	rows, err := pool.Query(ctx, `SELECT updated_at - created_at, updated_at <= $2, status
 		FROM payouts WHERE merchant_id LIKE $1`, o.RunID+"\\_%", windowEnd)
