@@ -227,12 +227,11 @@ func (s *Service) recordCall(ctx context.Context, a Attempt, callNo int, sr prov
 	}
 	err := s.inTx(ctx, func(tx pgx.Tx, after *afterCommit) error {
 		retryIn = 0
-		la, err := lockAttempt(ctx, tx, a.ID)
-		if err != nil {
-			return err
-		}
 		now := s.clock.Now()
-		la, err = scanAttempt(tx.QueryRow(ctx, `UPDATE attempts SET calls_recorded = GREATEST(calls_recorded, $2),
+		// The UPDATE locks the attempt row for the rest of the transaction
+		// (and waits for a concurrent transition to commit first), so no
+		// separate SELECT ... FOR UPDATE is needed.
+		la, err := scanAttempt(tx.QueryRow(ctx, `UPDATE attempts SET calls_recorded = GREATEST(calls_recorded, $2),
 			call_ended_at = $3, last_error = $4, updated_at = $3 WHERE id = $1 RETURNING `+attemptColumns,
 			a.ID, callNo, now, nullable(truncate(errText, maxErrorText))))
 		if err != nil {
