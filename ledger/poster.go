@@ -42,7 +42,10 @@ type Poster struct {
 	reqs     chan *posterRequest
 	quit     chan struct{}
 	wg       sync.WaitGroup
-	once     sync.Once
+	// mu orders Post's enqueue against Close: once closed is set no
+	// request enters reqs, so the flushers' final drain answers them all.
+	mu       sync.RWMutex
+	closed   bool
 	batches  atomic.Int64
 	setBased atomic.Int64
 	written  atomic.Int64
@@ -118,16 +121,16 @@ func (p *Poster) Post(ctx context.Context, in TransactionInput) (Transaction, er
 		return Transaction{}, err
 	}
 	r := &posterRequest{ctx: ctx, in: in, start: time.Now(), done: make(chan posterResult, 1)}
-	select {
-	case <-p.quit:
+	p.mu.RLock()
+	if p.closed {
+		p.mu.RUnlock()
 		return Transaction{}, ErrPosterClosed
-	default:
 	}
 	select {
 	case p.reqs <- r:
-	case <-p.quit:
-		return Transaction{}, ErrPosterClosed
+		p.mu.RUnlock()
 	case <-ctx.Done():
+		p.mu.RUnlock()
 		return Transaction{}, ctx.Err()
 	}
 	select {
@@ -141,7 +144,13 @@ func (p *Poster) Post(ctx context.Context, in TransactionInput) (Transaction, er
 // Close stops taking Posts, finishes the ones already queued and returns
 // when every batch is written.
 func (p *Poster) Close() {
-	p.once.Do(func() { close(p.quit) })
+	p.mu.Lock()
+	first := !p.closed
+	p.closed = true
+	p.mu.Unlock()
+	if first {
+		close(p.quit)
+	}
 	p.wg.Wait()
 }
 
@@ -152,28 +161,32 @@ func (p *Poster) flusher() {
 		select {
 		case first = <-p.reqs:
 		case <-p.quit:
-			// Drain what was queued before Close.
+			// Close: nothing enters reqs any more; answer what is queued.
 			for {
 				select {
 				case r := <-p.reqs:
-					p.flush([]*posterRequest{r})
+					p.flush(p.fill(r))
 				default:
 					return
 				}
 			}
 		}
-		batch := []*posterRequest{first}
-	fill:
-		for len(batch) < p.maxBatch {
-			select {
-			case r := <-p.reqs:
-				batch = append(batch, r)
-			default:
-				break fill
-			}
-		}
-		p.flush(batch)
+		p.flush(p.fill(first))
 	}
+}
+
+// fill makes a batch of first and whatever else is queued, up to MaxBatch.
+func (p *Poster) fill(first *posterRequest) []*posterRequest {
+	batch := []*posterRequest{first}
+	for len(batch) < p.maxBatch {
+		select {
+		case r := <-p.reqs:
+			batch = append(batch, r)
+		default:
+			return batch
+		}
+	}
+	return batch
 }
 
 // flush writes one batch and answers every request in it.

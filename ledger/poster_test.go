@@ -122,3 +122,40 @@ func TestPosterIdempotencyRace(t *testing.T) {
 	require.ErrorIs(t, err, ledger.ErrIdempotencyConflict)
 	requireClean(t, ctx, f.pool)
 }
+
+// TestPosterCloseWhilePosting: Posts racing Close each get an answer (a
+// transaction or ErrPosterClosed); none is left waiting, and every
+// answered transaction is committed.
+func TestPosterCloseWhilePosting(t *testing.T) {
+	t.Parallel()
+	ctx, f := setup(t)
+	a := f.merchant(t, ctx, "a", "1000.00")
+	b := f.merchant(t, ctx, "b", "")
+	for round := range 5 {
+		p := ledger.NewPoster(f.pool, ledger.PosterOptions{MaxBatch: 4, Flushers: 2})
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		posted := 0
+		for i := range 20 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := p.Post(ctx, transfer(fmt.Sprintf("c%d-%d", round, i), a.Code, b.Code, "0.01"))
+				if err == nil {
+					mu.Lock()
+					posted++
+					mu.Unlock()
+					return
+				}
+				require.ErrorIs(t, err, ledger.ErrPosterClosed)
+			}()
+		}
+		p.Close()
+		wg.Wait()
+		var n int
+		require.NoError(t, f.pool.QueryRow(ctx, `SELECT count(*) FROM ledger_transactions WHERE idempotency_key LIKE $1`,
+			fmt.Sprintf("c%d-%%", round)).Scan(&n))
+		require.Equal(t, posted, n)
+	}
+	requireClean(t, ctx, f.pool)
+}
