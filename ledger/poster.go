@@ -208,7 +208,9 @@ func (p *Poster) flush(batch []*posterRequest) {
 	defer cancel()
 	answers, err := p.writeBatch(ctx, live)
 	if err != nil {
-		// Nothing of the batch was written: each transaction on its own.
+		// The batch did not commit (or, with a lost connection, may have):
+		// each transaction on its own. Its idempotency key turns one that
+		// did commit into a replay of the original.
 		for _, r := range live {
 			tx, err := post(r.ctx, p.pool, r.in, 0)
 			r.done <- posterResult{tx: tx, err: err}
