@@ -3,6 +3,7 @@ package ledger_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sync/atomic"
 	"testing"
 
@@ -77,23 +78,48 @@ func BenchmarkPost(b *testing.B) {
 	}
 }
 
-// BenchmarkPostParallel: transfers between 50 accounts from GOMAXPROCS*4
-// goroutines (set -cpu to change), the shape of `saldo bench ledger`.
+// BenchmarkPostParallel: transfers between random pairs of 50 accounts from
+// GOMAXPROCS*4 goroutines (set -cpu to change), the shape of `saldo bench
+// ledger`.
 func BenchmarkPostParallel(b *testing.B) {
 	ctx, pool, ids := benchSetup(b, 50)
+	b.ResetTimer()
+	benchParallel(b, func(from, to int64) error {
+		_, err := ledger.Post(ctx, pool, benchTransfer(from, to))
+		return err
+	}, ids)
+}
+
+// BenchmarkPosterParallel: BenchmarkPostParallel through a ledger.Poster
+// (group commit); compare the two ns/op in one run.
+func BenchmarkPosterParallel(b *testing.B) {
+	ctx, pool, ids := benchSetup(b, 50)
+	p := ledger.NewPoster(pool, ledger.PosterOptions{})
+	b.Cleanup(p.Close)
+	b.ResetTimer()
+	benchParallel(b, func(from, to int64) error {
+		_, err := p.Post(ctx, benchTransfer(from, to))
+		return err
+	}, ids)
+	st := p.Stats()
+	if st.Batches > 0 {
+		b.ReportMetric(float64(st.Transactions)/float64(st.Batches), "transfers/commit")
+		b.ReportMetric(float64(st.SetBased)/float64(st.Batches), "setbased/batch")
+	}
+}
+
+func benchParallel(b *testing.B, post func(from, to int64) error, ids []int64) {
 	b.SetParallelism(4)
 	var worker atomic.Int64
 	b.RunParallel(func(pb *testing.PB) {
-		w := int(worker.Add(1))
-		i := 0
+		rng := rand.New(rand.NewPCG(uint64(worker.Add(1)), 7))
 		for pb.Next() {
-			from := ids[(w*13+i)%50]
-			to := ids[(w*13+i+1+i%7)%50]
-			if _, err := ledger.Post(ctx, pool, benchTransfer(from, to)); err != nil {
+			f := rng.IntN(len(ids))
+			t := (f + 1 + rng.IntN(len(ids)-1)) % len(ids)
+			if err := post(ids[f], ids[t]); err != nil {
 				b.Error(err)
 				return
 			}
-			i++
 		}
 	})
 }

@@ -78,8 +78,13 @@ BEGIN
     SELECT array_agg(x.id), array_agg(x.code), array_agg(x.bal), array_agg(x.seq),
            array_agg(x.last_hash), array_agg(x.prev_i), array_agg(x.is_last),
            bool_and(x.ok)
-               AND (SELECT count(DISTINCT k) FROM unnest(p_keys) k) = m
-               AND NOT EXISTS (SELECT 1 FROM ledger_transactions t WHERE t.idempotency_key = ANY (p_keys)),
+               -- Keys: distinct, and none posted yet. One unique-index probe
+               -- per key: "idempotency_key = ANY (p_keys)" let the cached
+               -- generic plan, made while the table was small, seq-scan it.
+               AND (SELECT count(DISTINCT k) = m
+                           AND NOT bool_or(EXISTS (SELECT 1 FROM ledger_transactions t
+                                                   WHERE t.idempotency_key = k))
+                    FROM unnest(p_keys) k),
            greatest(clock_timestamp(), max(x.last_posted_at))
     INTO account_ids, account_codes, balances_after, seqs, l_head, l_prev_i, l_last, v_ok, posted_at
     FROM (SELECT l.i, a.id, a.code, a.last_hash, a.last_posted_at,
