@@ -84,10 +84,7 @@ func BenchmarkPost(b *testing.B) {
 func BenchmarkPostParallel(b *testing.B) {
 	ctx, pool, ids := benchSetup(b, 50)
 	b.ResetTimer()
-	benchParallel(b, func(from, to int64) error {
-		_, err := ledger.Post(ctx, pool, benchTransfer(from, to))
-		return err
-	}, ids)
+	benchParallel(b, viaPost(ctx, pool), randomPair(ids))
 }
 
 // BenchmarkPosterParallel: BenchmarkPostParallel through a ledger.Poster
@@ -97,10 +94,7 @@ func BenchmarkPosterParallel(b *testing.B) {
 	p := ledger.NewPoster(pool, ledger.PosterOptions{})
 	b.Cleanup(p.Close)
 	b.ResetTimer()
-	benchParallel(b, func(from, to int64) error {
-		_, err := p.Post(ctx, benchTransfer(from, to))
-		return err
-	}, ids)
+	benchParallel(b, viaPoster(ctx, p), randomPair(ids))
 	st := p.Stats()
 	if st.Batches > 0 {
 		b.ReportMetric(float64(st.Transactions)/float64(st.Batches), "transfers/commit")
@@ -108,15 +102,15 @@ func BenchmarkPosterParallel(b *testing.B) {
 	}
 }
 
-func benchParallel(b *testing.B, post func(from, to int64) error, ids []int64) {
+// benchParallel runs post from GOMAXPROCS*4 goroutines on the pairs pick
+// chooses (from the goroutine's random source).
+func benchParallel(b *testing.B, post func(from, to int64) error, pick func(*rand.Rand) (from, to int64)) {
 	b.SetParallelism(4)
 	var worker atomic.Int64
 	b.RunParallel(func(pb *testing.PB) {
 		rng := rand.New(rand.NewPCG(uint64(worker.Add(1)), 7))
 		for pb.Next() {
-			f := rng.IntN(len(ids))
-			t := (f + 1 + rng.IntN(len(ids)-1)) % len(ids)
-			if err := post(ids[f], ids[t]); err != nil {
+			if err := post(pick(rng)); err != nil {
 				b.Error(err)
 				return
 			}
@@ -124,14 +118,39 @@ func benchParallel(b *testing.B, post func(from, to int64) error, ids []int64) {
 	})
 }
 
+func viaPost(ctx context.Context, pool *pgxpool.Pool) func(from, to int64) error {
+	return func(from, to int64) error {
+		_, err := ledger.Post(ctx, pool, benchTransfer(from, to))
+		return err
+	}
+}
+
+func viaPoster(ctx context.Context, p *ledger.Poster) func(from, to int64) error {
+	return func(from, to int64) error {
+		_, err := p.Post(ctx, benchTransfer(from, to))
+		return err
+	}
+}
+
+// randomPair picks two different accounts at random.
+func randomPair(ids []int64) func(*rand.Rand) (int64, int64) {
+	return func(rng *rand.Rand) (int64, int64) {
+		f := rng.IntN(len(ids))
+		t := (f + 1 + rng.IntN(len(ids)-1)) % len(ids)
+		return ids[f], ids[t]
+	}
+}
+
+// hotPair debits ids[0] every time.
+func hotPair(ids []int64) func(*rand.Rand) (int64, int64) {
+	return func(rng *rand.Rand) (int64, int64) { return ids[0], ids[1+rng.IntN(len(ids)-1)] }
+}
+
 // BenchmarkPostHot: every transfer debits the same account.
 func BenchmarkPostHot(b *testing.B) {
 	ctx, pool, ids := benchSetup(b, 50)
 	b.ResetTimer()
-	benchHot(b, func(from, to int64) error {
-		_, err := ledger.Post(ctx, pool, benchTransfer(from, to))
-		return err
-	}, ids)
+	benchParallel(b, viaPost(ctx, pool), hotPair(ids))
 }
 
 // BenchmarkPosterHot: BenchmarkPostHot through a ledger.Poster, which takes
@@ -141,24 +160,5 @@ func BenchmarkPosterHot(b *testing.B) {
 	p := ledger.NewPoster(pool, ledger.PosterOptions{})
 	b.Cleanup(p.Close)
 	b.ResetTimer()
-	benchHot(b, func(from, to int64) error {
-		_, err := p.Post(ctx, benchTransfer(from, to))
-		return err
-	}, ids)
-}
-
-func benchHot(b *testing.B, post func(from, to int64) error, ids []int64) {
-	b.SetParallelism(4)
-	var worker atomic.Int64
-	b.RunParallel(func(pb *testing.PB) {
-		w := int(worker.Add(1))
-		i := 0
-		for pb.Next() {
-			if err := post(ids[0], ids[1+(w+i)%49]); err != nil {
-				b.Error(err)
-				return
-			}
-			i++
-		}
-	})
+	benchParallel(b, viaPoster(ctx, p), hotPair(ids))
 }

@@ -9,7 +9,9 @@ import (
 
 // postDuration is the ledger write latency: one Post or Reverse, from the
 // call to its answer (inside the caller's transaction, so commit time is
-// not included). Labelled by outcome: posted, replayed, refused, error.
+// not included), or one Poster.Post from the call to its batch's commit
+// (queueing included). Labelled by outcome: posted, replayed, refused,
+// error.
 var postDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 	Name:    "saldo_ledger_post_duration_seconds",
 	Help:    "Latency of one ledger write (Post or Reverse), by outcome.",

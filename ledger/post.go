@@ -202,18 +202,25 @@ func postArgs(in TransactionInput, reversesID int64) []any {
 	for i, p := range in.Postings {
 		ids[i], codes[i], amounts[i], currencies[i] = p.AccountID, p.AccountCode, p.Amount.String(), p.Currency.Code()
 	}
-	var effective, reverses, metadata any
-	if !in.EffectiveAt.IsZero() {
-		effective = in.EffectiveAt
-	}
+	metadata, effective := in.optionalArgs()
+	var reverses any
 	if reversesID != 0 {
 		reverses = reversesID
 	}
+	return []any{in.IdempotencyKey, in.CauseKind, in.CauseID, in.Description, metadata, effective, reverses,
+		ids, codes, amounts, currencies}
+}
+
+// optionalArgs gives the metadata and effective time as SQL arguments:
+// NULL when unset, so the database applies its defaults.
+func (in TransactionInput) optionalArgs() (metadata, effective any) {
 	if len(in.Metadata) > 0 {
 		metadata = in.Metadata
 	}
-	return []any{in.IdempotencyKey, in.CauseKind, in.CauseID, in.Description, metadata, effective, reverses,
-		ids, codes, amounts, currencies}
+	if !in.EffectiveAt.IsZero() {
+		effective = in.EffectiveAt
+	}
+	return metadata, effective
 }
 
 // postAnswer is what ledger_post answered: the outcome, and for "posted"

@@ -23,16 +23,18 @@ import (
 // batch, and a hot account's row lock is taken once per batch instead of
 // once per transfer.
 //
-// A batch is one database transaction: it first locks every account the
-// batch names, in id order (so batches never deadlock each other or a
-// single Post), then runs ledger_post once per transaction in arrival
-// order. A refusal (insufficient funds, idempotency conflict, unknown
-// account, ...) is an answer, not an error, and does not affect the other
-// transactions of the batch; a later transaction in the same batch sees the
-// balances the earlier ones left. If the batch fails as a whole (a database
-// error, a failed COMMIT), nothing of it was written and each of its
-// transactions is posted again on its own, so one bad transaction cannot
-// fail the others.
+// A batch is one database transaction. Its fast path is one
+// ledger_post_batch call (set-based: it locks every account of the batch in
+// id order, so batches never deadlock each other or a single Post). If any
+// transaction of the batch would be refused or replayed, that call writes
+// nothing, and the batch runs ledger_post once per transaction, in arrival
+// order, in one pipeline that first locks the batch's accounts in id order.
+// A refusal (insufficient funds, idempotency conflict, unknown account, ...)
+// is an answer, not an error, and does not affect the other transactions of
+// the batch; a later transaction in the same batch sees the balances the
+// earlier ones left. If the batch fails as a whole (a database error, a
+// failed COMMIT), each of its transactions is posted again on its own, so
+// one bad transaction cannot fail the others.
 //
 // Use Post with a pgx.Tx, not a Poster, when the ledger write must commit
 // or roll back together with the caller's other writes.
@@ -53,9 +55,11 @@ type Poster struct {
 
 // PosterStats counts what a Poster has committed.
 type PosterStats struct {
-	Batches      int64 // batches committed
-	SetBased     int64 // of those, batches written by the ledger_post_batch fast path
-	Transactions int64 // transactions answered by those batches (posted, replayed or refused)
+	// Commits made: one per batch, or one per transaction when a failed
+	// batch was posted transaction by transaction.
+	Batches      int64
+	SetBased     int64 // batches written by the ledger_post_batch fast path
+	Transactions int64 // transactions answered (posted, replayed or refused)
 }
 
 // Stats returns the counts so far.
@@ -211,6 +215,8 @@ func (p *Poster) flush(batch []*posterRequest) {
 		// The batch did not commit (or, with a lost connection, may have):
 		// each transaction on its own. Its idempotency key turns one that
 		// did commit into a replay of the original.
+		p.batches.Add(int64(len(live)))
+		p.written.Add(int64(len(live)))
 		for _, r := range live {
 			tx, err := post(r.ctx, p.pool, r.in, 0)
 			r.done <- posterResult{tx: tx, err: err}
@@ -266,12 +272,7 @@ func (p *Poster) writeSetBased(ctx context.Context, live []*posterRequest) ([]po
 	for k, r := range live {
 		in := r.in
 		keys[k], kinds[k], causeIDs[k], descs[k] = in.IdempotencyKey, in.CauseKind, in.CauseID, in.Description
-		if len(in.Metadata) > 0 {
-			metadata[k] = in.Metadata
-		}
-		if !in.EffectiveAt.IsZero() {
-			effective[k] = in.EffectiveAt
-		}
+		metadata[k], effective[k] = in.optionalArgs()
 		for i, leg := range in.Postings {
 			txIdx = append(txIdx, int32(k+1))
 			legs = append(legs, int32(i+1))
