@@ -1,17 +1,18 @@
 -- +goose Up
 -- ledger_post_batch posts several transactions in one call, set-based, for
--- ledger.Poster's group commit (issue 2): one lock statement for every
--- account of the batch (in id order), one statement computing every running
--- balance and sequence number, a loop that only chains the hashes, and one
--- statement writing every transaction, posting and balance. Per-statement
+-- ledger.Poster's group commit (issue 2): one statement that locks every
+-- account of the batch (in id order) and computes every running balance and
+-- sequence number, a loop that only chains the hashes, and one statement
+-- writing every transaction, posting and balance. Per-statement
 -- executor start-up, the dominant cost of ledger_post, is paid once per
 -- batch instead of once per transaction.
 --
 -- It is a fast path for the batch where nothing is refused: it writes
 -- nothing and answers one row with outcome 'fallback' when any transaction
--- of the batch names an unknown account or one in another currency, would
--- overdraw an account that forbids negatives, reverses a transaction, or
--- reuses an idempotency key (already posted, or twice in the batch). The
+-- of the batch names an unknown account or one in another currency, has a
+-- zero amount, would overdraw an account that forbids negatives, or reuses
+-- an idempotency key (already posted, or twice in the batch); reversals are
+-- not taken (ledger.Reverse uses ledger_post). The
 -- caller then posts each transaction with ledger_post, whose answers cover
 -- every refusal. Otherwise it answers 'posted' with the transaction ids
 -- (in batch order) and, per leg (flattened in batch order), the account,
