@@ -45,7 +45,7 @@ type ExecuteResult struct {
 // records the classified result (event, conditional transition, owner
 // callback) in one short transaction.
 func (s *Service) Execute(ctx context.Context, id uuid.UUID) (ExecuteResult, error) {
-	a, err := s.Get(ctx, s.pool, id)
+	a, err := s.getter.Do(ctx, id)
 	if err != nil {
 		return ExecuteResult{}, err
 	}
@@ -89,13 +89,11 @@ func (s *Service) Execute(ctx context.Context, id uuid.UUID) (ExecuteResult, err
 	// having started one since we read the attempt.
 	callNo := a.CallCount + 1
 	started := s.clock.Now()
-	tag, err := s.pool.Exec(ctx, `UPDATE attempts SET call_count = $2, call_started_at = $3, next_send_at = NULL,
-		updated_at = $3 WHERE id = $1 AND status = 'pending' AND call_count = $4 AND calls_recorded = $4
-		AND provider_state IS DISTINCT FROM 'processing'`, a.ID, callNo, started, a.CallCount)
+	marked, err := s.starter.Do(ctx, startReq{id: a.ID, callNo: callNo, started: started})
 	if err != nil {
-		return res, fmt.Errorf("attempts: mark call in flight: %w", err)
+		return res, err
 	}
-	if tag.RowsAffected() != 1 {
+	if !marked {
 		// Someone else moved the attempt; re-read and let the caller decide.
 		a, err = s.Get(ctx, s.pool, id)
 		return ExecuteResult{Attempt: a}, err
@@ -214,92 +212,144 @@ func fmtTime(t *time.Time) string {
 	return t.UTC().Format(time.RFC3339Nano)
 }
 
-// recordCall is phase 3.
-func (s *Service) recordCall(ctx context.Context, a Attempt, callNo int, sr providers.SubmitResult, outcome Outcome) (Attempt, time.Duration, error) {
-	ex := sr.Exchange
-	var retryIn time.Duration
-	var out Attempt
-	errText := ""
+// recordReq is one call's result to record (phase 3).
+type recordReq struct {
+	a       Attempt
+	callNo  int
+	sr      providers.SubmitResult
+	outcome Outcome
+}
+
+// recorded is what recording did: the attempt as it now stands, and when
+// to send again (not sent, rate limited).
+type recorded struct {
+	a       Attempt
+	retryIn time.Duration
+}
+
+// errText is what the attempt keeps as its last error.
+func (r recordReq) errText() string {
+	ex := r.sr.Exchange
 	if ex.Err != nil {
-		errText = ex.Err.Error()
-	} else if outcome != OutcomeSucceeded && outcome != OutcomeProcessing {
-		errText = fmt.Sprintf("HTTP %d %s %s", ex.StatusCode, sr.FailureCode, sr.FailureReason)
+		return ex.Err.Error()
 	}
+	if r.outcome != OutcomeSucceeded && r.outcome != OutcomeProcessing {
+		return fmt.Sprintf("HTTP %d %s %s", ex.StatusCode, r.sr.FailureCode, r.sr.FailureReason)
+	}
+	return ""
+}
+
+// callEvent is the event that records the call.
+func (r recordReq) callEvent(now time.Time) Event {
+	ex := r.sr.Exchange
+	return Event{AttemptID: r.a.ID, At: now, Type: EventCall, Actor: ActorWorker,
+		CallNumber: r.callNo, StartedAt: timePtr(ex.Started), EndedAt: timePtr(ex.Ended), Outcome: string(r.outcome),
+		StatusCode: ex.StatusCode, ProviderRequestID: ex.ProviderRequestID, WireCalls: ex.WireCalls,
+		Error: r.errText()}
+}
+
+// recordCall is phase 3, group-committed with the other calls being
+// recorded (recordMany); the answer is the one recordOne would give.
+func (s *Service) recordCall(ctx context.Context, a Attempt, callNo int, sr providers.SubmitResult, outcome Outcome) (Attempt, time.Duration, error) {
+	r, err := s.recorder.Do(ctx, recordReq{a: a, callNo: callNo, sr: sr, outcome: outcome})
+	return r.a, r.retryIn, err
+}
+
+// recordOne records one call in its own transaction.
+func (s *Service) recordOne(ctx context.Context, r recordReq) (recorded, error) {
+	var out recorded
+	errText := r.errText()
 	err := s.inTx(ctx, func(tx pgx.Tx, after *afterCommit) error {
-		retryIn = 0
 		now := s.clock.Now()
 		// The UPDATE locks the attempt row for the rest of the transaction
 		// (and waits for a concurrent transition to commit first), so no
 		// separate SELECT ... FOR UPDATE is needed.
 		la, err := scanAttempt(tx.QueryRow(ctx, `UPDATE attempts SET calls_recorded = GREATEST(calls_recorded, $2),
 			call_ended_at = $3, last_error = $4, updated_at = $3 WHERE id = $1 RETURNING `+attemptColumns,
-			a.ID, callNo, now, nullable(truncate(errText, maxErrorText))))
+			r.a.ID, r.callNo, now, nullable(truncate(errText, maxErrorText))))
 		if err != nil {
 			return err
 		}
-		started, ended := ex.Started, ex.Ended
-		if err := insertEvent(ctx, tx, Event{AttemptID: a.ID, At: now, Type: EventCall, Actor: ActorWorker,
-			CallNumber: callNo, StartedAt: timePtr(started), EndedAt: timePtr(ended), Outcome: string(outcome),
-			StatusCode: ex.StatusCode, ProviderRequestID: ex.ProviderRequestID, WireCalls: ex.WireCalls,
-			Error: errText}); err != nil {
+		if err := insertEvent(ctx, tx, r.callEvent(now)); err != nil {
 			return err
 		}
-		after.add(func() {
-			s.metrics.call(a, outcome)
-			s.log.InfoContext(ctx, "attempt call", "attempt_id", a.ID, "kind", a.Kind, "provider", a.Provider,
-				"reference", a.Reference, "call", callNo, "outcome", outcome, "status_code", ex.StatusCode,
-				"wire_calls", ex.WireCalls, "duration", ex.Ended.Sub(ex.Started), "error", truncate(errText, 300))
-		})
-		out = la
-		switch outcome {
-		case OutcomeSucceeded, OutcomeFailed:
-			if la.Status.Final() && la.Status != outcome.Status() {
-				return s.lateConflict(ctx, tx, after, la, ActorWorker, string(outcome))
-			}
-			tr, err := s.transition(ctx, tx, after, la, change{To: outcome.Status(), Actor: ActorWorker,
-				Reason: fmt.Sprintf("call %d: HTTP %d %s", callNo, ex.StatusCode, outcome), ProviderID: sr.ProviderID,
-				FailureCode: sr.FailureCode, FailureReason: sr.FailureReason, Data: sr.Data})
-			out = tr.Attempt
-			return err
-		case OutcomeProcessing:
-			out, err = s.markProcessing(ctx, tx, la, ActorWorker, sr.ProviderID, sr.Data)
-			if errors.Is(err, ErrProviderIDMismatch) {
-				out, err = s.flagReview(ctx, tx, after, la, ActorWorker, fmt.Sprintf(
-					"call %d reported provider id %q, recorded %q", callNo, sr.ProviderID, la.ProviderID))
-			}
-			return err
-		case OutcomeUnknown, OutcomeInFlight, OutcomeKeyMisuse:
-			tr, err := s.transition(ctx, tx, after, la, change{To: StatusUnknown, Actor: ActorWorker,
-				Reason: fmt.Sprintf("call %d: %s (HTTP %d) %s", callNo, outcome, ex.StatusCode, truncate(errText, 300))})
-			if err != nil {
-				return err
-			}
-			out = tr.Attempt
-			if outcome == OutcomeKeyMisuse {
-				out, err = s.flagReview(ctx, tx, after, out, ActorWorker,
-					"provider reports the idempotency key reused with a different payload: a bug on our side")
-			}
-			return err
-		default: // not sent, rate limited: same key and bytes, later
-			if la.Status != StatusPending || la.CallCount != callNo {
-				return nil
-			}
-			if la.CallCount >= s.cfg.MaxSends {
-				tr, err := s.transition(ctx, tx, after, la, change{To: StatusUnknown, Actor: ActorWorker,
-					Reason: fmt.Sprintf("%d calls made without a definitive answer; resolve by lookup", la.CallCount)})
-				out = tr.Attempt
-				return err
-			}
-			retryIn = backoff(s.cfg.SendBackoffBase, s.cfg.SendBackoffMax, callNo)
-			if outcome == OutcomeRateLimited && ex.RetryAfter > 0 {
-				retryIn = ex.RetryAfter
-			}
-			out, err = scanAttempt(tx.QueryRow(ctx, `UPDATE attempts SET next_send_at = $2, updated_at = $3
-				WHERE id = $1 RETURNING `+attemptColumns, a.ID, now.Add(retryIn), now))
-			return err
-		}
+		s.afterCall(ctx, after, r)
+		out, err = s.applyOutcome(ctx, tx, after, la, r)
+		return err
 	})
-	return out, retryIn, err
+	return out, err
+}
+
+// afterCall logs the call and counts it, once its record commits.
+func (s *Service) afterCall(ctx context.Context, after *afterCommit, r recordReq) {
+	a, ex := r.a, r.sr.Exchange
+	after.add(func() {
+		s.metrics.call(a, r.outcome)
+		s.log.InfoContext(ctx, "attempt call", "attempt_id", a.ID, "kind", a.Kind, "provider", a.Provider,
+			"reference", a.Reference, "call", r.callNo, "outcome", r.outcome, "status_code", ex.StatusCode,
+			"wire_calls", ex.WireCalls, "duration", ex.Ended.Sub(ex.Started), "error", truncate(r.errText(), 300))
+	})
+}
+
+// applyOutcome moves the attempt la (locked in tx, its call recorded) as
+// the call's outcome says.
+func (s *Service) applyOutcome(ctx context.Context, tx pgx.Tx, after *afterCommit, la Attempt, r recordReq) (recorded, error) {
+	callNo, sr, outcome, ex := r.callNo, r.sr, r.outcome, r.sr.Exchange
+	out := recorded{a: la}
+	var err error
+	switch outcome {
+	case OutcomeSucceeded, OutcomeFailed:
+		if la.Status.Final() && la.Status != outcome.Status() {
+			return out, s.lateConflict(ctx, tx, after, la, ActorWorker, string(outcome))
+		}
+		tr, err := s.transition(ctx, tx, after, la, change{To: outcome.Status(), Actor: ActorWorker,
+			Reason: callReason(callNo, ex.StatusCode, outcome), ProviderID: sr.ProviderID,
+			FailureCode: sr.FailureCode, FailureReason: sr.FailureReason, Data: sr.Data})
+		out.a = tr.Attempt
+		return out, err
+	case OutcomeProcessing:
+		out.a, err = s.markProcessing(ctx, tx, la, ActorWorker, sr.ProviderID, sr.Data)
+		if errors.Is(err, ErrProviderIDMismatch) {
+			out.a, err = s.flagReview(ctx, tx, after, la, ActorWorker, fmt.Sprintf(
+				"call %d reported provider id %q, recorded %q", callNo, sr.ProviderID, la.ProviderID))
+		}
+		return out, err
+	case OutcomeUnknown, OutcomeInFlight, OutcomeKeyMisuse:
+		tr, err := s.transition(ctx, tx, after, la, change{To: StatusUnknown, Actor: ActorWorker,
+			Reason: fmt.Sprintf("call %d: %s (HTTP %d) %s", callNo, outcome, ex.StatusCode, truncate(r.errText(), 300))})
+		if err != nil {
+			return out, err
+		}
+		out.a = tr.Attempt
+		if outcome == OutcomeKeyMisuse {
+			out.a, err = s.flagReview(ctx, tx, after, out.a, ActorWorker,
+				"provider reports the idempotency key reused with a different payload: a bug on our side")
+		}
+		return out, err
+	default: // not sent, rate limited: same key and bytes, later
+		if la.Status != StatusPending || la.CallCount != callNo {
+			return out, nil
+		}
+		if la.CallCount >= s.cfg.MaxSends {
+			tr, err := s.transition(ctx, tx, after, la, change{To: StatusUnknown, Actor: ActorWorker,
+				Reason: fmt.Sprintf("%d calls made without a definitive answer; resolve by lookup", la.CallCount)})
+			out.a = tr.Attempt
+			return out, err
+		}
+		out.retryIn = backoff(s.cfg.SendBackoffBase, s.cfg.SendBackoffMax, callNo)
+		if outcome == OutcomeRateLimited && ex.RetryAfter > 0 {
+			out.retryIn = ex.RetryAfter
+		}
+		now := s.clock.Now()
+		out.a, err = scanAttempt(tx.QueryRow(ctx, `UPDATE attempts SET next_send_at = $2, updated_at = $3
+			WHERE id = $1 RETURNING `+attemptColumns, la.ID, now.Add(out.retryIn), now))
+		return out, err
+	}
+}
+
+// callReason is the reason of the transition a definitive call answer makes.
+func callReason(callNo, statusCode int, outcome Outcome) string {
+	return fmt.Sprintf("call %d: HTTP %d %s", callNo, statusCode, outcome)
 }
 
 // lateConflict handles a provider answer that contradicts a final status (a

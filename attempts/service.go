@@ -18,6 +18,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/saldo/saldo/internal/groupcommit"
 	"github.com/saldo/saldo/providers"
 )
 
@@ -117,6 +118,11 @@ type Service struct {
 
 	river atomic.Pointer[river.Client[pgx.Tx]]
 
+	// Group commit of Execute's phases (batch.go).
+	getter   *groupcommit.Batcher[uuid.UUID, Attempt]
+	starter  *groupcommit.Batcher[startReq, bool]
+	recorder *groupcommit.Batcher[recordReq, recorded]
+
 	// hookAfterCall, when set (tests), runs after the provider call and
 	// before its result is recorded; an error aborts Execute there, as a
 	// crash would.
@@ -176,6 +182,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	s := &Service{cfg: cfg, pool: cfg.Pool, clock: cfg.Clock, log: cfg.Logger, metrics: cfg.Metrics,
 		providers: cfg.Providers, owners: map[Kind]Owner{}}
+	s.startBatchers()
 	if cfg.River != nil {
 		s.river.Store(cfg.River)
 	} else {
@@ -259,42 +266,12 @@ type OpenParams struct {
 // ErrSubjectSucceeded. Every call that opens makes a new key: a new attempt
 // after a definitive failure never reuses the old key (R6, R7).
 func (s *Service) Open(ctx context.Context, tx pgx.Tx, p OpenParams) (Attempt, error) {
-	if !p.Kind.Valid() {
-		return Attempt{}, fmt.Errorf("%w: unknown kind %q", ErrInvalid, p.Kind)
-	}
-	if p.SubjectID == "" || len(p.SubjectID) > 200 {
-		return Attempt{}, fmt.Errorf("%w: subject id must be 1-200 characters", ErrInvalid)
-	}
-	prov, ok := s.providers[p.Provider]
-	if !ok {
-		return Attempt{}, fmt.Errorf("%w: unknown provider %q", ErrInvalid, p.Provider)
-	}
-	op := p.Input.Operation
-	if !op.Valid() || !p.Kind.Allows(op) {
-		return Attempt{}, fmt.Errorf("%w: operation %q cannot realise a %s", ErrInvalid, op, p.Kind)
-	}
-	caps := prov.Capabilities()
-	if !caps.Supports(op) {
-		return Attempt{}, fmt.Errorf("%w: provider %s does not support %s", ErrInvalid, p.Provider, op)
-	}
-
-	id := uuid.New()
-	key := uuid.NewString()
-	ref := NewReference()
-	payload, err := prov.EncodePayload(p.Input, ref)
+	o, err := s.prepareOpen(p)
 	if err != nil {
-		return Attempt{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return Attempt{}, err
 	}
-	sum := sha256.Sum256(payload)
-	now := s.clock.Now()
-	var keyExpires *time.Time
-	if caps.IdempotencyKeys && caps.KeyLifetime > 0 {
-		t := now.Add(caps.KeyLifetime)
-		keyExpires = &t
-	}
-
 	for range 3 {
-		a, inserted, err := s.tryOpen(ctx, tx, p, id, key, ref, payload, sum[:], keyExpires, now)
+		a, inserted, err := s.tryOpen(ctx, tx, p, o.id, o.key, o.ref, o.payload, o.sum[:], o.keyExpires, o.now)
 		if err != nil || inserted {
 			return a, err
 		}
@@ -302,6 +279,50 @@ func (s *Service) Open(ctx context.Context, tx pgx.Tx, p OpenParams) (Attempt, e
 		// our read: try again.
 	}
 	return Attempt{}, fmt.Errorf("attempts: open %s %s: open attempt kept changing", p.Kind, p.SubjectID)
+}
+
+// opening is a new attempt's row as Open makes it before any I/O.
+type opening struct {
+	id         uuid.UUID
+	key, ref   string
+	payload    []byte
+	sum        [32]byte
+	keyExpires *time.Time
+	now        time.Time
+}
+
+// prepareOpen validates p and makes the key, the reference and the payload
+// bytes (R4, R5, R13).
+func (s *Service) prepareOpen(p OpenParams) (opening, error) {
+	if !p.Kind.Valid() {
+		return opening{}, fmt.Errorf("%w: unknown kind %q", ErrInvalid, p.Kind)
+	}
+	if p.SubjectID == "" || len(p.SubjectID) > 200 {
+		return opening{}, fmt.Errorf("%w: subject id must be 1-200 characters", ErrInvalid)
+	}
+	prov, ok := s.providers[p.Provider]
+	if !ok {
+		return opening{}, fmt.Errorf("%w: unknown provider %q", ErrInvalid, p.Provider)
+	}
+	op := p.Input.Operation
+	if !op.Valid() || !p.Kind.Allows(op) {
+		return opening{}, fmt.Errorf("%w: operation %q cannot realise a %s", ErrInvalid, op, p.Kind)
+	}
+	caps := prov.Capabilities()
+	if !caps.Supports(op) {
+		return opening{}, fmt.Errorf("%w: provider %s does not support %s", ErrInvalid, p.Provider, op)
+	}
+	o := opening{id: uuid.New(), key: uuid.NewString(), ref: NewReference(), now: s.clock.Now()}
+	var err error
+	if o.payload, err = prov.EncodePayload(p.Input, o.ref); err != nil {
+		return opening{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	o.sum = sha256.Sum256(o.payload)
+	if caps.IdempotencyKeys && caps.KeyLifetime > 0 {
+		t := o.now.Add(caps.KeyLifetime)
+		o.keyExpires = &t
+	}
+	return o, nil
 }
 
 func (s *Service) tryOpen(ctx context.Context, tx pgx.Tx, p OpenParams, id uuid.UUID, key, ref string,

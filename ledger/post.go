@@ -363,3 +363,74 @@ func Reverse(ctx context.Context, db DBTX, originalID int64, key, reason string)
 	}
 	return tx, err
 }
+
+// PostMany posts several balanced transactions as part of the caller's
+// transaction tx and returns them in order. It is Post for many at once:
+// one ledger_post_batch call (every account locked in id order, running
+// balances and hashes computed together, one write) when nothing in ins
+// would be refused or replayed; otherwise every account is locked in id
+// order and each transaction goes through Post in turn.
+//
+// On error nothing is reported posted, but transactions before the failing
+// one may be written in tx: roll tx back. A refusal is a *BatchError naming
+// the transaction, which unwraps to Post's error (errors.As finds an
+// *InsufficientFundsError).
+func PostMany(ctx context.Context, tx pgx.Tx, ins []TransactionInput) ([]Transaction, error) {
+	if len(ins) == 0 {
+		return nil, nil
+	}
+	for i, in := range ins {
+		if err := in.Validate(); err != nil {
+			return nil, &BatchError{Index: i, Key: in.IdempotencyKey, Err: err}
+		}
+	}
+	start := time.Now()
+	answers, ok, err := postSetBased(ctx, tx, ins)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Transaction, len(ins))
+	if ok {
+		for i, a := range answers {
+			out[i] = a.tx
+			observePost(start, out[i], nil)
+		}
+		return out, nil
+	}
+	var ids []int64
+	var codes []string
+	for _, in := range ins {
+		for _, leg := range in.Postings {
+			if leg.AccountID != 0 {
+				ids = append(ids, leg.AccountID)
+			} else {
+				codes = append(codes, leg.AccountCode)
+			}
+		}
+	}
+	if _, err := tx.Exec(ctx, lockAccountsSQL, ids, codes); err != nil {
+		return nil, fmt.Errorf("ledger: lock accounts of a batch of %d: %w", len(ins), mapPgError(err))
+	}
+	for i, in := range ins {
+		t, err := post(ctx, tx, in, 0)
+		if err != nil {
+			return nil, &BatchError{Index: i, Key: in.IdempotencyKey, Err: err}
+		}
+		out[i] = t
+	}
+	return out, nil
+}
+
+// BatchError is PostMany's refusal of one transaction of the batch.
+type BatchError struct {
+	Index int    // position in the batch
+	Key   string // its idempotency key
+	Err   error  // what Post would have returned
+}
+
+func (e *BatchError) Error() string {
+	return fmt.Sprintf("ledger: transaction %d (%q) of a batch: %v", e.Index, e.Key, e.Err)
+}
+
+// Unwrap returns the refusal.
+func (e *BatchError) Unwrap() error { return e.Err }

@@ -263,14 +263,24 @@ func (p *Poster) writeBatch(ctx context.Context, live []*posterRequest) ([]postA
 // writeSetBased is the ledger_post_batch fast path; ok is false when it
 // fell back and wrote nothing.
 func (p *Poster) writeSetBased(ctx context.Context, live []*posterRequest) ([]postAnswer, bool, error) {
-	m := len(live)
+	ins := make([]TransactionInput, len(live))
+	for k, r := range live {
+		ins[k] = r.in
+	}
+	return postSetBased(ctx, p.pool, ins)
+}
+
+// postSetBased calls ledger_post_batch on db for ins; ok is false when the
+// function fell back and wrote nothing (something in ins would be refused
+// or replayed).
+func postSetBased(ctx context.Context, db DBTX, ins []TransactionInput) ([]postAnswer, bool, error) {
+	m := len(ins)
 	keys, kinds, causeIDs, descs := make([]string, m), make([]string, m), make([]string, m), make([]string, m)
 	metadata, effective := make([]any, m), make([]any, m)
 	var txIdx, legs []int32
 	var ids []int64
 	var codes, amounts, currencies []string
-	for k, r := range live {
-		in := r.in
+	for k, in := range ins {
 		keys[k], kinds[k], causeIDs[k], descs[k] = in.IdempotencyKey, in.CauseKind, in.CauseID, in.Description
 		metadata[k], effective[k] = in.optionalArgs()
 		for i, leg := range in.Postings {
@@ -289,11 +299,11 @@ func (p *Poster) writeSetBased(ctx context.Context, live []*posterRequest) ([]po
 		accountCodes, balances  []string
 		hashes                  [][]byte
 	)
-	err := p.pool.QueryRow(ctx, postBatchSQL, keys, kinds, causeIDs, descs, metadata, effective,
+	err := db.QueryRow(ctx, postBatchSQL, keys, kinds, causeIDs, descs, metadata, effective,
 		txIdx, legs, ids, codes, amounts, currencies).
 		Scan(&outcome, &txIDs, &postedAt, &accountIDs, &accountCodes, &seqs, &balances, &hashes)
 	if err != nil {
-		return nil, false, fmt.Errorf("ledger: poster batch of %d: %w", m, mapPgError(err))
+		return nil, false, fmt.Errorf("ledger: batch of %d: %w", m, mapPgError(err))
 	}
 	if outcome != "posted" {
 		return nil, false, nil
@@ -301,12 +311,11 @@ func (p *Poster) writeSetBased(ctx context.Context, live []*posterRequest) ([]po
 	n := len(txIdx)
 	if len(txIDs) != m || postedAt == nil || len(accountIDs) != n || len(accountCodes) != n ||
 		len(seqs) != n || len(balances) != n || len(hashes) != n {
-		return nil, false, fmt.Errorf("ledger: poster batch of %d: answer of the wrong shape", m)
+		return nil, false, fmt.Errorf("ledger: batch of %d: answer of the wrong shape", m)
 	}
 	answers := make([]postAnswer, m)
 	g := 0
-	for k, r := range live {
-		in := r.in
+	for k, in := range ins {
 		tx := Transaction{
 			ID: txIDs[k], IdempotencyKey: in.IdempotencyKey, CauseKind: in.CauseKind, CauseID: in.CauseID,
 			Description: in.Description, Metadata: in.Metadata, EffectiveAt: in.EffectiveAt, PostedAt: *postedAt,
@@ -318,7 +327,7 @@ func (p *Poster) writeSetBased(ctx context.Context, live []*posterRequest) ([]po
 		for i, leg := range in.Postings {
 			bal, err := decimal.NewFromString(balances[g])
 			if err != nil {
-				return nil, false, fmt.Errorf("ledger: poster batch: balance %q: %w", balances[g], err)
+				return nil, false, fmt.Errorf("ledger: batch: balance %q: %w", balances[g], err)
 			}
 			tx.Postings[i] = Posting{
 				TransactionID: tx.ID, Leg: i + 1, AccountID: accountIDs[g], AccountCode: accountCodes[g], Seq: seqs[g],

@@ -76,17 +76,37 @@ func (s *Service) accountID(ctx context.Context, tx pgx.Tx, spec ledger.AccountS
 // move posts one two-legged transfer of p's amount from one account to
 // another, caused by attempt id.
 func (s *Service) move(ctx context.Context, tx pgx.Tx, p Payout, attemptID uuid.UUID, cause string, from, to ledger.AccountSpec) error {
-	fromID, err := s.accountID(ctx, tx, from)
+	in, err := s.moveInput(ctx, tx, p, attemptID, cause, from, to)
 	if err != nil {
 		return err
+	}
+	_, err = ledger.Post(ctx, tx, in)
+	return reserveError(p, cause, err)
+}
+
+// reserveError turns the ledger's refusal of a reserve into an
+// InsufficientBalanceError.
+func reserveError(p Payout, cause string, err error) error {
+	var insufficient *ledger.InsufficientFundsError
+	if errors.As(err, &insufficient) && cause == CauseReserve {
+		return &InsufficientBalanceError{MerchantID: p.MerchantID, Requested: p.Amount.String(), Err: err}
+	}
+	return err
+}
+
+// moveInput is the ledger transaction move posts.
+func (s *Service) moveInput(ctx context.Context, tx pgx.Tx, p Payout, attemptID uuid.UUID, cause string, from, to ledger.AccountSpec) (ledger.TransactionInput, error) {
+	fromID, err := s.accountID(ctx, tx, from)
+	if err != nil {
+		return ledger.TransactionInput{}, err
 	}
 	toID, err := s.accountID(ctx, tx, to)
 	if err != nil {
-		return err
+		return ledger.TransactionInput{}, err
 	}
 	cur := p.Amount.Currency()
 	amt := p.Amount.Decimal()
-	_, err = ledger.Post(ctx, tx, ledger.TransactionInput{
+	return ledger.TransactionInput{
 		IdempotencyKey: cause + ":" + attemptID.String(),
 		CauseKind:      cause,
 		CauseID:        attemptID.String(),
@@ -96,12 +116,24 @@ func (s *Service) move(ctx context.Context, tx pgx.Tx, p Payout, attemptID uuid.
 			{AccountID: fromID, Amount: amt.Neg(), Currency: cur},
 			{AccountID: toID, Amount: amt, Currency: cur},
 		},
-	})
-	var insufficient *ledger.InsufficientFundsError
-	if errors.As(err, &insufficient) && cause == CauseReserve {
-		return &InsufficientBalanceError{MerchantID: p.MerchantID, Requested: p.Amount.String(), Err: err}
-	}
-	return err
+	}, nil
+}
+
+// reserveSpecs, settleSpecs and releaseSpecs name the accounts of each
+// ledger effect of an attempt of p.
+func reserveSpecs(p Payout) (from, to ledger.AccountSpec) {
+	cur := p.Amount.Currency()
+	return ledger.MerchantAvailable(p.MerchantID, cur), ledger.MerchantReserved(p.MerchantID, cur)
+}
+
+func settleSpecs(p Payout, attemptID uuid.UUID) (from, to ledger.AccountSpec) {
+	cur := p.Amount.Currency()
+	return ledger.MerchantReserved(p.MerchantID, cur), clearingShard(p.Provider, cur, int(attemptID[0])%ClearingShards)
+}
+
+func releaseSpecs(p Payout) (from, to ledger.AccountSpec) {
+	cur := p.Amount.Currency()
+	return ledger.MerchantReserved(p.MerchantID, cur), ledger.MerchantAvailable(p.MerchantID, cur)
 }
 
 // InsufficientBalanceError: the merchant's available balance cannot cover
@@ -130,17 +162,15 @@ var ErrInsufficientBalance = errors.New("payouts: insufficient available balance
 // reserve, in the transaction that opens the attempt (R22). The available
 // account forbids negatives, so an overdraft fails here, under the row lock.
 func (s *Service) reserve(ctx context.Context, tx pgx.Tx, p Payout, attemptID uuid.UUID) error {
-	cur := p.Amount.Currency()
-	return s.move(ctx, tx, p, attemptID, CauseReserve,
-		ledger.MerchantAvailable(p.MerchantID, cur), ledger.MerchantReserved(p.MerchantID, cur))
+	from, to := reserveSpecs(p)
+	return s.move(ctx, tx, p, attemptID, CauseReserve, from, to)
 }
 
 // settle moves the reserve to the provider's clearing account: the money
 // left the platform.
 func (s *Service) settle(ctx context.Context, tx pgx.Tx, p Payout, attemptID uuid.UUID) error {
-	cur := p.Amount.Currency()
-	return s.move(ctx, tx, p, attemptID, CauseSettle,
-		ledger.MerchantReserved(p.MerchantID, cur), clearingShard(p.Provider, cur, int(attemptID[0])%ClearingShards))
+	from, to := settleSpecs(p, attemptID)
+	return s.move(ctx, tx, p, attemptID, CauseSettle, from, to)
 }
 
 // ClearingShards is how many accounts a provider's clearing balance is
@@ -181,7 +211,6 @@ func ClearingBalance(ctx context.Context, db ledger.DBTX, provider string, cur m
 // release gives the reserve back to available: the attempt failed
 // definitively, so the money never left.
 func (s *Service) release(ctx context.Context, tx pgx.Tx, p Payout, attemptID uuid.UUID) error {
-	cur := p.Amount.Currency()
-	return s.move(ctx, tx, p, attemptID, CauseRelease,
-		ledger.MerchantReserved(p.MerchantID, cur), ledger.MerchantAvailable(p.MerchantID, cur))
+	from, to := releaseSpecs(p)
+	return s.move(ctx, tx, p, attemptID, CauseRelease, from, to)
 }

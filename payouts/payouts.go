@@ -26,6 +26,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/saldo/saldo/internal/groupcommit"
 	"github.com/saldo/saldo/internal/intent"
 	"github.com/saldo/saldo/internal/keyset"
 
@@ -101,6 +102,8 @@ type Service struct {
 	accounts  accountCache
 	merchants sync.Map // merchant id -> true, once seen
 	charges   *charges.Service
+	// creator group-commits CreatePayout (batch.go).
+	creator *groupcommit.Batcher[createReq, Payout]
 }
 
 // New builds a Service and registers it as the owner of the outgoing
@@ -128,6 +131,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	s := &Service{pool: cfg.Pool, attempts: cfg.Attempts, provider: cfg.Provider, clock: cfg.Clock, log: cfg.Logger,
 		onFinal: cfg.OnFinal, charges: cfg.Charges}
+	s.creator = groupcommit.New(groupcommit.Options{MaxBatch: 64, Flushers: 1}, s.createMany)
 	kinds := []attempts.Kind{attempts.KindPayout, attempts.KindPixTransfer, attempts.KindSplitLeg}
 	if cfg.Charges != nil {
 		kinds = append(kinds, attempts.KindRefund)
@@ -228,27 +232,10 @@ func (s *Service) CreatePayout(ctx context.Context, req PayoutRequest) (Payout, 
 	if err := s.prepareAccounts(ctx, req.MerchantID, s.provider, req.Amount.Currency()); err != nil {
 		return Payout{}, err
 	}
-	var out Payout
-	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		p := Payout{
-			ID: intent.NewID("po_"), MerchantID: req.MerchantID, Kind: req.kind(), Operation: req.Operation,
-			Provider: s.provider, Amount: req.Amount, Destination: dest, Description: req.Description,
-			Metadata: req.Metadata, Status: StatusProcessing,
-		}
-		existing, err := s.claimClientKey(ctx, tx, req.MerchantID, req.ClientKey, hash, "payout", p.ID)
-		if err != nil || existing != "" {
-			if err == nil {
-				out, err = s.get(ctx, tx, req.MerchantID, existing)
-			}
-			return err
-		}
-		if err := s.insertWithAttempt(ctx, tx, &p, operationInput(&p)); err != nil {
-			return err
-		}
-		out = p
-		return nil
-	})
-	return out, err
+	if len(req.ClientKey) > 255 {
+		return Payout{}, invalid("client_key", "longer than 255 characters")
+	}
+	return s.creator.Do(ctx, createReq{req: req, hash: hash})
 }
 
 // Retry opens a new attempt, with a NEW key, for a payout whose last attempt

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"runtime/pprof"
 	"sort"
 
 	"github.com/saldo/saldo/ledger/ledgerbench"
@@ -54,7 +55,34 @@ func runBench(ctx context.Context, args []string) error {
 	if !ok {
 		return fmt.Errorf("unknown benchmark %q (see 'saldo bench -h')", args[0])
 	}
+	if path := os.Getenv("SALDO_BENCH_CPUPROFILE"); path != "" {
+		stop, err := startCPUProfile(path)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	return b.Run(ctx, args[1:])
+}
+
+// startCPUProfile writes a Go CPU profile of this process to path until the
+// returned function is called (SALDO_BENCH_CPUPROFILE; read it with
+// 'go tool pprof').
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			fmt.Fprintf(os.Stderr, "saldo bench: cpu profile: %v\n", err)
+		}
+	}, nil
 }
 
 // localServerURL is where benchmarks create a throwaway database when no

@@ -1,0 +1,157 @@
+// Package groupcommit runs concurrent requests in batches: the requests
+// that arrive while a batch is being written become the next batch, so many
+// callers share one database transaction and a handful of set-based
+// statements (docs/decisions/0002-batching-whole-operations.md).
+//
+// A Batcher keeps no goroutine while idle: the first request after a quiet
+// spell starts a flusher, and a flusher that finds the queue empty exits. So
+// a Batcher needs no Close, and a Service that owns one can be dropped.
+package groupcommit
+
+import (
+	"context"
+	"sync"
+)
+
+// Result is one request's answer.
+type Result[Res any] struct {
+	Value Res
+	Err   error
+}
+
+// Func writes a batch and answers it: exactly one Result per request, in
+// the order of reqs. ctx carries the values of the first request's context
+// (River's client, loggers) but not its cancellation: one caller giving up
+// must not cut the others' transaction short.
+type Func[Req, Res any] func(ctx context.Context, reqs []Req) []Result[Res]
+
+// Options of a Batcher. Zero values take the defaults.
+type Options struct {
+	// MaxBatch bounds a batch (default 64).
+	MaxBatch int
+	// Flushers is how many batches may be written at once (default 2): while
+	// one commits, the next fills.
+	Flushers int
+}
+
+// Batcher batches requests to a Func.
+type Batcher[Req, Res any] struct {
+	run      Func[Req, Res]
+	maxBatch int
+	flushers int
+
+	mu      sync.Mutex
+	queue   []*item[Req, Res]
+	running int
+}
+
+type item[Req, Res any] struct {
+	ctx  context.Context
+	req  Req
+	done chan Result[Res]
+}
+
+// New returns a Batcher running batches through run.
+func New[Req, Res any](o Options, run Func[Req, Res]) *Batcher[Req, Res] {
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 64
+	}
+	if o.Flushers <= 0 {
+		o.Flushers = 2
+	}
+	return &Batcher[Req, Res]{run: run, maxBatch: o.MaxBatch, flushers: o.Flushers}
+}
+
+// Do queues req and waits for its answer. A request whose ctx has ended by
+// the time its batch is formed is answered with ctx's error and left out.
+// If ctx ends while the batch holding the request is being written, Do
+// returns ctx's error at once and the request may or may not take effect:
+// callers make their requests idempotent (keys) so that asking again tells.
+func (b *Batcher[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
+	it := &item[Req, Res]{ctx: ctx, req: req, done: make(chan Result[Res], 1)}
+	b.mu.Lock()
+	b.queue = append(b.queue, it)
+	if b.running < b.flushers {
+		b.running++
+		go b.flush()
+	}
+	b.mu.Unlock()
+	select {
+	case r := <-it.done:
+		return r.Value, r.Err
+	case <-ctx.Done():
+		var zero Res
+		return zero, ctx.Err()
+	}
+}
+
+// flush writes batches until the queue is empty.
+func (b *Batcher[Req, Res]) flush() {
+	for {
+		b.mu.Lock()
+		n := min(len(b.queue), b.maxBatch)
+		if n == 0 {
+			b.running--
+			b.mu.Unlock()
+			return
+		}
+		batch := make([]*item[Req, Res], n)
+		copy(batch, b.queue)
+		rest := copy(b.queue, b.queue[n:])
+		clear(b.queue[rest:])
+		b.queue = b.queue[:rest]
+		b.mu.Unlock()
+		b.write(batch)
+	}
+}
+
+func (b *Batcher[Req, Res]) write(batch []*item[Req, Res]) {
+	live := batch[:0]
+	for _, it := range batch {
+		if err := it.ctx.Err(); err != nil {
+			it.done <- Result[Res]{Err: err}
+			continue
+		}
+		live = append(live, it)
+	}
+	if len(live) == 0 {
+		return
+	}
+	reqs := make([]Req, len(live))
+	for i, it := range live {
+		reqs[i] = it.req
+	}
+	var results []Result[Res]
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				// Answer every caller before passing the panic on, so none
+				// waits forever.
+				for _, it := range live {
+					it.done <- Result[Res]{Err: panicError{p}}
+				}
+				panic(p)
+			}
+		}()
+		results = b.run(context.WithoutCancel(live[0].ctx), reqs)
+	}()
+	for i, it := range live {
+		if i < len(results) {
+			it.done <- results[i]
+		} else {
+			it.done <- Result[Res]{Err: errShortAnswer}
+		}
+	}
+}
+
+type panicError struct{ v any }
+
+func (e panicError) Error() string { return "groupcommit: batch panicked" }
+
+type shortAnswer struct{}
+
+func (shortAnswer) Error() string {
+	return "groupcommit: batch function answered fewer requests than it was given"
+}
+
+var errShortAnswer error = shortAnswer{}

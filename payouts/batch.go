@@ -1,0 +1,376 @@
+package payouts
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/internal/groupcommit"
+	"github.com/saldo/saldo/internal/intent"
+	"github.com/saldo/saldo/ledger"
+)
+
+// Group commit of payouts (docs/decisions/0002-batching-whole-operations.md).
+// CreatePayout calls made at the same time share one opening transaction
+// (createBatch), and the attempts core hands the final attempts of calls
+// recorded together to AttemptsFinal at once. Each answer is the one the
+// one-at-a-time path gives; anything unusual (a client key used before, an
+// insufficient balance, any error) sends the batch's requests down that
+// path, one transaction each, after the batch rolled back.
+
+// execModeExec plans a batch statement for its own arguments (PITFALLS:
+// generic plans on growing tables).
+const execModeExec = pgx.QueryExecModeExec
+
+// createReq is one validated CreatePayout.
+type createReq struct {
+	req  PayoutRequest
+	hash []byte
+}
+
+// createMany creates a batch of payouts: together in one transaction when
+// it can, else one by one.
+func (s *Service) createMany(ctx context.Context, reqs []createReq) []groupcommit.Result[Payout] {
+	out := make([]groupcommit.Result[Payout], len(reqs))
+	if len(reqs) > 1 {
+		created, err := s.createBatch(ctx, reqs)
+		if err == nil {
+			for i, p := range created {
+				if p.ID != "" {
+					out[i].Value = p
+					continue
+				}
+				// Its client key was claimed before: the one-by-one path
+				// returns the payout it made, or the conflict.
+				out[i].Value, out[i].Err = s.createOne(ctx, reqs[i])
+			}
+			return out
+		}
+		var insufficient *ledger.InsufficientFundsError
+		if !errors.As(err, &insufficient) {
+			s.log.WarnContext(ctx, "payouts: creating a batch of payouts failed; creating them one by one",
+				"batch", len(reqs), "error", err)
+		}
+	}
+	for i, r := range reqs {
+		out[i].Value, out[i].Err = s.createOne(ctx, r)
+	}
+	return out
+}
+
+// createOne is CreatePayout's one-at-a-time transaction.
+func (s *Service) createOne(ctx context.Context, r createReq) (Payout, error) {
+	req := r.req
+	var out Payout
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		p := newPayout(req, s.provider)
+		existing, err := s.claimClientKey(ctx, tx, req.MerchantID, req.ClientKey, r.hash, "payout", p.ID)
+		if err != nil || existing != "" {
+			if err == nil {
+				out, err = s.get(ctx, tx, req.MerchantID, existing)
+			}
+			return err
+		}
+		if err := s.insertWithAttempt(ctx, tx, &p, operationInput(&p)); err != nil {
+			return err
+		}
+		out = p
+		return nil
+	})
+	return out, err
+}
+
+func newPayoutID() string { return intent.NewID("po_") }
+
+func newPayout(req PayoutRequest, provider string) Payout {
+	return Payout{
+		ID: newPayoutID(), MerchantID: req.MerchantID, Kind: req.kind(), Operation: req.Operation,
+		Provider: provider, Amount: req.Amount, Destination: req.Destination, Description: req.Description,
+		Metadata: req.Metadata, Status: StatusProcessing,
+	}
+}
+
+// createBatch opens every payout of reqs in one transaction: one statement
+// claims the client keys, attempts.OpenNew opens the attempts (and enqueues
+// their submit jobs), one statement inserts the payouts and one
+// ledger.PostMany posts every reserve (R22). A request whose client key was
+// claimed before is left out (its Payout has no ID). Any error rolls the
+// whole batch back.
+func (s *Service) createBatch(ctx context.Context, reqs []createReq) ([]Payout, error) {
+	var out []Payout
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		now := s.clock.Now()
+		out = make([]Payout, len(reqs))
+		ps := make([]Payout, len(reqs))
+		for i, r := range reqs {
+			ps[i] = newPayout(r.req, s.provider)
+		}
+		fresh, err := s.claimClientKeys(ctx, tx, reqs, ps, now)
+		if err != nil {
+			return err
+		}
+		if len(fresh) == 0 {
+			return nil
+		}
+		params := make([]attempts.OpenParams, len(fresh))
+		for k, i := range fresh {
+			p := &ps[i]
+			params[k] = attempts.OpenParams{Kind: p.Kind, SubjectID: p.ID, Provider: p.Provider, Input: operationInput(p)}
+		}
+		as, err := s.attempts.OpenNew(ctx, tx, params)
+		if errors.Is(err, attempts.ErrInvalid) {
+			return fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		if err != nil {
+			return err
+		}
+		ins := make([]ledger.TransactionInput, len(fresh))
+		for k, i := range fresh {
+			p := &ps[i]
+			p.CurrentAttemptID, p.AttemptCount = &as[k].ID, 1
+			p.CreatedAt, p.UpdatedAt = now, now
+			from, to := reserveSpecs(*p)
+			if ins[k], err = s.moveInput(ctx, tx, *p, as[k].ID, CauseReserve, from, to); err != nil {
+				return err
+			}
+		}
+		if err := s.insertPayouts(ctx, tx, ps, fresh, now); err != nil {
+			return err
+		}
+		// The reserves last: they lock the merchants' balance rows, which
+		// should be held for as short a time as possible before COMMIT.
+		if _, err := ledger.PostMany(ctx, tx, ins); err != nil {
+			var be *ledger.BatchError
+			if errors.As(err, &be) {
+				return reserveError(ps[fresh[be.Index]], CauseReserve, be.Err)
+			}
+			return err
+		}
+		for _, i := range fresh {
+			out[i] = ps[i]
+		}
+		return nil
+	})
+	return out, err
+}
+
+// claimClientKeys records the client keys of a batch in one statement and
+// returns the indexes of the requests to create: those without a key and
+// those whose key nobody claimed before (nor earlier in the batch).
+func (s *Service) claimClientKeys(ctx context.Context, tx pgx.Tx, reqs []createReq, ps []Payout, now time.Time) ([]int, error) {
+	var merchants, keys, ids []string
+	var hashes [][]byte
+	var keyed []int
+	var fresh []int
+	for i, r := range reqs {
+		if r.req.ClientKey == "" {
+			fresh = append(fresh, i)
+			continue
+		}
+		keyed = append(keyed, i)
+		merchants = append(merchants, r.req.MerchantID)
+		keys = append(keys, r.req.ClientKey)
+		hashes = append(hashes, r.hash)
+		ids = append(ids, ps[i].ID)
+	}
+	if len(keyed) == 0 {
+		return fresh, nil
+	}
+	rows, err := tx.Query(ctx, `INSERT INTO payout_requests (merchant_id, client_key, request_hash, object_kind, object_id, created_at)
+		SELECT merchant_id, client_key, request_hash, 'payout', object_id, $5
+		FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[]) AS u(merchant_id, client_key, request_hash, object_id)
+		ON CONFLICT DO NOTHING RETURNING object_id`, merchants, keys, hashes, ids, now)
+	if err != nil {
+		return nil, err
+	}
+	claimed := map[string]bool{}
+	var id string
+	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { claimed[id] = true; return nil }); err != nil {
+		return nil, err
+	}
+	for _, i := range keyed {
+		if claimed[ps[i].ID] {
+			fresh = append(fresh, i)
+		}
+	}
+	slices.Sort(fresh)
+	return fresh, nil
+}
+
+// insertPayouts inserts ps[fresh...] in one statement.
+func (s *Service) insertPayouts(ctx context.Context, tx pgx.Tx, ps []Payout, fresh []int, now time.Time) error {
+	n := len(fresh)
+	ids, merchants, kinds, ops, provs, amounts, currencies := make([]string, n), make([]string, n), make([]string, n),
+		make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	dests, descs, metas := make([]*string, n), make([]*string, n), make([]string, n)
+	attemptIDs := make([]uuid.UUID, n)
+	for k, i := range fresh {
+		p := ps[i]
+		ids[k], merchants[k], kinds[k], ops[k], provs[k] = p.ID, p.MerchantID, string(p.Kind), string(p.Operation), p.Provider
+		amounts[k], currencies[k] = p.Amount.Decimal().String(), p.Amount.Currency().Code()
+		if p.Destination != nil {
+			d, err := json.Marshal(p.Destination)
+			if err != nil {
+				return err
+			}
+			dests[k] = new(string(d))
+		}
+		meta, err := json.Marshal(orEmpty(p.Metadata))
+		if err != nil {
+			return err
+		}
+		descs[k], metas[k], attemptIDs[k] = nullable(p.Description), string(meta), *p.CurrentAttemptID
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO payouts (id, merchant_id, kind, operation, provider, amount, currency,
+			destination, description, metadata, status, current_attempt_id, attempt_count, created_at, updated_at)
+		SELECT id, merchant_id, kind, operation, provider, amount::numeric, currency, destination::jsonb, description,
+			metadata::jsonb, 'processing', current_attempt_id, 1, $12, $12
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
+			$9::text[], $10::text[], $11::uuid[])
+			AS u(id, merchant_id, kind, operation, provider, amount, currency, destination, description, metadata,
+				current_attempt_id)`,
+		ids, merchants, kinds, ops, provs, amounts, currencies, dests, descs, metas, attemptIDs, now)
+	return err
+}
+
+// AttemptsFinal is AttemptFinal for the final attempts of calls recorded
+// together (attempts.BatchOwner), inside their transaction: the payouts are
+// locked in id order, moved by one statement per final status, the OnFinal
+// hook runs for each, and every settle and release is posted by one
+// ledger.PostMany.
+func (s *Service) AttemptsFinal(ctx context.Context, tx pgx.Tx, as []attempts.Attempt) error {
+	ids := make([]string, len(as))
+	for i, a := range as {
+		if a.Status != attempts.StatusSucceeded && a.Status != attempts.StatusFailed {
+			return fmt.Errorf("payouts: AttemptsFinal called with status %s", a.Status)
+		}
+		ids[i] = a.SubjectID
+	}
+	slices.Sort(ids)
+	if len(slices.Compact(slices.Clone(ids))) != len(ids) {
+		// Two final attempts of one payout in one batch: one at a time.
+		for _, a := range as {
+			if err := s.AttemptFinal(ctx, tx, a); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	locked, err := s.queryPayouts(ctx, tx, `SELECT `+payoutColumns+` FROM payouts WHERE id = ANY ($1::text[])
+		ORDER BY id FOR UPDATE`, ids)
+	if err != nil {
+		return err
+	}
+	now := s.clock.Now()
+	var won, lost []string
+	var lostAttempts []uuid.UUID
+	var codes, reasons []*string
+	for _, a := range as {
+		if _, ok := locked[a.SubjectID]; !ok {
+			return fmt.Errorf("payouts: attempt %s names payout %s: %w", a.ID, a.SubjectID, ErrNotFound)
+		}
+		if a.Status == attempts.StatusSucceeded {
+			won = append(won, a.SubjectID)
+			continue
+		}
+		lost = append(lost, a.SubjectID)
+		lostAttempts = append(lostAttempts, a.ID)
+		codes, reasons = append(codes, nullable(a.FailureCode)), append(reasons, nullable(a.FailureReason))
+	}
+	updated := map[string]Payout{}
+	if len(won) > 0 {
+		m, err := s.queryPayouts(ctx, tx, `UPDATE payouts SET status = 'succeeded', failure_code = NULL,
+			failure_reason = NULL, updated_at = $2 WHERE id = ANY ($1::text[]) RETURNING `+payoutColumns, won, now)
+		if err != nil {
+			return err
+		}
+		maps.Copy(updated, m)
+	}
+	if len(lost) > 0 {
+		// Only the current attempt's failure fails the payout.
+		m, err := s.queryPayouts(ctx, tx, `UPDATE payouts p SET status = 'failed', failure_code = u.code,
+			failure_reason = u.reason, updated_at = $5
+			FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[]) AS u(pid, attempt_id, code, reason)
+			WHERE p.id = u.pid AND p.current_attempt_id = u.attempt_id RETURNING `+prefixed("p.", payoutColumns),
+			lost, lostAttempts, codes, reasons, now)
+		if err != nil {
+			return err
+		}
+		maps.Copy(updated, m)
+	}
+	ins := make([]ledger.TransactionInput, len(as))
+	for i, a := range as {
+		p := locked[a.SubjectID]
+		np, ok := updated[p.ID]
+		if !ok {
+			np = p // not the current attempt: the payout row stays as it is
+		}
+		if s.onFinal != nil {
+			if err := s.onFinal(ctx, tx, np); err != nil {
+				return err
+			}
+		}
+		cause, from, to := CauseSettle, ledger.AccountSpec{}, ledger.AccountSpec{}
+		if a.Status == attempts.StatusSucceeded {
+			from, to = settleSpecs(p, a.ID)
+		} else {
+			cause = CauseRelease
+			from, to = releaseSpecs(p)
+		}
+		if ins[i], err = s.moveInput(ctx, tx, p, a.ID, cause, from, to); err != nil {
+			return err
+		}
+	}
+	if _, err := ledger.PostMany(ctx, tx, ins); err != nil {
+		return err
+	}
+	for _, a := range as {
+		s.log.InfoContext(ctx, "payout attempt final", "payout_id", a.SubjectID, "attempt_id", a.ID,
+			"reference", a.Reference, "provider", a.Provider, "status", a.Status)
+	}
+	return nil
+}
+
+// queryPayouts runs sql (its first argument ids) and returns the payouts it
+// returns by id.
+func (s *Service) queryPayouts(ctx context.Context, tx pgx.Tx, sql string, ids []string, args ...any) (map[string]Payout, error) {
+	rows, err := tx.Query(ctx, sql, append([]any{execModeExec, ids}, args...)...)
+	if err != nil {
+		return nil, err
+	}
+	ps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Payout, error) { return scanPayout(r) })
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]Payout, len(ps))
+	for _, p := range ps {
+		m[p.ID] = p
+	}
+	return m, nil
+}
+
+// prefixed qualifies every column of a column list with a table alias.
+func prefixed(alias, columns string) string {
+	var out []byte
+	start := true
+	for i := 0; i < len(columns); i++ {
+		c := columns[i]
+		if start && c != ' ' && c != '\t' && c != '\n' {
+			out = append(out, alias...)
+			start = false
+		}
+		if c == ',' {
+			start = true
+		}
+		out = append(out, c)
+	}
+	return string(out)
+}
