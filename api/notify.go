@@ -224,11 +224,26 @@ func (w *DeliverNotificationWorker) Work(ctx context.Context, job *river.Job[Del
 // the payout's merchant and enqueues its delivery, on tx (the transaction
 // that made the payout final). It is payouts.Config.OnFinal.
 func (n *Notifier) PayoutFinal(ctx context.Context, tx pgx.Tx, p payouts.Payout) error {
+	return n.record(ctx, tx, []notice{payoutNotice(p)})
+}
+
+// PayoutsFinal is PayoutFinal for payouts made final together (the
+// group-committed record of their attempts), in three statements however
+// many they are. It is payouts.Config.OnFinalMany.
+func (n *Notifier) PayoutsFinal(ctx context.Context, tx pgx.Tx, ps []payouts.Payout) error {
+	ns := make([]notice, len(ps))
+	for i, p := range ps {
+		ns[i] = payoutNotice(p)
+	}
+	return n.record(ctx, tx, ns)
+}
+
+func payoutNotice(p payouts.Payout) notice {
 	dedupe := "payout:" + p.ID + ":" + string(p.Status)
 	if p.CurrentAttemptID != nil {
 		dedupe += ":" + p.CurrentAttemptID.String()
 	}
-	return n.record(ctx, tx, p.MerchantID, "payout."+string(p.Status), p.ID, dedupe, payoutJSON(p))
+	return notice{merchantID: p.MerchantID, typ: "payout." + string(p.Status), objectID: p.ID, dedupe: dedupe, data: payoutJSON(p)}
 }
 
 // ChargeFinal records a charge.<status> event (paid, failed, expired) like
@@ -239,7 +254,8 @@ func (n *Notifier) ChargeFinal(ctx context.Context, tx pgx.Tx, c charges.Charge)
 	if !c.Status.Final() {
 		return nil
 	}
-	return n.record(ctx, tx, c.MerchantID, "charge."+string(c.Status), c.ID, "charge:"+c.ID+":"+string(c.Status), chargeJSONOf(c))
+	return n.record(ctx, tx, []notice{{merchantID: c.MerchantID, typ: "charge." + string(c.Status), objectID: c.ID,
+		dedupe: "charge:" + c.ID + ":" + string(c.Status), data: chargeJSONOf(c)}})
 }
 
 type eventEnvelope struct {
@@ -249,39 +265,78 @@ type eventEnvelope struct {
 	Data      any       `json:"data"`
 }
 
-func (n *Notifier) record(ctx context.Context, tx pgx.Tx, merchantID, typ, objectID, dedupe string, data any) error {
-	rows, err := tx.Query(ctx, `SELECT id FROM notification_endpoints WHERE merchant_id = $1 AND disabled_at IS NULL ORDER BY id`, merchantID)
+// notice is one event to record for every live endpoint of its merchant.
+type notice struct {
+	merchantID, typ, objectID, dedupe string
+	data                              any
+}
+
+// record inserts, inside tx, an event per notice and live endpoint of the
+// notice's merchant (an event already recorded under its dedupe key is
+// skipped) and a delivery job per event inserted: one statement to find
+// the endpoints, one to insert the events, one to enqueue the jobs.
+func (n *Notifier) record(ctx context.Context, tx pgx.Tx, ns []notice) error {
+	merchants := make([]string, 0, len(ns))
+	for _, x := range ns {
+		merchants = append(merchants, x.merchantID)
+	}
+	rows, err := tx.Query(ctx, `SELECT merchant_id, id FROM notification_endpoints
+		WHERE merchant_id = ANY ($1::text[]) AND disabled_at IS NULL ORDER BY merchant_id, id`, merchants)
 	if err != nil {
 		return err
 	}
-	endpoints, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	endpoints := map[string][]string{}
+	var merchant, endpoint string
+	if _, err := pgx.ForEachRow(rows, []any{&merchant, &endpoint}, func() error {
+		endpoints[merchant] = append(endpoints[merchant], endpoint)
+		return nil
+	}); err != nil {
+		return err
+	}
+	if len(endpoints) == 0 {
+		return nil
+	}
+	now := n.clock.Now().UTC()
+	var ids, eps, ms, types, objects, dedupes []string
+	var bodies [][]byte
+	for _, x := range ns {
+		for _, ep := range endpoints[x.merchantID] {
+			id := "evt_" + randomHex(16)
+			body, err := json.Marshal(eventEnvelope{ID: id, Type: x.typ, CreatedAt: now, Data: x.data})
+			if err != nil {
+				return err
+			}
+			ids, eps, ms, types = append(ids, id), append(eps, ep), append(ms, x.merchantID), append(types, x.typ)
+			objects, dedupes, bodies = append(objects, x.objectID), append(dedupes, x.dedupe), append(bodies, body)
+		}
+	}
+	rows, err = tx.Query(ctx, `INSERT INTO notification_events (id, endpoint_id, merchant_id, type, object_id, dedupe_key, payload, created_at)
+		SELECT id, endpoint_id, merchant_id, type, object_id, dedupe_key, payload, $8
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bytea[])
+			AS u(id, endpoint_id, merchant_id, type, object_id, dedupe_key, payload)
+		ON CONFLICT (endpoint_id, dedupe_key) DO NOTHING RETURNING id`,
+		ids, eps, ms, types, objects, dedupes, bodies, now)
 	if err != nil {
 		return err
+	}
+	inserted, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	if len(inserted) == 0 {
+		return nil
 	}
 	client := n.river
 	if c, err := river.ClientFromContextSafely[pgx.Tx](ctx); err == nil {
 		client = c
 	}
-	now := n.clock.Now().UTC()
-	for _, ep := range endpoints {
-		id := "evt_" + randomHex(16)
-		body, err := json.Marshal(eventEnvelope{ID: id, Type: typ, CreatedAt: now, Data: data})
-		if err != nil {
-			return err
-		}
-		tag, err := tx.Exec(ctx, `INSERT INTO notification_events (id, endpoint_id, merchant_id, type, object_id, dedupe_key, payload, created_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (endpoint_id, dedupe_key) DO NOTHING`,
-			id, ep, merchantID, typ, objectID, dedupe, body, now)
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() == 0 {
-			continue
-		}
-		if _, err := client.InsertTx(ctx, tx, DeliverNotificationArgs{EventID: id},
-			&river.InsertOpts{Queue: n.cfg.Queue, MaxAttempts: n.cfg.MaxAttempts}); err != nil {
-			return fmt.Errorf("api: enqueue notification %s: %w", id, err)
-		}
+	jobs := make([]river.InsertManyParams, len(inserted))
+	for i, id := range inserted {
+		jobs[i] = river.InsertManyParams{Args: DeliverNotificationArgs{EventID: id},
+			InsertOpts: &river.InsertOpts{Queue: n.cfg.Queue, MaxAttempts: n.cfg.MaxAttempts}}
+	}
+	if _, err := client.InsertManyTx(ctx, tx, jobs); err != nil {
+		return fmt.Errorf("api: enqueue %d notifications: %w", len(jobs), err)
 	}
 	return nil
 }

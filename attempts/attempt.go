@@ -9,6 +9,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/saldo/saldo/internal/sqlcols"
 )
 
 // DB is what read functions need: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
@@ -107,15 +109,23 @@ const attemptColumns = `id, kind, subject_id, provider, operation, idempotency_k
 	key_expires_at, lookup_count, last_lookup_at, next_lookup_at, processing_since, review,
 	review_reason, review_at, unknown_at, resolved_at, resolved_by, data, created_at, updated_at`
 
+// qualifiedAttemptColumns is attemptColumns of the table aliased a.
+var qualifiedAttemptColumns = sqlcols.Qualify("a", attemptColumns)
+
 func scanAttempt(row pgx.Row) (Attempt, error) {
+	return scanAttemptAfter(row)
+}
+
+// scanAttemptAfter scans a row of the columns of before, then attemptColumns.
+func scanAttemptAfter(row pgx.Row, before ...any) (Attempt, error) {
 	var a Attempt
 	var providerState, providerID, failureCode, failureReason, lastError, reviewReason, resolvedBy *string
 	var data []byte
-	err := row.Scan(&a.ID, &a.Kind, &a.SubjectID, &a.Provider, &a.Operation, &a.IdempotencyKey, &a.Reference,
+	err := row.Scan(append(before, &a.ID, &a.Kind, &a.SubjectID, &a.Provider, &a.Operation, &a.IdempotencyKey, &a.Reference,
 		&a.Payload, &a.PayloadSHA256, &a.Status, &providerState, &providerID, &failureCode, &failureReason,
 		&a.CallCount, &a.CallsRecorded, &a.CallStartedAt, &a.CallEndedAt, &a.NextSendAt, &lastError,
 		&a.KeyExpiresAt, &a.LookupCount, &a.LastLookupAt, &a.NextLookupAt, &a.ProcessingFrom, &a.Review,
-		&reviewReason, &a.ReviewAt, &a.UnknownAt, &a.ResolvedAt, &resolvedBy, &data, &a.CreatedAt, &a.UpdatedAt)
+		&reviewReason, &a.ReviewAt, &a.UnknownAt, &a.ResolvedAt, &resolvedBy, &data, &a.CreatedAt, &a.UpdatedAt)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return a, ErrNotFound
 	}

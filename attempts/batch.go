@@ -41,6 +41,7 @@ func (s *Service) batchOwner(kind Kind) (BatchOwner, bool) {
 // startBatchers builds the Execute phase batchers.
 func (s *Service) startBatchers() {
 	o := groupcommit.Options{MaxBatch: 64, Flushers: 1}
+	s.firstSender = groupcommit.New(o, s.firstSendMany)
 	s.getter = groupcommit.New(o, s.getMany)
 	s.starter = groupcommit.New(o, s.startMany)
 	s.recorder = groupcommit.New(o, s.recordMany)
@@ -96,6 +97,42 @@ func uuidStrings(ids []uuid.UUID) []string {
 	return out
 }
 
+// firstSendSQL marks the first call of each attempt of a batch in flight
+// when it is due and nothing else needs checking: pending, never called,
+// not reported processing, no re-send delay pending, a provider this
+// process has, and a payload matching its sha256 (R5). The attempts it
+// returns are ready for their first call; Execute takes the others down
+// its checked path.
+const firstSendSQL = `UPDATE attempts a SET call_count = 1, call_started_at = $2, next_send_at = NULL, updated_at = $2
+	FROM unnest($1::uuid[]) AS u(uid)
+	WHERE a.id = u.uid AND a.status = 'pending' AND a.call_count = 0 AND a.calls_recorded = 0
+		AND a.provider_state IS NULL AND (a.next_send_at IS NULL OR a.next_send_at <= $2)
+		AND a.provider = ANY ($3::text[]) AND sha256(a.payload) = a.payload_sha256
+	RETURNING ` + attemptColumns
+
+// firstSendMany runs firstSendSQL for a batch; an attempt not ready for a
+// first send is answered with the zero Attempt.
+func (s *Service) firstSendMany(ctx context.Context, ids []uuid.UUID) []groupcommit.Result[Attempt] {
+	out := make([]groupcommit.Result[Attempt], len(ids))
+	provs := make([]string, 0, len(s.providers))
+	for name := range s.providers {
+		provs = append(provs, name)
+	}
+	marked, err := s.queryByIDs(ctx, s.pool, firstSendSQL, ids, s.clock.Now(), provs)
+	for i, id := range ids {
+		if err != nil {
+			out[i].Err = fmt.Errorf("attempts: mark first call in flight: %w", err)
+			continue
+		}
+		// An attempt named twice in a batch (two executors at once) is
+		// updated once: only its first executor may call (R12); the other
+		// takes the checked path, which sees the call in flight.
+		out[i].Value = marked[id]
+		delete(marked, id)
+	}
+	return out
+}
+
 // startReq marks call callNo of attempt id in flight (phase 2, R11).
 type startReq struct {
 	id      uuid.UUID
@@ -142,7 +179,10 @@ func (s *Service) startMany(ctx context.Context, reqs []startReq) []groupcommit.
 			out[i].Err = fmt.Errorf("attempts: mark call in flight: %w", err)
 			continue
 		}
+		// Named twice in a batch: the row was updated once, so only the
+		// first of its executors may call (R12).
 		out[i].Value = marked[r.id]
+		delete(marked, r.id)
 	}
 	return out
 }
@@ -153,13 +193,18 @@ func (s *Service) startMany(ctx context.Context, reqs []startReq) []groupcommit.
 // attempts are recorded one by one instead.
 func (s *Service) recordMany(ctx context.Context, reqs []recordReq) []groupcommit.Result[recorded] {
 	out := make([]groupcommit.Result[recorded], len(reqs))
-	var together []int
+	var together, alone []int
+	seen := make(map[uuid.UUID]bool, len(reqs))
 	for i, r := range reqs {
-		if _, ok := s.batchOwner(r.a.Kind); ok {
+		// An attempt named twice (it cannot have two calls in flight, but
+		// the batch statement would update its row once) is recorded on
+		// its own.
+		if _, ok := s.batchOwner(r.a.Kind); ok && !seen[r.a.ID] {
+			seen[r.a.ID] = true
 			together = append(together, i)
 			continue
 		}
-		out[i].Value, out[i].Err = s.recordOne(ctx, r)
+		alone = append(alone, i)
 	}
 	if len(together) > 1 {
 		batch := make([]recordReq, len(together))
@@ -171,151 +216,152 @@ func (s *Service) recordMany(ctx context.Context, reqs []recordReq) []groupcommi
 			for k, i := range together {
 				out[i].Value = res[k]
 			}
-			return out
+			together = nil
+		} else {
+			s.log.WarnContext(ctx, "attempts: recording a batch of calls failed; recording them one by one",
+				"batch", len(batch), "error", err)
 		}
-		s.log.WarnContext(ctx, "attempts: recording a batch of calls failed; recording them one by one",
-			"batch", len(batch), "error", err)
 	}
-	for _, i := range together {
+	for _, i := range append(alone, together...) {
 		out[i].Value, out[i].Err = s.recordOne(ctx, reqs[i])
 	}
 	return out
 }
 
-// recordSQL records each call of a batch and locks its attempt.
-const recordSQL = `UPDATE attempts a SET calls_recorded = GREATEST(a.calls_recorded, u.call_no),
-		call_ended_at = $4, last_error = u.err, updated_at = $4
-	FROM unnest($1::uuid[], $2::int[], $3::text[]) AS u(uid, call_no, err)
-	WHERE a.id = u.uid
-	RETURNING ` + attemptColumns
+// recordSQL records each call of a batch, and moves the attempts whose
+// call gave a definitive answer (to_status not null) to that final status
+// when the state machine allows it from their current status and the
+// answer names no provider id other than the recorded one (what transition
+// checks one attempt at a time). The sub-select locks the attempts first
+// and gives their status before the statement: from_status, and moved
+// (whether this statement made the transition).
+var recordSQL = `UPDATE attempts a SET calls_recorded = GREATEST(a.calls_recorded, u.call_no),
+		call_ended_at = $9, last_error = u.err, updated_at = $9,
+		status = CASE WHEN ` + movesSQL + ` THEN u.to_status ELSE a.status END,
+		provider_id = CASE WHEN ` + movesSQL + ` THEN COALESCE(a.provider_id, u.u_provider_id) ELSE a.provider_id END,
+		failure_code = CASE WHEN ` + movesSQL + ` THEN COALESCE(u.u_failure_code, a.failure_code) ELSE a.failure_code END,
+		failure_reason = CASE WHEN ` + movesSQL + ` THEN COALESCE(u.u_failure_reason, a.failure_reason)
+			ELSE a.failure_reason END,
+		data = CASE WHEN ` + movesSQL + ` THEN COALESCE(u.u_data::jsonb, a.data) ELSE a.data END,
+		resolved_at = CASE WHEN ` + movesSQL + ` THEN $9 ELSE a.resolved_at END,
+		resolved_by = CASE WHEN ` + movesSQL + ` THEN 'worker' ELSE a.resolved_by END,
+		provider_state = CASE WHEN ` + movesSQL + ` THEN u.to_status ELSE a.provider_state END,
+		next_send_at = CASE WHEN ` + movesSQL + ` THEN NULL ELSE a.next_send_at END
+	FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])
+			AS u(uid, call_no, err, to_status, u_provider_id, u_failure_code, u_failure_reason, u_data),
+		(SELECT id, status, provider_id FROM attempts WHERE id = ANY ($1::uuid[]) ORDER BY id FOR UPDATE) o
+	WHERE a.id = u.uid AND o.id = u.uid
+	RETURNING o.status, ` + movesSQL + `, ` + qualifiedAttemptColumns
 
-// finalSQL moves a batch of locked attempts to their final status (the
-// UPDATE of transition, for many).
-const finalSQL = `UPDATE attempts a SET status = u.to_status,
-		provider_id = COALESCE(a.provider_id, u.u_provider_id),
-		failure_code = COALESCE(u.u_failure_code, a.failure_code),
-		failure_reason = COALESCE(u.u_failure_reason, a.failure_reason), data = COALESCE(u.u_data::jsonb, a.data),
-		resolved_at = $8, resolved_by = 'worker', provider_state = u.to_status, next_send_at = NULL, updated_at = $8
-	FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
-		AS u(uid, from_status, to_status, u_provider_id, u_failure_code, u_failure_reason, u_data)
-	WHERE a.id = u.uid AND a.status = u.from_status
-	RETURNING ` + attemptColumns
+// movesSQL: this attempt's row moves to u.to_status (o is the row as it was).
+const movesSQL = `(u.to_status IS NOT NULL AND o.status IN ('pending', 'unknown')
+	AND (u.u_provider_id IS NULL OR o.provider_id IS NULL OR o.provider_id = u.u_provider_id))`
 
 // recordBatch records calls of attempts owned by BatchOwners in one
-// transaction: one statement records every call (locking the attempts),
-// one inserts their call events; the definitive answers (succeeded,
-// failed) that the state machine allows are transitioned by one statement
-// with one statement of transition events and handed to their owners
-// together; anything else goes through applyOutcome one attempt at a time,
-// inside the same transaction.
+// transaction: one statement records every call and moves the attempts
+// whose definitive answer (succeeded, failed) the state machine allows to
+// their final status; one statement inserts the call and transition
+// events; the moved attempts go to their owners together; any other
+// outcome goes through applyOutcome one attempt at a time, inside the same
+// transaction.
 func (s *Service) recordBatch(ctx context.Context, reqs []recordReq) ([]recorded, error) {
 	out := make([]recorded, len(reqs))
 	err := s.inTx(ctx, func(tx pgx.Tx, after *afterCommit) error {
 		now := s.clock.Now()
 		n := len(reqs)
-		ids, calls, errs := make([]uuid.UUID, n), make([]int32, n), make([]*string, n)
-		events := make([]Event, n)
+		ids := make([]string, n)
+		calls := make([]int32, n)
+		errs, to, pids, codes, reasons, data := make([]*string, n), make([]*string, n), make([]*string, n),
+			make([]*string, n), make([]*string, n), make([]*string, n)
 		for i, r := range reqs {
-			ids[i], calls[i] = r.a.ID, int32(r.callNo)
+			ids[i], calls[i] = r.a.ID.String(), int32(r.callNo)
 			errs[i] = nullable(truncate(r.errText(), maxErrorText))
-			events[i] = r.callEvent(now)
+			if r.outcome == OutcomeSucceeded || r.outcome == OutcomeFailed {
+				to[i] = ptr(string(r.outcome.Status()))
+				pids[i], codes[i], reasons[i] = nullable(r.sr.ProviderID), nullable(r.sr.FailureCode), nullable(r.sr.FailureReason)
+				if len(r.sr.Data) > 0 && json.Valid(r.sr.Data) {
+					data[i] = ptr(string(r.sr.Data))
+				}
+			}
 		}
-		locked, err := s.queryByIDs(ctx, tx, recordSQL, ids, calls, errs, now)
+		type row struct {
+			from  Status
+			moved bool
+			a     Attempt
+		}
+		rows, err := tx.Query(ctx, recordSQL, execModeExec, ids, calls, errs, to, pids, codes, reasons, data, now)
 		if err != nil {
 			return err
 		}
-		if err := insertEvents(ctx, tx, events); err != nil {
+		got := make(map[uuid.UUID]row, n)
+		for rows.Next() {
+			var r row
+			if r.a, err = scanAttemptAfter(rows, &r.from, &r.moved); err != nil {
+				rows.Close()
+				return err
+			}
+			got[r.a.ID] = r
+		}
+		if err := rows.Err(); err != nil {
 			return err
 		}
-		var final []int // indexes of reqs transitioned together
+		events := make([]Event, 0, 2*n)
+		var moved []Attempt
+		var slow []int
 		for i, r := range reqs {
-			la, ok := locked[r.a.ID]
+			g, ok := got[r.a.ID]
 			if !ok {
 				return fmt.Errorf("%w: attempt %s", ErrNotFound, r.a.ID)
 			}
 			s.afterCall(ctx, after, r)
-			out[i].a = la
-			if finalTogether(la, r) {
-				final = append(final, i)
+			out[i].a = g.a
+			events = append(events, r.callEvent(now))
+			if !g.moved {
+				slow = append(slow, i)
 				continue
 			}
-			if out[i], err = s.applyOutcome(ctx, tx, after, la, r); err != nil {
+			moved = append(moved, g.a)
+			na, from, reason := g.a, g.from, callReason(r.callNo, r.sr.Exchange.StatusCode, r.outcome)
+			events = append(events, Event{AttemptID: na.ID, At: now, Type: EventTransition, Actor: ActorWorker,
+				FromStatus: from, ToStatus: na.Status, Reason: reason})
+			after.add(func() {
+				s.log.InfoContext(ctx, "attempt transitioned", "attempt_id", na.ID, "kind", na.Kind, "provider", na.Provider,
+					"reference", na.Reference, "from", from, "to", na.Status, "actor", ActorWorker, "reason", reason)
+				s.metrics.transition(na)
+			})
+		}
+		// Call events first, then transition events: each attempt's events
+		// keep their order.
+		if err := insertEvents(ctx, tx, events); err != nil {
+			return err
+		}
+		if err := s.finalTogether(ctx, tx, moved); err != nil {
+			return err
+		}
+		for _, i := range slow {
+			if out[i], err = s.applyOutcome(ctx, tx, after, out[i].a, reqs[i]); err != nil {
 				return err
 			}
 		}
-		return s.finalTogether(ctx, tx, after, reqs, final, out, now)
+		return nil
 	})
 	return out, err
 }
 
-// finalTogether reports whether r's answer moves la to a final status in
-// the batch statement: a definitive answer the state machine allows from
-// la's status, naming no provider id other than the recorded one.
-func finalTogether(la Attempt, r recordReq) bool {
-	if r.outcome != OutcomeSucceeded && r.outcome != OutcomeFailed {
-		return false
-	}
-	if !CanTransition(la.Status, r.outcome.Status()) {
-		return false
-	}
-	pid := r.sr.ProviderID
-	return pid == "" || la.ProviderID == "" || pid == la.ProviderID
-}
-
-// finalTogether transitions reqs[final...] (their attempts locked, as
-// out[i].a) in one statement, inserts their transition events and hands
-// them to their owners together.
-func (s *Service) finalTogether(ctx context.Context, tx pgx.Tx, after *afterCommit, reqs []recordReq, final []int,
-	out []recorded, now time.Time) error {
-	if len(final) == 0 {
-		return nil
-	}
-	m := len(final)
-	ids, from, to := make([]uuid.UUID, m), make([]string, m), make([]string, m)
-	pids, codes, reasons, data := make([]*string, m), make([]*string, m), make([]*string, m), make([]*string, m)
-	events := make([]Event, m)
-	for k, i := range final {
-		r, la := reqs[i], out[i].a
-		c := change{To: r.outcome.Status(), Actor: ActorWorker, Reason: callReason(r.callNo, r.sr.Exchange.StatusCode, r.outcome)}
-		ids[k], from[k], to[k] = la.ID, string(la.Status), string(c.To)
-		pids[k], codes[k], reasons[k] = nullable(r.sr.ProviderID), nullable(r.sr.FailureCode), nullable(r.sr.FailureReason)
-		if len(r.sr.Data) > 0 && json.Valid(r.sr.Data) {
-			data[k] = ptr(string(r.sr.Data))
-		}
-		events[k] = Event{AttemptID: la.ID, At: now, Type: EventTransition, Actor: c.Actor, FromStatus: la.Status,
-			ToStatus: c.To, Reason: c.Reason}
-	}
-	moved, err := s.queryByIDs(ctx, tx, finalSQL, ids, from, to, pids, codes, reasons, data, now)
-	if err != nil {
-		return fmt.Errorf("attempts: final transitions of a batch: %w", err)
-	}
-	if len(moved) != m {
-		// Impossible under the row locks recordSQL took; the batch is
-		// redone one attempt at a time rather than guessed at.
-		return fmt.Errorf("attempts: %d of %d final transitions of a batch did not apply", m-len(moved), m)
-	}
-	if err := insertEvents(ctx, tx, events); err != nil {
-		return err
-	}
+// finalTogether hands attempts moved to a final status to their owners,
+// each owner's together.
+func (s *Service) finalTogether(ctx context.Context, tx pgx.Tx, moved []Attempt) error {
 	byOwner := map[BatchOwner][]Attempt{}
 	var owners []BatchOwner
-	for k, i := range final {
-		na := moved[ids[k]]
-		out[i].a = na
-		o, ok := s.batchOwner(na.Kind)
+	for _, a := range moved {
+		o, ok := s.batchOwner(a.Kind)
 		if !ok {
-			return fmt.Errorf("%w: %s", ErrNoOwner, na.Kind)
+			return fmt.Errorf("%w: %s", ErrNoOwner, a.Kind)
 		}
 		if _, seen := byOwner[o]; !seen {
 			owners = append(owners, o)
 		}
-		byOwner[o] = append(byOwner[o], na)
-		from, reason := Status(from[k]), events[k].Reason
-		after.add(func() {
-			s.log.InfoContext(ctx, "attempt transitioned", "attempt_id", na.ID, "kind", na.Kind, "provider", na.Provider,
-				"reference", na.Reference, "from", from, "to", na.Status, "actor", ActorWorker, "reason", reason)
-			s.metrics.transition(na)
-		})
+		byOwner[o] = append(byOwner[o], a)
 	}
 	for _, o := range owners {
 		if err := o.AttemptsFinal(ctx, tx, byOwner[o]); err != nil {

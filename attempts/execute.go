@@ -45,6 +45,14 @@ type ExecuteResult struct {
 // records the classified result (event, conditional transition, owner
 // callback) in one short transaction.
 func (s *Service) Execute(ctx context.Context, id uuid.UUID) (ExecuteResult, error) {
+	// A first send needs none of the checks below: one statement, shared
+	// with the other first sends starting now, reads the attempt and marks
+	// its first call in flight (firstSendSQL).
+	if a, err := s.firstSender.Do(ctx, id); err != nil {
+		return ExecuteResult{}, err
+	} else if a.ID != uuid.Nil {
+		return s.call(ctx, s.providers[a.Provider], a, 1)
+	}
 	a, err := s.getter.Do(ctx, id)
 	if err != nil {
 		return ExecuteResult{}, err
@@ -99,7 +107,12 @@ func (s *Service) Execute(ctx context.Context, id uuid.UUID) (ExecuteResult, err
 		return ExecuteResult{Attempt: a}, err
 	}
 	a.CallCount, a.CallStartedAt = callNo, &started
+	return s.call(ctx, prov, a, callNo)
+}
 
+// call makes call callNo of a (marked in flight) and records its result.
+func (s *Service) call(ctx context.Context, prov providers.Provider, a Attempt, callNo int) (ExecuteResult, error) {
+	res := ExecuteResult{Attempt: a}
 	// The call: no transaction open, exactly one exchange.
 	sr := prov.Submit(ctx, providers.SubmitRequest{Operation: providers.Operation(a.Operation),
 		IdempotencyKey: a.IdempotencyKey, Reference: a.Reference, Payload: a.Payload})

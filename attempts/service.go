@@ -119,9 +119,10 @@ type Service struct {
 	river atomic.Pointer[river.Client[pgx.Tx]]
 
 	// Group commit of Execute's phases (batch.go).
-	getter   *groupcommit.Batcher[uuid.UUID, Attempt]
-	starter  *groupcommit.Batcher[startReq, bool]
-	recorder *groupcommit.Batcher[recordReq, recorded]
+	firstSender *groupcommit.Batcher[uuid.UUID, Attempt]
+	getter      *groupcommit.Batcher[uuid.UUID, Attempt]
+	starter     *groupcommit.Batcher[startReq, bool]
+	recorder    *groupcommit.Batcher[recordReq, recorded]
 
 	// hookAfterCall, when set (tests), runs after the provider call and
 	// before its result is recorded; an error aborts Execute there, as a

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/saldo/saldo/attempts"
 	"github.com/saldo/saldo/internal/groupcommit"
 	"github.com/saldo/saldo/internal/intent"
+	"github.com/saldo/saldo/internal/sqlcols"
 	"github.com/saldo/saldo/ledger"
 )
 
@@ -242,10 +242,10 @@ func (s *Service) insertPayouts(ctx context.Context, tx pgx.Tx, ps []Payout, fre
 }
 
 // AttemptsFinal is AttemptFinal for the final attempts of calls recorded
-// together (attempts.BatchOwner), inside their transaction: the payouts are
-// locked in id order, moved by one statement per final status, the OnFinal
-// hook runs for each, and every settle and release is posted by one
-// ledger.PostMany.
+// together (attempts.BatchOwner), inside their transaction: one statement
+// locks the payouts in id order and moves them (attemptsFinalSQL), the
+// OnFinalMany hook runs once (or OnFinal for each), and every settle and
+// release is posted by one ledger.PostMany.
 func (s *Service) AttemptsFinal(ctx context.Context, tx pgx.Tx, as []attempts.Attempt) error {
 	ids := make([]string, len(as))
 	for i, a := range as {
@@ -264,57 +264,41 @@ func (s *Service) AttemptsFinal(ctx context.Context, tx pgx.Tx, as []attempts.At
 		}
 		return nil
 	}
-	locked, err := s.queryPayouts(ctx, tx, `SELECT `+payoutColumns+` FROM payouts WHERE id = ANY ($1::text[])
-		ORDER BY id FOR UPDATE`, ids)
+	n := len(as)
+	pids, to := make([]string, n), make([]string, n)
+	aids := make([]string, n) // text: QueryExecModeExec cannot encode []uuid.UUID
+	codes, reasons := make([]*string, n), make([]*string, n)
+	for i, a := range as {
+		pids[i], aids[i], to[i] = a.SubjectID, a.ID.String(), string(a.Status)
+		if a.Status == attempts.StatusFailed {
+			codes[i], reasons[i] = nullable(a.FailureCode), nullable(a.FailureReason)
+		}
+	}
+	rows, err := tx.Query(ctx, attemptsFinalSQL, execModeExec, pids, aids, to, codes, reasons, s.clock.Now())
 	if err != nil {
 		return err
 	}
-	now := s.clock.Now()
-	var won, lost []string
-	var lostAttempts []uuid.UUID
-	var codes, reasons []*string
-	for _, a := range as {
-		if _, ok := locked[a.SubjectID]; !ok {
+	final := make(map[string]Payout, n)
+	for rows.Next() {
+		var moved bool
+		p, err := scanPayoutAfter(rows, &moved)
+		if err != nil {
+			rows.Close()
+			return err
+		}
+		final[p.ID] = p
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	ins := make([]ledger.TransactionInput, n)
+	for i, a := range as {
+		p, ok := final[a.SubjectID]
+		if !ok {
 			return fmt.Errorf("payouts: attempt %s names payout %s: %w", a.ID, a.SubjectID, ErrNotFound)
 		}
-		if a.Status == attempts.StatusSucceeded {
-			won = append(won, a.SubjectID)
-			continue
-		}
-		lost = append(lost, a.SubjectID)
-		lostAttempts = append(lostAttempts, a.ID)
-		codes, reasons = append(codes, nullable(a.FailureCode)), append(reasons, nullable(a.FailureReason))
-	}
-	updated := map[string]Payout{}
-	if len(won) > 0 {
-		m, err := s.queryPayouts(ctx, tx, `UPDATE payouts SET status = 'succeeded', failure_code = NULL,
-			failure_reason = NULL, updated_at = $2 WHERE id = ANY ($1::text[]) RETURNING `+payoutColumns, won, now)
-		if err != nil {
-			return err
-		}
-		maps.Copy(updated, m)
-	}
-	if len(lost) > 0 {
-		// Only the current attempt's failure fails the payout.
-		m, err := s.queryPayouts(ctx, tx, `UPDATE payouts p SET status = 'failed', failure_code = u.code,
-			failure_reason = u.reason, updated_at = $5
-			FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[]) AS u(pid, attempt_id, code, reason)
-			WHERE p.id = u.pid AND p.current_attempt_id = u.attempt_id RETURNING `+prefixed("p.", payoutColumns),
-			lost, lostAttempts, codes, reasons, now)
-		if err != nil {
-			return err
-		}
-		maps.Copy(updated, m)
-	}
-	ins := make([]ledger.TransactionInput, len(as))
-	for i, a := range as {
-		p := locked[a.SubjectID]
-		np, ok := updated[p.ID]
-		if !ok {
-			np = p // not the current attempt: the payout row stays as it is
-		}
-		if s.onFinal != nil {
-			if err := s.onFinal(ctx, tx, np); err != nil {
+		if s.onFinal != nil && s.onFinals == nil {
+			if err := s.onFinal(ctx, tx, p); err != nil {
 				return err
 			}
 		}
@@ -329,6 +313,15 @@ func (s *Service) AttemptsFinal(ctx context.Context, tx pgx.Tx, as []attempts.At
 			return err
 		}
 	}
+	if s.onFinals != nil {
+		ps := make([]Payout, n)
+		for i, a := range as {
+			ps[i] = final[a.SubjectID]
+		}
+		if err := s.onFinals(ctx, tx, ps); err != nil {
+			return err
+		}
+	}
 	if _, err := ledger.PostMany(ctx, tx, ins); err != nil {
 		return err
 	}
@@ -339,38 +332,20 @@ func (s *Service) AttemptsFinal(ctx context.Context, tx pgx.Tx, as []attempts.At
 	return nil
 }
 
-// queryPayouts runs sql (its first argument ids) and returns the payouts it
-// returns by id.
-func (s *Service) queryPayouts(ctx context.Context, tx pgx.Tx, sql string, ids []string, args ...any) (map[string]Payout, error) {
-	rows, err := tx.Query(ctx, sql, append([]any{execModeExec, ids}, args...)...)
-	if err != nil {
-		return nil, err
-	}
-	ps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Payout, error) { return scanPayout(r) })
-	if err != nil {
-		return nil, err
-	}
-	m := make(map[string]Payout, len(ps))
-	for _, p := range ps {
-		m[p.ID] = p
-	}
-	return m, nil
-}
+// attemptsFinalSQL moves the payouts of a batch of final attempts: to
+// succeeded for a succeeded attempt, to failed for a failed attempt that
+// is the payout's current one; any other payout row stays as it is (moved
+// false). The payouts are locked in id order first.
+var attemptsFinalSQL = `UPDATE payouts p SET
+		status = CASE WHEN u.moves THEN u.to_status ELSE p.status END,
+		failure_code = CASE WHEN u.moves THEN u.code ELSE p.failure_code END,
+		failure_reason = CASE WHEN u.moves THEN u.reason ELSE p.failure_reason END,
+		updated_at = CASE WHEN u.moves THEN $6 ELSE p.updated_at END
+	FROM (SELECT x.pid, x.to_status, x.code, x.reason,
+			x.to_status = 'succeeded' OR q.current_attempt_id = x.attempt_id AS moves
+		FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::text[]) AS x(pid, attempt_id, to_status, code, reason)
+		JOIN (SELECT id, current_attempt_id FROM payouts WHERE id = ANY ($1::text[]) ORDER BY id FOR UPDATE) q
+			ON q.id = x.pid) u
+	WHERE p.id = u.pid
+	RETURNING u.moves, ` + sqlcols.Qualify("p", payoutColumns)
 
-// prefixed qualifies every column of a column list with a table alias.
-func prefixed(alias, columns string) string {
-	var out []byte
-	start := true
-	for i := 0; i < len(columns); i++ {
-		c := columns[i]
-		if start && c != ' ' && c != '\t' && c != '\n' {
-			out = append(out, alias...)
-			start = false
-		}
-		if c == ',' {
-			start = true
-		}
-		out = append(out, c)
-	}
-	return string(out)
-}

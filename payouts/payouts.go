@@ -87,6 +87,11 @@ type Config struct {
 	// a job with River's InsertTx on tx so the notice commits with the
 	// status. Returning an error rolls the transition back.
 	OnFinal func(ctx context.Context, tx pgx.Tx, p Payout) error
+	// OnFinalMany, optional, is OnFinal for the payouts made final together
+	// (the attempts core records concurrent calls in one transaction): when
+	// set it is called once for them instead of OnFinal for each, and must
+	// do for each what OnFinal does.
+	OnFinalMany func(ctx context.Context, tx pgx.Tx, ps []Payout) error
 	// Charges, optional, enables refunds of its charges.
 	Charges *charges.Service
 }
@@ -99,6 +104,7 @@ type Service struct {
 	clock     Clock
 	log       *slog.Logger
 	onFinal   func(ctx context.Context, tx pgx.Tx, p Payout) error
+	onFinals  func(ctx context.Context, tx pgx.Tx, ps []Payout) error
 	accounts  accountCache
 	merchants sync.Map // merchant id -> true, once seen
 	charges   *charges.Service
@@ -130,7 +136,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Service{pool: cfg.Pool, attempts: cfg.Attempts, provider: cfg.Provider, clock: cfg.Clock, log: cfg.Logger,
-		onFinal: cfg.OnFinal, charges: cfg.Charges}
+		onFinal: cfg.OnFinal, onFinals: cfg.OnFinalMany, charges: cfg.Charges}
 	s.creator = groupcommit.New(groupcommit.Options{MaxBatch: 64, Flushers: 1}, s.createMany)
 	kinds := []attempts.Kind{attempts.KindPayout, attempts.KindPixTransfer, attempts.KindSplitLeg}
 	if cfg.Charges != nil {
@@ -449,14 +455,19 @@ const payoutColumns = `id, merchant_id, kind, operation, provider, amount, curre
 	attempt_count, created_at, updated_at`
 
 func scanPayout(row pgx.Row) (Payout, error) {
+	return scanPayoutAfter(row)
+}
+
+// scanPayoutAfter scans a row of the columns of before, then payoutColumns.
+func scanPayoutAfter(row pgx.Row, before ...any) (Payout, error) {
 	var p Payout
 	var amount decimal.Decimal
 	var currency string
 	var dest, meta []byte
 	var description, chargeID, splitID, failureCode, failureReason *string
-	err := row.Scan(&p.ID, &p.MerchantID, &p.Kind, &p.Operation, &p.Provider, &amount, &currency, &dest,
+	err := row.Scan(append(before, &p.ID, &p.MerchantID, &p.Kind, &p.Operation, &p.Provider, &amount, &currency, &dest,
 		&description, &meta, &chargeID, &splitID, &p.LegIndex, &p.Status, &failureCode, &failureReason,
-		&p.CurrentAttemptID, &p.AttemptCount, &p.CreatedAt, &p.UpdatedAt)
+		&p.CurrentAttemptID, &p.AttemptCount, &p.CreatedAt, &p.UpdatedAt)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return p, ErrNotFound
 	}

@@ -124,7 +124,8 @@ func New(cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	po, err := payouts.New(payouts.Config{Pool: cfg.Pool, Attempts: att, Provider: cfg.PayoutProvider,
-		Clock: cfg.Clock, Logger: cfg.Logger, Charges: ch, OnFinal: notifier.PayoutFinal})
+		Clock: cfg.Clock, Logger: cfg.Logger, Charges: ch, OnFinal: notifier.PayoutFinal,
+		OnFinalMany: notifier.PayoutsFinal})
 	if err != nil {
 		return nil, err
 	}
