@@ -47,10 +47,24 @@ func (s *Service) startBatchers() {
 	s.recorder = groupcommit.New(o, s.recordMany)
 }
 
-// execModeExec makes a batch statement planned for its own arguments: the
-// batch statements join arrays against big tables, and a plan cached while
-// a table was small would scan it whole (PITFALLS: generic plans).
-const execModeExec = pgx.QueryExecModeExec
+// BatchStats is how Execute's phases were batched.
+type BatchStats struct {
+	FirstSends, Reads, Starts, Records groupcommit.Stats
+	// RecordFallbacks counts record batches that failed as a whole and
+	// were recorded one by one (expected zero).
+	RecordFallbacks int64
+}
+
+// BatchStats returns the counts so far.
+func (s *Service) BatchStats() BatchStats {
+	return BatchStats{FirstSends: s.firstSender.Stats(), Reads: s.getter.Stats(), Starts: s.starter.Stats(),
+		Records: s.recorder.Stats(), RecordFallbacks: s.batchFallbacks.Load()}
+}
+
+// Batch statements reach their rows through "id = ANY ($1)" and only then
+// join the unnest of per-row values: a generic plan cached while a table
+// was small keeps an index scan for "= ANY", where a plain join against
+// unnest would keep a sequential scan as the table grows (PITFALLS).
 
 // getMany reads the attempts of a batch.
 func (s *Service) getMany(ctx context.Context, ids []uuid.UUID) []groupcommit.Result[Attempt] {
@@ -78,7 +92,7 @@ func (s *Service) getMany(ctx context.Context, ids []uuid.UUID) []groupcommit.Re
 // queryByIDs runs sql with ids as its first argument and returns the
 // attempts it returns by id.
 func (s *Service) queryByIDs(ctx context.Context, db DB, sql string, ids []uuid.UUID, args ...any) (map[uuid.UUID]Attempt, error) {
-	as, err := queryAttempts(ctx, db, sql, append([]any{execModeExec, uuidStrings(ids)}, args...)...)
+	as, err := queryAttempts(ctx, db, sql, append([]any{uuidStrings(ids)}, args...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +119,8 @@ func uuidStrings(ids []uuid.UUID) []string {
 // its checked path.
 const firstSendSQL = `UPDATE attempts a SET call_count = 1, call_started_at = $2, next_send_at = NULL, updated_at = $2
 	FROM unnest($1::uuid[]) AS u(uid)
-	WHERE a.id = u.uid AND a.status = 'pending' AND a.call_count = 0 AND a.calls_recorded = 0
+	WHERE a.id = ANY ($1::uuid[]) AND a.id = u.uid AND a.status = 'pending' AND a.call_count = 0
+		AND a.calls_recorded = 0
 		AND a.provider_state IS NULL AND (a.next_send_at IS NULL OR a.next_send_at <= $2)
 		AND a.provider = ANY ($3::text[]) AND sha256(a.payload) = a.payload_sha256
 	RETURNING ` + attemptColumns
@@ -145,7 +160,7 @@ type startReq struct {
 const startSQL = `UPDATE attempts a SET call_count = u.call_no, call_started_at = u.started, next_send_at = NULL,
 		updated_at = u.started
 	FROM unnest($1::uuid[], $2::int[], $3::timestamptz[]) AS u(uid, call_no, started)
-	WHERE a.id = u.uid AND a.status = 'pending' AND a.call_count = u.call_no - 1
+	WHERE a.id = ANY ($1::uuid[]) AND a.id = u.uid AND a.status = 'pending' AND a.call_count = u.call_no - 1
 		AND a.calls_recorded = u.call_no - 1 AND a.provider_state IS DISTINCT FROM 'processing'
 	RETURNING a.id`
 
@@ -168,7 +183,7 @@ func (s *Service) startMany(ctx context.Context, reqs []startReq) []groupcommit.
 	for i, r := range reqs {
 		ids[i], calls[i], started[i] = r.id.String(), int32(r.callNo), r.started
 	}
-	rows, err := s.pool.Query(ctx, startSQL, execModeExec, ids, calls, started)
+	rows, err := s.pool.Query(ctx, startSQL, ids, calls, started)
 	marked := map[uuid.UUID]bool{}
 	if err == nil {
 		var id uuid.UUID
@@ -218,7 +233,10 @@ func (s *Service) recordMany(ctx context.Context, reqs []recordReq) []groupcommi
 			}
 			together = nil
 		} else {
-			s.log.WarnContext(ctx, "attempts: recording a batch of calls failed; recording them one by one",
+			// Not expected (every outcome has a place in the batch): worth
+			// an error, though nothing is lost.
+			s.batchFallbacks.Add(1)
+			s.log.ErrorContext(ctx, "attempts: recording a batch of calls failed; recording them one by one",
 				"batch", len(batch), "error", err)
 		}
 	}
@@ -232,30 +250,29 @@ func (s *Service) recordMany(ctx context.Context, reqs []recordReq) []groupcommi
 // call gave a definitive answer (to_status not null) to that final status
 // when the state machine allows it from their current status and the
 // answer names no provider id other than the recorded one (what transition
-// checks one attempt at a time). The sub-select locks the attempts first
-// and gives their status before the statement: from_status, and moved
-// (whether this statement made the transition).
-var recordSQL = `UPDATE attempts a SET calls_recorded = GREATEST(a.calls_recorded, u.call_no),
-		call_ended_at = $9, last_error = u.err, updated_at = $9,
-		status = CASE WHEN ` + movesSQL + ` THEN u.to_status ELSE a.status END,
-		provider_id = CASE WHEN ` + movesSQL + ` THEN COALESCE(a.provider_id, u.u_provider_id) ELSE a.provider_id END,
-		failure_code = CASE WHEN ` + movesSQL + ` THEN COALESCE(u.u_failure_code, a.failure_code) ELSE a.failure_code END,
-		failure_reason = CASE WHEN ` + movesSQL + ` THEN COALESCE(u.u_failure_reason, a.failure_reason)
-			ELSE a.failure_reason END,
-		data = CASE WHEN ` + movesSQL + ` THEN COALESCE(u.u_data::jsonb, a.data) ELSE a.data END,
-		resolved_at = CASE WHEN ` + movesSQL + ` THEN $9 ELSE a.resolved_at END,
-		resolved_by = CASE WHEN ` + movesSQL + ` THEN 'worker' ELSE a.resolved_by END,
-		provider_state = CASE WHEN ` + movesSQL + ` THEN u.to_status ELSE a.provider_state END,
-		next_send_at = CASE WHEN ` + movesSQL + ` THEN NULL ELSE a.next_send_at END
-	FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])
-			AS u(uid, call_no, err, to_status, u_provider_id, u_failure_code, u_failure_reason, u_data),
-		(SELECT id, status, provider_id FROM attempts WHERE id = ANY ($1::uuid[]) ORDER BY id FOR UPDATE) o
-	WHERE a.id = u.uid AND o.id = u.uid
-	RETURNING o.status, ` + movesSQL + `, ` + qualifiedAttemptColumns
-
-// movesSQL: this attempt's row moves to u.to_status (o is the row as it was).
-const movesSQL = `(u.to_status IS NOT NULL AND o.status IN ('pending', 'unknown')
-	AND (u.u_provider_id IS NULL OR o.provider_id IS NULL OR o.provider_id = u.u_provider_id))`
+// checks one attempt at a time). The sub-select o locks the attempts first
+// (in id order) and gives their status before the statement: from_status,
+// and moves (whether this statement makes the transition).
+var recordSQL = `UPDATE attempts a SET calls_recorded = GREATEST(a.calls_recorded, m.call_no),
+		call_ended_at = $9, last_error = m.err, updated_at = $9,
+		status = CASE WHEN m.moves THEN m.to_status ELSE a.status END,
+		provider_id = CASE WHEN m.moves THEN COALESCE(a.provider_id, m.u_provider_id) ELSE a.provider_id END,
+		failure_code = CASE WHEN m.moves THEN COALESCE(m.u_failure_code, a.failure_code) ELSE a.failure_code END,
+		failure_reason = CASE WHEN m.moves THEN COALESCE(m.u_failure_reason, a.failure_reason) ELSE a.failure_reason END,
+		data = CASE WHEN m.moves THEN COALESCE(m.u_data::jsonb, a.data) ELSE a.data END,
+		resolved_at = CASE WHEN m.moves THEN $9 ELSE a.resolved_at END,
+		resolved_by = CASE WHEN m.moves THEN 'worker' ELSE a.resolved_by END,
+		provider_state = CASE WHEN m.moves THEN m.to_status ELSE a.provider_state END,
+		next_send_at = CASE WHEN m.moves THEN NULL ELSE a.next_send_at END
+	FROM (SELECT u.*, o.status AS from_status,
+			u.to_status IS NOT NULL AND o.status IN ('pending', 'unknown')
+				AND (u.u_provider_id IS NULL OR o.provider_id IS NULL OR o.provider_id = u.u_provider_id) AS moves
+		FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])
+			AS u(uid, call_no, err, to_status, u_provider_id, u_failure_code, u_failure_reason, u_data)
+		JOIN (SELECT id, status, provider_id FROM attempts WHERE id = ANY ($1::uuid[]) ORDER BY id FOR UPDATE) o
+			ON o.id = u.uid) m
+	WHERE a.id = ANY ($1::uuid[]) AND a.id = m.uid
+	RETURNING m.from_status, m.moves, ` + qualifiedAttemptColumns
 
 // recordBatch records calls of attempts owned by BatchOwners in one
 // transaction: one statement records every call and moves the attempts
@@ -289,7 +306,7 @@ func (s *Service) recordBatch(ctx context.Context, reqs []recordReq) ([]recorded
 			moved bool
 			a     Attempt
 		}
-		rows, err := tx.Query(ctx, recordSQL, execModeExec, ids, calls, errs, to, pids, codes, reasons, data, now)
+		rows, err := tx.Query(ctx, recordSQL, ids, calls, errs, to, pids, codes, reasons, data, now)
 		if err != nil {
 			return err
 		}

@@ -26,9 +26,8 @@ import (
 // insufficient balance, any error) sends the batch's requests down that
 // path, one transaction each, after the batch rolled back.
 
-// execModeExec plans a batch statement for its own arguments (PITFALLS:
-// generic plans on growing tables).
-const execModeExec = pgx.QueryExecModeExec
+// CreateStats is how CreatePayout calls were batched.
+func (s *Service) CreateStats() groupcommit.Stats { return s.creator.Stats() }
 
 // createReq is one validated CreatePayout.
 type createReq struct {
@@ -266,7 +265,7 @@ func (s *Service) AttemptsFinal(ctx context.Context, tx pgx.Tx, as []attempts.At
 	}
 	n := len(as)
 	pids, to := make([]string, n), make([]string, n)
-	aids := make([]string, n) // text: QueryExecModeExec cannot encode []uuid.UUID
+	aids := make([]string, n)
 	codes, reasons := make([]*string, n), make([]*string, n)
 	for i, a := range as {
 		pids[i], aids[i], to[i] = a.SubjectID, a.ID.String(), string(a.Status)
@@ -274,7 +273,7 @@ func (s *Service) AttemptsFinal(ctx context.Context, tx pgx.Tx, as []attempts.At
 			codes[i], reasons[i] = nullable(a.FailureCode), nullable(a.FailureReason)
 		}
 	}
-	rows, err := tx.Query(ctx, attemptsFinalSQL, execModeExec, pids, aids, to, codes, reasons, s.clock.Now())
+	rows, err := tx.Query(ctx, attemptsFinalSQL, pids, aids, to, codes, reasons, s.clock.Now())
 	if err != nil {
 		return err
 	}
@@ -346,6 +345,5 @@ var attemptsFinalSQL = `UPDATE payouts p SET
 		FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::text[]) AS x(pid, attempt_id, to_status, code, reason)
 		JOIN (SELECT id, current_attempt_id FROM payouts WHERE id = ANY ($1::text[]) ORDER BY id FOR UPDATE) q
 			ON q.id = x.pid) u
-	WHERE p.id = u.pid
+	WHERE p.id = ANY ($1::text[]) AND p.id = u.pid
 	RETURNING u.moves, ` + sqlcols.Qualify("p", payoutColumns)
-

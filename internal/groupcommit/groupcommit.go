@@ -10,7 +10,10 @@ package groupcommit
 
 import (
 	"context"
+	"fmt"
+	"runtime/debug"
 	"sync"
+	"sync/atomic"
 )
 
 // Result is one request's answer.
@@ -43,6 +46,27 @@ type Batcher[Req, Res any] struct {
 	mu      sync.Mutex
 	queue   []*item[Req, Res]
 	running int
+
+	batches, requests atomic.Int64
+}
+
+// Stats counts what a Batcher has run.
+type Stats struct {
+	Batches  int64 // calls of the Func
+	Requests int64 // requests in them
+}
+
+// PerBatch is the mean batch size.
+func (s Stats) PerBatch() float64 {
+	if s.Batches == 0 {
+		return 0
+	}
+	return float64(s.Requests) / float64(s.Batches)
+}
+
+// Stats returns the counts so far.
+func (b *Batcher[Req, Res]) Stats() Stats {
+	return Stats{Batches: b.batches.Load(), Requests: b.requests.Load()}
 }
 
 type item[Req, Res any] struct {
@@ -117,6 +141,8 @@ func (b *Batcher[Req, Res]) write(batch []*item[Req, Res]) {
 	if len(live) == 0 {
 		return
 	}
+	b.batches.Add(1)
+	b.requests.Add(int64(len(live)))
 	reqs := make([]Req, len(live))
 	for i, it := range live {
 		reqs[i] = it.req
@@ -125,12 +151,15 @@ func (b *Batcher[Req, Res]) write(batch []*item[Req, Res]) {
 	func() {
 		defer func() {
 			if p := recover(); p != nil {
-				// Answer every caller before passing the panic on, so none
-				// waits forever.
-				for _, it := range live {
-					it.done <- Result[Res]{Err: panicError{p}}
+				// A panic in a batch is a bug; it becomes every caller's
+				// error (as River turns a worker's panic into a failed job)
+				// instead of killing the process from a goroutine no caller
+				// owns.
+				results = nil
+				err := &PanicError{Value: p, Stack: debug.Stack()}
+				for range live {
+					results = append(results, Result[Res]{Err: err})
 				}
-				panic(p)
 			}
 		}()
 		results = b.run(context.WithoutCancel(live[0].ctx), reqs)
@@ -144,9 +173,13 @@ func (b *Batcher[Req, Res]) write(batch []*item[Req, Res]) {
 	}
 }
 
-type panicError struct{ v any }
+// PanicError is every caller's error when the Func panicked on their batch.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
 
-func (e panicError) Error() string { return "groupcommit: batch panicked" }
+func (e *PanicError) Error() string { return fmt.Sprintf("groupcommit: batch panicked: %v", e.Value) }
 
 type shortAnswer struct{}
 

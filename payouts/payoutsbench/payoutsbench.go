@@ -64,6 +64,11 @@ type Result struct {
 	// is not local). Unlike payouts/s they do not depend on what else the
 	// machine is doing.
 	ClientCPU, ServerCPU time.Duration
+	// Batching: mean requests per group commit when creating payouts
+	// (Creates) and when recording calls (Records), and record batches
+	// that failed and were redone one by one (expected 0).
+	Creates, Records float64
+	RecordFallbacks  int64
 }
 
 func (r Result) String() string {
@@ -71,8 +76,10 @@ func (r Result) String() string {
 	if r.ServerCPU > 0 {
 		cpu = fmt.Sprintf(", CPU/payout client %.0f us server %.0f us", float64(r.ClientCPU)/1e3, float64(r.ServerCPU)/1e3)
 	}
-	return fmt.Sprintf("payouts: %d created, %d final in window (%.1f/s), %d went unknown, %d failed, time to final p50 %.1f ms p99 %.1f ms, sim duplicates %d%s",
-		r.Created, r.Final, r.PerSecond, r.Unknown, r.Failed, ms(r.P50), ms(r.P99), len(r.Duplicates), cpu)
+	return fmt.Sprintf("payouts: %d created, %d final in window (%.1f/s), %d went unknown, %d failed, time to final p50 %.1f ms p99 %.1f ms, sim duplicates %d%s\n"+
+		"group commit: %.1f payouts per opening transaction, %.1f calls per record transaction, %d record batches redone one by one",
+		r.Created, r.Final, r.PerSecond, r.Unknown, r.Failed, ms(r.P50), ms(r.P99), len(r.Duplicates), cpu,
+		r.Creates, r.Records, r.RecordFallbacks)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -210,6 +217,9 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 			res.ServerCPU = (server1 - server0) / time.Duration(res.Created)
 		}
 	}
+
+	bs := e.Attempts.BatchStats()
+	res.Creates, res.Records, res.RecordFallbacks = e.Payouts.CreateStats().PerBatch(), bs.Records.PerBatch(), bs.RecordFallbacks
 
 	rows, err := pool.Query(ctx, `SELECT updated_at - created_at, updated_at <= $2, status
 		FROM payouts WHERE merchant_id LIKE $1`, o.RunID+"\\_%", windowEnd)
