@@ -194,7 +194,17 @@ func TestDatabaseGuards(t *testing.T) {
 	require.Error(t, exec(`UPDATE attempts SET idempotency_key = 'another-key-0000000' WHERE id = $1`, a.ID))
 	require.Error(t, exec(`UPDATE attempts SET payload = '{}'::bytea, payload_sha256 = sha256('{}'::bytea) WHERE id = $1`, a.ID))
 	require.Error(t, exec(`UPDATE attempts SET payload = '{}'::bytea WHERE id = $1`, a.ID))
-	require.Error(t, exec(`DELETE FROM attempts WHERE id = $1`, a.ID))
+	require.ErrorContains(t, exec(`DELETE FROM attempts WHERE id = $1`, a.ID), "never deleted")
+	// The guard's WHEN clause (migration 00021) lets it run only for a
+	// violation: each rule it carries still refuses.
+	require.ErrorContains(t, exec(`UPDATE attempts SET reference = 'ffffffffffffffffffffffffffffffff' WHERE id = $1`, a.ID), "identity is immutable")
+	require.ErrorContains(t, exec(`UPDATE attempts SET created_at = created_at - interval '1 day' WHERE id = $1`, a.ID), "identity is immutable")
+	require.NoError(t, exec(`UPDATE attempts SET call_count = 2, calls_recorded = 1, provider_id = 'p-1' WHERE id = $1`, a.ID),
+		"counters forward and a first provider id are allowed")
+	require.ErrorContains(t, exec(`UPDATE attempts SET call_count = 1 WHERE id = $1`, a.ID), "never go back")
+	require.ErrorContains(t, exec(`UPDATE attempts SET calls_recorded = 0 WHERE id = $1`, a.ID), "never go back")
+	require.ErrorContains(t, exec(`UPDATE attempts SET provider_id = 'p-2' WHERE id = $1`, a.ID), "provider_id is immutable")
+	require.ErrorContains(t, exec(`UPDATE attempts SET provider_id = NULL WHERE id = $1`, a.ID), "provider_id is immutable")
 	require.Error(t, exec(`UPDATE attempt_events SET reason = 'x' WHERE attempt_id = $1`, a.ID))
 	require.Error(t, exec(`DELETE FROM attempt_events WHERE attempt_id = $1`, a.ID))
 	require.Error(t, exec(`TRUNCATE attempt_events CASCADE`))

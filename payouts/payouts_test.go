@@ -471,3 +471,23 @@ func TestSplitPayout(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, sp.ID, again.ID, "same client key, same split")
 }
+
+// TestPayoutsGuard: the database keeps a succeeded payout final and its
+// money fields immutable against hand-written SQL; the guard's WHEN clause
+// (migration 00031) lets ordinary updates through without it.
+func TestPayoutsGuard(t *testing.T) {
+	t.Parallel()
+	e := setup(t, sim.Config{}, "100.00")
+	p, err := e.svc.CreatePayout(e.ctx, e.pix("10.00"))
+	require.NoError(t, err)
+	require.Equal(t, attempts.StatusSucceeded, e.execute(p).Status)
+	exec := func(sql string) error {
+		_, err := e.pool.Exec(e.ctx, sql, p.ID)
+		return err
+	}
+	require.NoError(t, exec(`UPDATE payouts SET description = 'renamed' WHERE id = $1`), "an ordinary update passes")
+	require.ErrorContains(t, exec(`UPDATE payouts SET status = 'failed' WHERE id = $1`), "status is final")
+	require.ErrorContains(t, exec(`UPDATE payouts SET amount = 1 WHERE id = $1`), "immutable")
+	require.ErrorContains(t, exec(`UPDATE payouts SET merchant_id = 'm2' WHERE id = $1`), "immutable")
+	require.ErrorContains(t, exec(`DELETE FROM payouts WHERE id = $1`), "never deleted")
+}
