@@ -25,11 +25,11 @@ func runBenchPayouts(ctx context.Context, args []string) error {
 	dbURL := databaseURL(fs)
 	var o payoutsbench.Options
 	fs.IntVar(&o.Merchants, "merchants", 50, "merchants payouts are spread over")
-	fs.IntVar(&o.Workers, "workers", 8, "goroutines creating payouts")
+	fs.IntVar(&o.Workers, "workers", 64, "goroutines creating payouts at once (concurrent API requests)")
 	fs.DurationVar(&o.Duration, "duration", 10*time.Second, "how long payouts are created")
 	fs.StringVar(&o.Faults, "faults", "", "sim random fault profile, e.g. hang_after=0.05,error_after=0.05,rate_limit=0.05")
 	fs.StringVar(&o.SimURL, "sim-url", "", "a running 'saldo sim-provider' (default: one in process)")
-	fs.IntVar(&o.RiverWorkers, "river-workers", 32, "River workers submitting and resolving attempts")
+	fs.IntVar(&o.RiverWorkers, "river-workers", 0, "River workers submitting and resolving attempts (default 4 x --workers)")
 	ledgerToo := fs.Bool("ledger", true, "also measure bench ledger's uncontended transfers/s (50 accounts, 8 workers) and print the ratio")
 	server := fs.String("server-url", localServerURL, "server for the throwaway database when no database URL is given")
 	keep := fs.Bool("keep", false, "keep the throwaway database")
@@ -48,7 +48,11 @@ func runBenchPayouts(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg.MaxConns = int32(o.Workers + o.RiverWorkers + 10)
+	if o.RiverWorkers <= 0 {
+		o.RiverWorkers = 4 * max(o.Workers, 1)
+	}
+	// Group commit keeps few connections busy however many callers wait.
+	cfg.MaxConns = int32(min(o.Workers+o.RiverWorkers+10, 80))
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return err

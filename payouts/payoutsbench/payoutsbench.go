@@ -30,15 +30,19 @@ import (
 
 // Options of a run.
 type Options struct {
-	Merchants int           // merchants payouts are spread over (default 50)
-	Workers   int           // goroutines creating payouts (default 8)
-	Duration  time.Duration // how long payouts are created (default 10s)
+	Merchants int // merchants payouts are spread over (default 50)
+	// Workers is how many goroutines create payouts at once (default 64):
+	// the concurrent API requests of a busy payouts service. Group commit
+	// shares each transaction between the payouts that arrive together,
+	// so throughput grows with it (docs/decisions/0002).
+	Workers  int
+	Duration time.Duration // how long payouts are created (default 10s)
 	// Faults is a sim random fault profile ("hang_after=0.05,error_after=0.05");
 	// empty: no faults.
 	Faults string
 	// SimURL: a running `saldo sim-provider`; empty starts one in process.
 	SimURL string
-	// RiverWorkers working submit/resolve jobs (default 32).
+	// RiverWorkers working submit/resolve jobs (default 4 x Workers).
 	RiverWorkers int
 	// DrainTimeout bounds the wait for the last payouts to become final
 	// (default 2m).
@@ -89,13 +93,13 @@ func (o *Options) defaults() {
 		o.Merchants = 50
 	}
 	if o.Workers <= 0 {
-		o.Workers = 8
+		o.Workers = 64
 	}
 	if o.Duration <= 0 {
 		o.Duration = 10 * time.Second
 	}
 	if o.RiverWorkers <= 0 {
-		o.RiverWorkers = 32
+		o.RiverWorkers = 4 * o.Workers
 	}
 	if o.DrainTimeout <= 0 {
 		o.DrainTimeout = 2 * time.Minute
