@@ -218,6 +218,12 @@ func validateCommon(amount money.Amount, description string, metadata map[string
 // merchant's available balance and enqueues the submit job (R11, R22).
 // Insufficient balance returns an error matching ledger.ErrInsufficientFunds
 // and writes nothing.
+//
+// Concurrent calls share that transaction (group commit, batch.go); each
+// gets the answer it would have got alone. If ctx ends while the shared
+// transaction is being written, CreatePayout returns ctx's error and the
+// payout may or may not exist: call again with the same ClientKey to learn
+// which (the same request returns the payout made).
 func (s *Service) CreatePayout(ctx context.Context, req PayoutRequest) (Payout, error) {
 	if req.Operation != providers.OpPixTransfer && req.Operation != providers.OpBankPayout {
 		return Payout{}, invalid("operation", "must be pix_transfer or bank_payout")
