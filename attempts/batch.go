@@ -38,8 +38,8 @@ func (s *Service) batchOwner(kind Kind) (BatchOwner, bool) {
 	return o, ok
 }
 
-// startBatchers builds the Execute phase batchers.
-func (s *Service) startBatchers() {
+// newBatchers builds the Execute phase batchers (they start no goroutine).
+func (s *Service) newBatchers() {
 	o := groupcommit.Options{MaxBatch: 64, Flushers: 1}
 	s.firstSender = groupcommit.New(o, s.firstSendMany)
 	s.getter = groupcommit.New(o, s.getMany)

@@ -185,7 +185,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	s := &Service{cfg: cfg, pool: cfg.Pool, clock: cfg.Clock, log: cfg.Logger, metrics: cfg.Metrics,
 		providers: cfg.Providers, owners: map[Kind]Owner{}}
-	s.startBatchers()
+	s.newBatchers()
 	if cfg.River != nil {
 		s.river.Store(cfg.River)
 	} else {
