@@ -250,10 +250,12 @@ func (s *Service) recordMany(ctx context.Context, reqs []recordReq) []groupcommi
 // call gave a definitive answer (to_status not null) to that final status
 // when the state machine allows it from their current status and the
 // answer names no provider id other than the recorded one (what transition
-// checks one attempt at a time). The sub-select o locks the attempts first
-// (in id order) and gives their status before the statement: from_status,
-// and moves (whether this statement makes the transition).
-var recordSQL = `UPDATE attempts a SET calls_recorded = GREATEST(a.calls_recorded, m.call_no),
+// checks one attempt at a time). The CTE o locks the attempts first (in id
+// order; materialized, so a nested loop never locks them again) and gives
+// their status before the statement: from_status, and moves (whether this
+// statement makes the transition).
+var recordSQL = `WITH o AS (SELECT id, status, provider_id FROM attempts WHERE id = ANY ($1::uuid[]) ORDER BY id FOR UPDATE)
+	UPDATE attempts a SET calls_recorded = GREATEST(a.calls_recorded, m.call_no),
 		call_ended_at = $9, last_error = m.err, updated_at = $9,
 		status = CASE WHEN m.moves THEN m.to_status ELSE a.status END,
 		provider_id = CASE WHEN m.moves THEN COALESCE(a.provider_id, m.u_provider_id) ELSE a.provider_id END,
@@ -269,8 +271,7 @@ var recordSQL = `UPDATE attempts a SET calls_recorded = GREATEST(a.calls_recorde
 				AND (u.u_provider_id IS NULL OR o.provider_id IS NULL OR o.provider_id = u.u_provider_id) AS moves
 		FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])
 			AS u(uid, call_no, err, to_status, u_provider_id, u_failure_code, u_failure_reason, u_data)
-		JOIN (SELECT id, status, provider_id FROM attempts WHERE id = ANY ($1::uuid[]) ORDER BY id FOR UPDATE) o
-			ON o.id = u.uid) m
+		JOIN o ON o.id = u.uid) m
 	WHERE a.id = ANY ($1::uuid[]) AND a.id = m.uid
 	RETURNING m.from_status, m.moves, ` + qualifiedAttemptColumns
 

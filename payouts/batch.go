@@ -242,9 +242,9 @@ func (s *Service) insertPayouts(ctx context.Context, tx pgx.Tx, ps []Payout, fre
 
 // AttemptsFinal is AttemptFinal for the final attempts of calls recorded
 // together (attempts.BatchOwner), inside their transaction: one statement
-// locks the payouts in id order and moves them (attemptsFinalSQL), the
-// OnFinalMany hook runs once (or OnFinal for each), and every settle and
-// release is posted by one ledger.PostMany.
+// moves the payouts (attemptsFinalSQL; no other batch holds them, since each
+// has one open attempt), the OnFinalMany hook runs once (or OnFinal for
+// each), and every settle and release is posted by one ledger.PostMany.
 func (s *Service) AttemptsFinal(ctx context.Context, tx pgx.Tx, as []attempts.Attempt) error {
 	ids := make([]string, len(as))
 	for i, a := range as {
@@ -334,16 +334,17 @@ func (s *Service) AttemptsFinal(ctx context.Context, tx pgx.Tx, as []attempts.At
 // attemptsFinalSQL moves the payouts of a batch of final attempts: to
 // succeeded for a succeeded attempt, to failed for a failed attempt that
 // is the payout's current one; any other payout row stays as it is (moved
-// false). The payouts are locked in id order first.
+// false). current_attempt_id is the row's latest version (the UPDATE waits
+// for a concurrent writer and re-reads it), and no statement changes it
+// while an attempt of the payout is open.
 var attemptsFinalSQL = `UPDATE payouts p SET
-		status = CASE WHEN u.moves THEN u.to_status ELSE p.status END,
-		failure_code = CASE WHEN u.moves THEN u.code ELSE p.failure_code END,
-		failure_reason = CASE WHEN u.moves THEN u.reason ELSE p.failure_reason END,
-		updated_at = CASE WHEN u.moves THEN $6 ELSE p.updated_at END
-	FROM (SELECT x.pid, x.to_status, x.code, x.reason,
-			x.to_status = 'succeeded' OR q.current_attempt_id = x.attempt_id AS moves
-		FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::text[]) AS x(pid, attempt_id, to_status, code, reason)
-		JOIN (SELECT id, current_attempt_id FROM payouts WHERE id = ANY ($1::text[]) ORDER BY id FOR UPDATE) q
-			ON q.id = x.pid) u
+		status = CASE WHEN ` + payoutMovesSQL + ` THEN u.to_status ELSE p.status END,
+		failure_code = CASE WHEN ` + payoutMovesSQL + ` THEN u.code ELSE p.failure_code END,
+		failure_reason = CASE WHEN ` + payoutMovesSQL + ` THEN u.reason ELSE p.failure_reason END,
+		updated_at = CASE WHEN ` + payoutMovesSQL + ` THEN $6 ELSE p.updated_at END
+	FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::text[]) AS u(pid, attempt_id, to_status, code, reason)
 	WHERE p.id = ANY ($1::text[]) AND p.id = u.pid
-	RETURNING u.moves, ` + sqlcols.Qualify("p", payoutColumns)
+	RETURNING ` + payoutMovesSQL + `, ` + sqlcols.Qualify("p", payoutColumns)
+
+// payoutMovesSQL: the payout row moves to u.to_status.
+const payoutMovesSQL = `(u.to_status = 'succeeded' OR p.current_attempt_id = u.attempt_id)`
