@@ -27,9 +27,11 @@ func runBenchPayouts(ctx context.Context, args []string) error {
 	fs.IntVar(&o.Merchants, "merchants", 50, "merchants payouts are spread over")
 	fs.IntVar(&o.Workers, "workers", 64, "goroutines creating payouts at once (concurrent API requests)")
 	fs.DurationVar(&o.Duration, "duration", 10*time.Second, "how long payouts are created")
+	fs.DurationVar(&o.Warmup, "warmup", time.Second, "payouts created before each measured round, not counted (accounts, caches, new connections)")
 	fs.StringVar(&o.Faults, "faults", "", "sim random fault profile, e.g. hang_after=0.05,error_after=0.05,rate_limit=0.05")
 	fs.StringVar(&o.SimURL, "sim-url", "", "a running 'saldo sim-provider' (default: one in process)")
 	fs.IntVar(&o.RiverWorkers, "river-workers", 0, "River workers submitting and resolving attempts (default 4 x --workers)")
+	rounds := fs.Int("rounds", 2, "alternate payouts and ledger measurements this many times, each for duration/rounds, so a drift in the machine's speed hits both")
 	ledgerToo := fs.Bool("ledger", true, "also measure bench ledger's uncontended transfers/s (50 accounts, 8 workers) and print the ratio")
 	server := fs.String("server-url", localServerURL, "server for the throwaway database when no database URL is given")
 	keep := fs.Bool("keep", false, "keep the throwaway database")
@@ -65,20 +67,42 @@ func runBenchPayouts(ctx context.Context, args []string) error {
 	fmt.Printf("saldo bench payouts: %d merchants, %d creators, %d River workers, %s, faults: %s\ndatabase %s\n\n",
 		o.Merchants, o.Workers, o.RiverWorkers, o.Duration, faults, redact(u))
 
-	res, err := payoutsbench.Run(ctx, pool, o)
-	if err != nil {
-		return err
+	if *rounds < 1 {
+		return fmt.Errorf("--rounds must be at least 1")
 	}
-	fmt.Println(res)
+	var lw *ledgerbench.Workload
 	if *ledgerToo {
-		lo := ledgerbench.Options{Accounts: 50, Workers: 8, Duration: o.Duration}
-		lr, err := ledgerbench.Ledger(ctx, pool, lo)
-		if err != nil {
+		if lw, err = ledgerbench.PrepareLedger(ctx, pool, ledgerbench.Options{Accounts: 50, Workers: 8}); err != nil {
 			return err
 		}
+	}
+	var res payoutsbench.Result
+	var final int64
+	var window time.Duration
+	var dups []string
+	ro := o
+	ro.Duration = o.Duration / time.Duration(*rounds)
+	for r := range *rounds {
+		ro.RunID = ""
+		if res, err = payoutsbench.Run(ctx, pool, ro); err != nil {
+			return err
+		}
+		fmt.Printf("round %d %s\n", r+1, res)
+		final, window, dups = final+res.Final, window+res.Window, append(dups, res.Duplicates...)
+		if lw != nil {
+			if err := lw.Measure(ctx, ro.Duration); err != nil {
+				return err
+			}
+		}
+	}
+	res.Duplicates = dups
+	perSecond := float64(final) / window.Seconds()
+	fmt.Printf("\npayouts: %d final in %s of creating (%.1f/s)\n", final, window.Round(time.Millisecond), perSecond)
+	if lw != nil {
+		lr := lw.Result()
 		fmt.Println(lr)
 		if lr.PerSecond > 0 {
-			fmt.Printf("\nratio payouts/s / ledger transfers/s: %.2fx   (target >= 0.5x with no faults)\n", res.PerSecond/lr.PerSecond)
+			fmt.Printf("\nratio payouts/s / ledger transfers/s: %.2fx   (target >= 0.5x with no faults)\n", perSecond/lr.PerSecond)
 		}
 	}
 	if res.Audit.OK() && len(res.Duplicates) == 0 {

@@ -44,6 +44,9 @@ type Options struct {
 	SimURL string
 	// RiverWorkers working submit/resolve jobs (default 4 x Workers).
 	RiverWorkers int
+	// Warmup is how long payouts are created, and not measured, before the
+	// measured window (default 1s).
+	Warmup time.Duration
 	// DrainTimeout bounds the wait for the last payouts to become final
 	// (default 2m).
 	DrainTimeout time.Duration
@@ -55,7 +58,8 @@ type Options struct {
 type Result struct {
 	Created    int64         // payouts created during Duration
 	Final      int64         // payouts that reached a final status during Duration
-	PerSecond  float64       // Final / Duration
+	PerSecond  float64       // Final / Window
+	Window     time.Duration // from the first creation to the end of creating
 	Unknown    int64         // attempts that went through unknown
 	Failed     int64         // payouts failed (after resolution)
 	P50, P99   time.Duration // creation -> final status
@@ -101,6 +105,9 @@ func (o *Options) defaults() {
 	if o.RiverWorkers <= 0 {
 		o.RiverWorkers = 4 * o.Workers
 	}
+	if o.Warmup <= 0 {
+		o.Warmup = time.Second
+	}
 	if o.DrainTimeout <= 0 {
 		o.DrainTimeout = 2 * time.Minute
 	}
@@ -116,7 +123,10 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 	simURL := o.SimURL
 	var srv *sim.Server
 	if simURL == "" {
-		cfg := sim.Config{Seed: 1, HangFor: 10 * time.Second}
+		// A seed of its own: the sim's provider ids follow from it, and a
+		// second run on the same database must not reissue the first
+		// run's ids (attempts_provider_id is unique per provider).
+		cfg := sim.Config{Seed: time.Now().UnixNano(), HangFor: 10 * time.Second}
 		if o.Faults != "" {
 			p, err := sim.ParseFaultProfile(o.Faults)
 			if err != nil {
@@ -166,53 +176,56 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 		_ = e.Stop(stopCtx)
 	}()
 
+	// create runs the creators until deadline and returns how many payouts
+	// they created.
+	create := func(deadline time.Time, keyPrefix string) (int64, error) {
+		var created atomic.Int64
+		var wg sync.WaitGroup
+		errs := make(chan error, o.Workers)
+		for w := range o.Workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for seq := 0; time.Now().Before(deadline); seq++ {
+					m := ids[(w*7919+seq)%len(ids)]
+					_, err := e.Payouts.CreatePayout(ctx, payouts.PayoutRequest{MerchantID: m,
+						ClientKey: fmt.Sprintf("%sw%d-%d", keyPrefix, w, seq), Operation: providers.OpPixTransfer,
+						Amount:      money.MustParse("1.00", "BRL"),
+						Destination: &providers.Destination{PixKey: &providers.PixKey{Type: "email", Value: "bench@example.com"}}})
+					if err != nil {
+						errs <- err
+						return
+					}
+					created.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		return created.Load(), <-errs
+	}
+	// Warm-up, not measured: the first payouts of a process create the
+	// merchants' accounts and fill the account cache, and each new
+	// connection compiles its statements and PL/pgSQL functions.
+	if _, err := create(time.Now().Add(o.Warmup), "warm-"); err != nil {
+		return res, err
+	}
+	if err := drain(ctx, pool, o); err != nil {
+		return res, err
+	}
+
 	client0, server0 := ledgerbench.ProcessCPU(), ledgerbench.BackendsCPU(ctx, pool)
 	start := time.Now()
-	deadline := start.Add(o.Duration)
-	var created atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, o.Workers)
-	for w := range o.Workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for seq := 0; time.Now().Before(deadline); seq++ {
-				m := ids[(w*7919+seq)%len(ids)]
-				_, err := e.Payouts.CreatePayout(ctx, payouts.PayoutRequest{MerchantID: m,
-					ClientKey: fmt.Sprintf("w%d-%d", w, seq), Operation: providers.OpPixTransfer,
-					Amount:      money.MustParse("1.00", "BRL"),
-					Destination: &providers.Destination{PixKey: &providers.PixKey{Type: "email", Value: "bench@example.com"}}})
-				if err != nil {
-					errs <- err
-					return
-				}
-				created.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
+	created, err := create(start.Add(o.Duration), "")
+	if err != nil {
 		return res, err
 	}
 	windowEnd := time.Now()
-	res.Created = created.Load()
+	res.Created = created
 
 	// Drain: every payout reaches a final status before the audit.
-	drainBy := time.Now().Add(o.DrainTimeout)
-	for {
-		var open int64
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM payouts WHERE status = 'processing' AND merchant_id LIKE $1`,
-			o.RunID+"\\_%").Scan(&open); err != nil {
-			return res, err
-		}
-		if open == 0 {
-			break
-		}
-		if time.Now().After(drainBy) {
-			return res, fmt.Errorf("payoutsbench: %d payouts still processing after %s", open, o.DrainTimeout)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := drain(ctx, pool, o); err != nil {
+		return res, err
 	}
 	res.Elapsed = time.Since(start)
 	if client1, server1 := ledgerbench.ProcessCPU(), ledgerbench.BackendsCPU(ctx, pool); res.Created > 0 {
@@ -226,7 +239,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 	res.Creates, res.Records, res.RecordFallbacks = e.Payouts.CreateStats().PerBatch(), bs.Records.PerBatch(), bs.RecordFallbacks
 
 	rows, err := pool.Query(ctx, `SELECT updated_at - created_at, updated_at <= $2, status
-		FROM payouts WHERE merchant_id LIKE $1`, o.RunID+"\\_%", windowEnd)
+		FROM payouts WHERE merchant_id LIKE $1 AND created_at >= $3`, o.RunID+"\\_%", windowEnd, start)
 	if err != nil {
 		return res, err
 	}
@@ -253,7 +266,8 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 	if len(lat) > 0 {
 		res.P50, res.P99 = lat[len(lat)/2], lat[min(len(lat)-1, len(lat)*99/100)]
 	}
-	res.PerSecond = float64(res.Final) / windowEnd.Sub(start).Seconds()
+	res.Window = windowEnd.Sub(start)
+	res.PerSecond = float64(res.Final) / res.Window.Seconds()
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM attempts WHERE unknown_at IS NOT NULL`).Scan(&res.Unknown); err != nil {
 		return res, err
 	}
@@ -264,6 +278,25 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 	}
 	res.Audit, err = audit.Run(ctx, pool)
 	return res, err
+}
+
+// drain waits until every payout of the run is final.
+func drain(ctx context.Context, pool *pgxpool.Pool, o Options) error {
+	drainBy := time.Now().Add(o.DrainTimeout)
+	for {
+		var open int64
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM payouts WHERE status = 'processing' AND merchant_id LIKE $1`,
+			o.RunID+"\\_%").Scan(&open); err != nil {
+			return err
+		}
+		if open == 0 {
+			return nil
+		}
+		if time.Now().After(drainBy) {
+			return fmt.Errorf("payoutsbench: %d payouts still processing after %s", open, o.DrainTimeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // remoteDuplicates asks a standalone sim's oracle for duplicated references.
