@@ -40,25 +40,26 @@ func (s *Service) batchOwner(kind Kind) (BatchOwner, bool) {
 
 // newBatchers builds the Execute phase batchers (they start no goroutine).
 func (s *Service) newBatchers() {
-	o := groupcommit.Options{MaxBatch: 64, Flushers: 1}
-	s.firstSender = groupcommit.New(o, s.firstSendMany)
-	s.getter = groupcommit.New(o, s.getMany)
-	s.starter = groupcommit.New(o, s.startMany)
-	s.recorder = groupcommit.New(o, s.recordMany)
+	o := func(name string) groupcommit.Options {
+		return groupcommit.Options{Name: name, MaxBatch: 64, Flushers: 1}
+	}
+	s.firstSender = groupcommit.New(o("attempts_first_send"), s.firstSendMany)
+	s.getter = groupcommit.New(o("attempts_read"), s.getMany)
+	s.starter = groupcommit.New(o("attempts_call_start"), s.startMany)
+	s.recorder = groupcommit.New(o("attempts_record"), s.recordMany)
 }
 
 // BatchStats is how Execute's phases were batched.
+// Records.Fallbacks counts record batches that failed as a whole and were
+// recorded one by one (expected zero).
 type BatchStats struct {
 	FirstSends, Reads, Starts, Records groupcommit.Stats
-	// RecordFallbacks counts record batches that failed as a whole and
-	// were recorded one by one (expected zero).
-	RecordFallbacks int64
 }
 
 // BatchStats returns the counts so far.
 func (s *Service) BatchStats() BatchStats {
 	return BatchStats{FirstSends: s.firstSender.Stats(), Reads: s.getter.Stats(), Starts: s.starter.Stats(),
-		Records: s.recorder.Stats(), RecordFallbacks: s.batchFallbacks.Load()}
+		Records: s.recorder.Stats()}
 }
 
 // Batch statements reach their rows through "id = ANY ($1)" and only then
@@ -235,7 +236,7 @@ func (s *Service) recordMany(ctx context.Context, reqs []recordReq) []groupcommi
 		} else {
 			// Not expected (every outcome has a place in the batch): worth
 			// an error, though nothing is lost.
-			s.batchFallbacks.Add(1)
+			s.recorder.Fallback()
 			s.log.ErrorContext(ctx, "attempts: recording a batch of calls failed; recording them one by one",
 				"batch", len(batch), "error", err)
 		}

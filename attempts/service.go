@@ -123,8 +123,6 @@ type Service struct {
 	getter      *groupcommit.Batcher[uuid.UUID, Attempt]
 	starter     *groupcommit.Batcher[startReq, bool]
 	recorder    *groupcommit.Batcher[recordReq, recorded]
-	// batchFallbacks counts record batches redone one by one.
-	batchFallbacks atomic.Int64
 
 	// hookAfterCall, when set (tests), runs after the provider call and
 	// before its result is recorded; an error aborts Execute there, as a

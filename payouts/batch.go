@@ -53,6 +53,7 @@ func (s *Service) createMany(ctx context.Context, reqs []createReq) []groupcommi
 			}
 			return out
 		}
+		s.creator.Fallback()
 		var insufficient *ledger.InsufficientFundsError
 		if !errors.As(err, &insufficient) {
 			s.log.WarnContext(ctx, "payouts: creating a batch of payouts failed; creating them one by one",

@@ -137,7 +137,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	s := &Service{pool: cfg.Pool, attempts: cfg.Attempts, provider: cfg.Provider, clock: cfg.Clock, log: cfg.Logger,
 		onFinal: cfg.OnFinal, onFinals: cfg.OnFinalMany, charges: cfg.Charges}
-	s.creator = groupcommit.New(groupcommit.Options{MaxBatch: 64, Flushers: 1}, s.createMany)
+	s.creator = groupcommit.New(groupcommit.Options{Name: "payouts_open", MaxBatch: 64, Flushers: 1}, s.createMany)
 	kinds := []attempts.Kind{attempts.KindPayout, attempts.KindPixTransfer, attempts.KindSplitLeg}
 	if cfg.Charges != nil {
 		kinds = append(kinds, attempts.KindRefund)

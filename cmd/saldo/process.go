@@ -23,6 +23,7 @@ import (
 	"github.com/saldo/saldo/api"
 	"github.com/saldo/saldo/attempts"
 	"github.com/saldo/saldo/internal/engine"
+	"github.com/saldo/saldo/internal/groupcommit"
 	"github.com/saldo/saldo/ledger"
 	"github.com/saldo/saldo/providers"
 )
@@ -96,6 +97,7 @@ func runProcess(ctx context.Context, pc processConfig) error {
 	metrics := attempts.NewMetrics()
 	reg.MustRegister(metrics.Collectors()...)
 	reg.MustRegister(ledger.Collectors()...)
+	reg.MustRegister(groupcommit.Collectors()...)
 
 	e, err := engine.New(engine.Config{
 		Pool: pool, Providers: pc.Providers, PayoutProvider: pc.PayoutProvider, ChargeProvider: pc.ChargeProvider,

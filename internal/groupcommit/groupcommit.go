@@ -14,7 +14,27 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
+
+// batchSize and fallbacks are every Batcher's metrics, labelled by its name.
+var (
+	batchSize = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "saldo_groupcommit_batch_size",
+		Help:    "Requests per group-commit batch, by batcher.",
+		Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128},
+	}, []string{"batcher"})
+	fallbacks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "saldo_groupcommit_fallbacks_total",
+		Help: "Batches rolled back and redone one request at a time, by batcher.",
+	}, []string{"batcher"})
+)
+
+// Collectors returns the group-commit metrics, for a registry.
+func Collectors() []prometheus.Collector {
+	return []prometheus.Collector{batchSize, fallbacks}
+}
 
 // Result is one request's answer.
 type Result[Res any] struct {
@@ -30,6 +50,8 @@ type Func[Req, Res any] func(ctx context.Context, reqs []Req) []Result[Res]
 
 // Options of a Batcher. Zero values take the defaults.
 type Options struct {
+	// Name labels the Batcher's metrics (for example "payouts_open").
+	Name string
 	// MaxBatch bounds a batch (default 64).
 	MaxBatch int
 	// Flushers is how many batches may be written at once (default 2): while
@@ -47,13 +69,16 @@ type Batcher[Req, Res any] struct {
 	queue   []*item[Req, Res]
 	running int
 
-	batches, requests atomic.Int64
+	batches, requests, fallbacks atomic.Int64
+	sizes                        prometheus.Observer
+	fallbackCounter              prometheus.Counter
 }
 
 // Stats counts what a Batcher has run.
 type Stats struct {
-	Batches  int64 // calls of the Func
-	Requests int64 // requests in them
+	Batches   int64 // calls of the Func
+	Requests  int64 // requests in them
+	Fallbacks int64 // batches the Func redid one request at a time (Fallback)
 }
 
 // PerBatch is the mean batch size.
@@ -66,7 +91,14 @@ func (s Stats) PerBatch() float64 {
 
 // Stats returns the counts so far.
 func (b *Batcher[Req, Res]) Stats() Stats {
-	return Stats{Batches: b.batches.Load(), Requests: b.requests.Load()}
+	return Stats{Batches: b.batches.Load(), Requests: b.requests.Load(), Fallbacks: b.fallbacks.Load()}
+}
+
+// Fallback counts a batch that its Func rolled back and redid one request
+// at a time (Stats.Fallbacks, saldo_groupcommit_fallbacks_total).
+func (b *Batcher[Req, Res]) Fallback() {
+	b.fallbacks.Add(1)
+	b.fallbackCounter.Inc()
 }
 
 type item[Req, Res any] struct {
@@ -83,7 +115,8 @@ func New[Req, Res any](o Options, run Func[Req, Res]) *Batcher[Req, Res] {
 	if o.Flushers <= 0 {
 		o.Flushers = 2
 	}
-	return &Batcher[Req, Res]{run: run, maxBatch: o.MaxBatch, flushers: o.Flushers}
+	return &Batcher[Req, Res]{run: run, maxBatch: o.MaxBatch, flushers: o.Flushers,
+		sizes: batchSize.WithLabelValues(o.Name), fallbackCounter: fallbacks.WithLabelValues(o.Name)}
 }
 
 // Do queues req and waits for its answer. A request whose ctx has ended by
@@ -143,6 +176,7 @@ func (b *Batcher[Req, Res]) write(batch []*item[Req, Res]) {
 	}
 	b.batches.Add(1)
 	b.requests.Add(int64(len(live)))
+	b.sizes.Observe(float64(len(live)))
 	reqs := make([]Req, len(live))
 	for i, it := range live {
 		reqs[i] = it.req

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // echo is what the test Func answers: the request back, with the size of
@@ -297,5 +299,33 @@ func TestPanicInFuncAnswersCallers(t *testing.T) {
 		if !errors.As(err, &pe) || pe.Value != "boom" || len(pe.Stack) == 0 {
 			t.Fatalf("Do after a panicking Func = %v, want a *PanicError with the value and a stack", err)
 		}
+	}
+}
+
+func TestStatsAndMetrics(t *testing.T) {
+	name := "test_stats_" + t.Name()
+	b := New(Options{Name: name, MaxBatch: 4, Flushers: 1}, func(ctx context.Context, reqs []int) []Result[int] {
+		out := make([]Result[int], len(reqs))
+		for i, r := range reqs {
+			out[i].Value = r
+		}
+		return out
+	})
+	for i := range 3 {
+		v, err := b.Do(context.Background(), i)
+		if err != nil || v != i {
+			t.Fatalf("Do(%d) = %d, %v", i, v, err)
+		}
+	}
+	b.Fallback()
+	st := b.Stats()
+	if st.Batches != 3 || st.Requests != 3 || st.Fallbacks != 1 || st.PerBatch() != 1 {
+		t.Fatalf("Stats = %+v, want 3 batches of 1 and 1 fallback", st)
+	}
+	if got := testutil.ToFloat64(fallbacks.WithLabelValues(name)); got != 1 {
+		t.Fatalf("saldo_groupcommit_fallbacks_total{batcher=%q} = %v, want 1", name, got)
+	}
+	if n := testutil.CollectAndCount(batchSize, "saldo_groupcommit_batch_size"); n == 0 {
+		t.Fatal("no saldo_groupcommit_batch_size series")
 	}
 }

@@ -236,7 +236,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 	}
 
 	bs := e.Attempts.BatchStats()
-	res.Creates, res.Records, res.RecordFallbacks = e.Payouts.CreateStats().PerBatch(), bs.Records.PerBatch(), bs.RecordFallbacks
+	res.Creates, res.Records, res.RecordFallbacks = e.Payouts.CreateStats().PerBatch(), bs.Records.PerBatch(), bs.Records.Fallbacks
 
 	rows, err := pool.Query(ctx, `SELECT updated_at - created_at, updated_at <= $2, status
 		FROM payouts WHERE merchant_id LIKE $1 AND created_at >= $3`, o.RunID+"\\_%", windowEnd, start)
