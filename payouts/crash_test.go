@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -66,6 +67,9 @@ func crashChild(mode, dbURL, simURL string) error {
 	if err != nil {
 		return err
 	}
+	if mode == "batch-mid-call" {
+		return crashChildBatch(ctx, att, svc)
+	}
 	p, err := svc.CreatePayout(ctx, payouts.PayoutRequest{MerchantID: merchant, ClientKey: "crash-1",
 		Operation: providers.OpPixTransfer, Amount: brl("42.00"), Destination: pixTo("joao@example.com")})
 	if err != nil {
@@ -78,6 +82,43 @@ func crashChild(mode, dbURL, simURL string) error {
 	fmt.Println("calling")
 	_, err = att.Execute(ctx, *p.CurrentAttemptID) // the parent kills us during this call
 	return fmt.Errorf("call returned before the kill: %v", err)
+}
+
+// crashBatch is how many payouts the batch child opens and sends at once.
+const crashBatch = 12
+
+// crashChildBatch opens crashBatch payouts concurrently (their opening
+// transactions group-committed), prints them, then executes them all at
+// once (first sends marked in flight together); the parent kills this
+// process while every call hangs at the provider.
+func crashChildBatch(ctx context.Context, att *attempts.Service, svc *payouts.Service) error {
+	ps := make([]payouts.Payout, crashBatch)
+	errs := make(chan error, crashBatch)
+	var wg sync.WaitGroup
+	for i := range ps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			ps[i], err = svc.CreatePayout(ctx, payouts.PayoutRequest{MerchantID: merchant, ClientKey: fmt.Sprintf("crash-%d", i),
+				Operation: providers.OpPixTransfer, Amount: brl("5.00"), Destination: pixTo("joao@example.com")})
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	for _, p := range ps {
+		fmt.Printf("payout %s %s\n", p.ID, p.CurrentAttemptID)
+	}
+	for _, p := range ps {
+		go att.Execute(ctx, *p.CurrentAttemptID) //nolint:errcheck // the parent kills us during these calls
+	}
+	select {}
 }
 
 // runChild starts the child and returns the payout id it printed; the child
@@ -187,6 +228,83 @@ func TestCrashMidCallNeverResends(t *testing.T) {
 			res2, err := audit.Run(e.ctx, e.pool)
 			require.NoError(t, err)
 			require.True(t, res2.OK(), res2.Summary())
+		})
+	}
+}
+
+// Crash with a batch in flight: a process opens crashBatch payouts at once
+// (group-committed) and sends them all at once (first sends marked in flight
+// by one statement), and is killed while every call hangs after the
+// provider recorded it. The restarted process finds each call in flight,
+// never re-sends (with or without provider idempotency keys, R20), resolves
+// each by lookup, and the provider holds exactly one operation per payout.
+func TestCrashMidBatchNeverResends(t *testing.T) {
+	t.Parallel()
+	for _, noKeys := range []bool{false, true} {
+		t.Run(fmt.Sprintf("noIdempotency=%v", noKeys), func(t *testing.T) {
+			t.Parallel()
+			e, url := crashEnv(t, sim.Config{NoIdempotency: noKeys, HangFor: 30 * time.Second,
+				Faults: []sim.FaultRule{{Kind: sim.FaultHangAfter}}})
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), childModeEnv+"=batch-mid-call", childDBEnv+"="+url, childSimEnv+"="+e.srv.URL())
+			cmd.Stderr = os.Stderr
+			out, err := cmd.StdoutPipe()
+			require.NoError(t, err)
+			require.NoError(t, cmd.Start())
+			sc := bufio.NewScanner(out)
+			var ids []string
+			for len(ids) < crashBatch && sc.Scan() {
+				fields := strings.Fields(sc.Text())
+				require.Len(t, fields, 3, sc.Text())
+				ids = append(ids, fields[1])
+			}
+			require.Len(t, ids, crashBatch, "the child opened every payout")
+			require.Eventually(t, func() bool { return len(e.srv.AllOperations()) == crashBatch }, 20*time.Second,
+				10*time.Millisecond, "the provider recorded every transfer")
+			require.NoError(t, cmd.Process.Kill())
+			_ = cmd.Wait()
+
+			var opened int
+			require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT count(DISTINCT xmin::text) FROM payouts`).Scan(&opened))
+			require.Less(t, opened, crashBatch, "the payouts were opened in shared transactions")
+			av, res := e.balances()
+			require.Equal(t, "40.00", av)
+			require.Equal(t, "60.00", res, "every reserve committed with its open")
+
+			var wg sync.WaitGroup
+			for _, id := range ids {
+				p := e.get(payouts.Payout{ID: id}).Payout
+				a := e.attempt(p)
+				require.Equal(t, attempts.StatusPending, a.Status)
+				require.True(t, a.CallInFlight(), "the batched mark left durable evidence of each call")
+				wg.Add(1)
+				go func() { // the restarted workers, all at once
+					defer wg.Done()
+					_, err := e.att.Execute(e.ctx, a.ID)
+					require.NoError(t, err)
+				}()
+			}
+			wg.Wait()
+			_, res = e.balances()
+			require.Equal(t, "60.00", res, "unknown holds every reserve (R22)")
+			e.clock.Advance(31 * time.Second)
+			for _, id := range ids {
+				p := e.get(payouts.Payout{ID: id}).Payout
+				a := e.attempt(p)
+				require.Equal(t, attempts.StatusUnknown, a.Status, "a call that may have left is unknown, never re-sent")
+				require.Equal(t, 1, a.CallCount)
+				r, err := e.att.Resolve(e.ctx, a.ID)
+				require.NoError(t, err)
+				for i := 0; i < 10 && r.Attempt.Status == attempts.StatusUnknown; i++ {
+					r = e.resolveAfter(p, r.RetryIn+time.Second)
+				}
+				require.Equal(t, attempts.StatusSucceeded, r.Attempt.Status)
+				require.Equal(t, 1, e.opsFor(a), "exactly one operation at the provider")
+			}
+			require.Len(t, e.srv.AllOperations(), crashBatch)
+			av, res = e.balances()
+			require.Equal(t, "40.00", av)
+			require.Equal(t, "0.00", res)
 		})
 	}
 }
