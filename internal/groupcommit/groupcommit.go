@@ -14,6 +14,7 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -57,6 +58,9 @@ type Options struct {
 	// Flushers is how many batches may be written at once (default 2): while
 	// one commits, the next fills.
 	Flushers int
+	// Linger, when positive, is how long a flusher waits for a batch to
+	// fill before writing one smaller than MaxBatch.
+	Linger time.Duration
 }
 
 // Batcher batches requests to a Func.
@@ -64,6 +68,7 @@ type Batcher[Req, Res any] struct {
 	run      Func[Req, Res]
 	maxBatch int
 	flushers int
+	linger   time.Duration
 
 	mu      sync.Mutex
 	queue   []*item[Req, Res]
@@ -115,7 +120,7 @@ func New[Req, Res any](o Options, run Func[Req, Res]) *Batcher[Req, Res] {
 	if o.Flushers <= 0 {
 		o.Flushers = 2
 	}
-	return &Batcher[Req, Res]{run: run, maxBatch: o.MaxBatch, flushers: o.Flushers,
+	return &Batcher[Req, Res]{run: run, maxBatch: o.MaxBatch, flushers: o.Flushers, linger: o.Linger,
 		sizes: batchSize.WithLabelValues(o.Name), fallbackCounter: fallbacks.WithLabelValues(o.Name)}
 }
 
@@ -146,6 +151,13 @@ func (b *Batcher[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 func (b *Batcher[Req, Res]) flush() {
 	for {
 		b.mu.Lock()
+		if b.linger > 0 && len(b.queue) > 0 && len(b.queue) < b.maxBatch {
+			// Let the batch fill: the callers that just got their answers
+			// are about to ask again.
+			b.mu.Unlock()
+			time.Sleep(b.linger)
+			b.mu.Lock()
+		}
 		n := min(len(b.queue), b.maxBatch)
 		if n == 0 {
 			b.running--

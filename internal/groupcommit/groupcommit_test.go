@@ -3,6 +3,7 @@ package groupcommit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -303,7 +304,7 @@ func TestPanicInFuncAnswersCallers(t *testing.T) {
 }
 
 func TestStatsAndMetrics(t *testing.T) {
-	name := "test_stats_" + t.Name()
+	name := fmt.Sprintf("test_stats_%d", time.Now().UnixNano()) // a fresh series per run (-count)
 	b := New(Options{Name: name, MaxBatch: 4, Flushers: 1}, func(ctx context.Context, reqs []int) []Result[int] {
 		out := make([]Result[int], len(reqs))
 		for i, r := range reqs {
