@@ -53,6 +53,12 @@ type Config struct {
 	// FetchPollInterval of River's producer. Default River's (1s); tests and
 	// benchmarks use a few milliseconds.
 	FetchPollInterval time.Duration
+	// FetchCooldown is the least time between two fetches of River's
+	// producer (default 10ms, River's own is 100ms). Each fetch takes at most
+	// as many jobs as there are free workers, so it bounds submits per
+	// second: MaxWorkers per cooldown. Group commit makes a submit cheap
+	// enough for River's 100ms to be the ceiling.
+	FetchCooldown time.Duration
 	// Attempts lets the caller tune the attempts core; Pool, Providers,
 	// Clock and Logger are filled in by the engine.
 	Attempts attempts.Config
@@ -151,9 +157,10 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.RunWorkers {
 		rc.Queues = map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.MaxWorkers}}
 		rc.PeriodicJobs = append(att.PeriodicJobs(), e.Periodic...)
+		rc.FetchCooldown = cmp.Or(cfg.FetchCooldown, 10*time.Millisecond)
 		if cfg.FetchPollInterval > 0 {
 			rc.FetchPollInterval = cfg.FetchPollInterval
-			rc.FetchCooldown = min(cfg.FetchPollInterval, 100*time.Millisecond)
+			rc.FetchCooldown = min(cfg.FetchPollInterval, rc.FetchCooldown)
 		}
 	}
 	client, err := river.NewClient(riverpgxv5.New(cfg.Pool), rc)
