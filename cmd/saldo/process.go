@@ -29,6 +29,11 @@ import (
 )
 
 // processConfig is one saldo process: which roles it runs and with what.
+// defaultMaxWorkers is --max-workers' default. Workers are cheap (they wait
+// in group-commit batches without a connection) and batches grow with them:
+// with 50, River's workers, not the database, capped payouts/s.
+const defaultMaxWorkers = 200
+
 type processConfig struct {
 	DatabaseURL string
 	Listen      string // HTTP address (the API, or /metrics and /healthz for workers only); empty: none
@@ -77,9 +82,12 @@ func runProcess(ctx context.Context, pc processConfig) error {
 		return fmt.Errorf("database URL: %w", err)
 	}
 	if pc.MaxWorkers <= 0 {
-		pc.MaxWorkers = 50
+		pc.MaxWorkers = defaultMaxWorkers
 	}
-	poolCfg.MaxConns = int32(max(int(poolCfg.MaxConns), pc.MaxWorkers/2+10))
+	// A River worker executing an attempt holds no connection while it waits
+	// in a group-commit batch; a batch holds one. The rest serve API requests,
+	// resolvers, webhooks and River itself.
+	poolCfg.MaxConns = int32(max(int(poolCfg.MaxConns), min(pc.MaxWorkers/4+10, 40)))
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
 		return fmt.Errorf("database: %w", err)

@@ -84,7 +84,7 @@ func runServe(ctx context.Context, args []string) error {
 	dbURL := databaseURL(fs)
 	listen := fs.String("listen", envOr("SALDO_LISTEN", "127.0.0.1:8080"), "API listen address ($SALDO_LISTEN)")
 	roles := fs.String("roles", envOr("SALDO_ROLES", "api,workers"), "what this process runs: api, workers or both ($SALDO_ROLES)")
-	maxWorkers := fs.Int("max-workers", env.int("SALDO_MAX_WORKERS", 50), "River workers ($SALDO_MAX_WORKERS)")
+	maxWorkers := fs.Int("max-workers", env.int("SALDO_MAX_WORKERS", defaultMaxWorkers), "River workers ($SALDO_MAX_WORKERS)")
 	simURL := fs.String("sim-url", os.Getenv("SALDO_SIM_URL"), "base URL of a simulated PSP (saldo sim-provider) ($SALDO_SIM_URL)")
 	simName := fs.String("sim-name", envOr("SALDO_SIM_NAME", "sim"), "provider name of the simulated PSP ($SALDO_SIM_NAME)")
 	connect := fs.Duration("provider-connect-timeout", env.duration("SALDO_PROVIDER_CONNECT_TIMEOUT", 3*time.Second),
