@@ -59,7 +59,8 @@ type Options struct {
 	// one commits, the next fills.
 	Flushers int
 	// Linger, when positive, is how long a flusher waits for a batch to
-	// fill before writing one smaller than MaxBatch.
+	// fill before writing one smaller than MaxBatch, when the batch before
+	// held more than one request (a lone caller does not wait).
 	Linger time.Duration
 }
 
@@ -70,9 +71,10 @@ type Batcher[Req, Res any] struct {
 	flushers int
 	linger   time.Duration
 
-	mu      sync.Mutex
-	queue   []*item[Req, Res]
-	running int
+	mu        sync.Mutex
+	queue     []*item[Req, Res]
+	running   int
+	lastBatch int // size of the last batch taken (under mu), kept while idle
 
 	batches, requests, fallbacks atomic.Int64
 	sizes                        prometheus.Observer
@@ -151,9 +153,10 @@ func (b *Batcher[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 func (b *Batcher[Req, Res]) flush() {
 	for {
 		b.mu.Lock()
-		if b.linger > 0 && len(b.queue) > 0 && len(b.queue) < b.maxBatch {
+		if b.linger > 0 && b.lastBatch > 1 && len(b.queue) > 0 && len(b.queue) < b.maxBatch {
 			// Let the batch fill: the callers that just got their answers
-			// are about to ask again.
+			// are about to ask again. Only under concurrency (the last
+			// batch had company): a lone caller never waits.
 			b.mu.Unlock()
 			time.Sleep(b.linger)
 			b.mu.Lock()
@@ -164,6 +167,7 @@ func (b *Batcher[Req, Res]) flush() {
 			b.mu.Unlock()
 			return
 		}
+		b.lastBatch = n
 		batch := make([]*item[Req, Res], n)
 		copy(batch, b.queue)
 		rest := copy(b.queue, b.queue[n:])

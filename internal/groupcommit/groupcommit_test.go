@@ -330,3 +330,60 @@ func TestStatsAndMetrics(t *testing.T) {
 		t.Fatal("no saldo_groupcommit_batch_size series")
 	}
 }
+
+func TestLingerLetsABatchFillUnderConcurrency(t *testing.T) {
+	var mu sync.Mutex
+	var sizes []int
+	release := make(chan struct{})
+	b := New(Options{MaxBatch: 10, Flushers: 1, Linger: 300 * time.Millisecond}, func(ctx context.Context, reqs []int) []Result[int] {
+		mu.Lock()
+		sizes = append(sizes, len(reqs))
+		first := len(sizes) == 2
+		mu.Unlock()
+		if first {
+			<-release // hold the first concurrent batch so the next callers queue behind it
+		}
+		return make([]Result[int], len(reqs))
+	})
+	do := func(i int) {
+		if _, err := b.Do(context.Background(), i); err != nil {
+			t.Error(err)
+		}
+	}
+
+	// A lone caller never waits for company.
+	start := time.Now()
+	do(0)
+	if d := time.Since(start); d > 200*time.Millisecond {
+		t.Fatalf("a lone caller waited %s", d)
+	}
+
+	// Concurrency: a batch of 1 is held while two more queue, so the next
+	// batch has company (2); after it, the flusher lingers, and a caller
+	// arriving 20ms after another still joins its batch.
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() { defer wg.Done(); do(1) }()
+	waitFor(t, "the held batch", func() bool { mu.Lock(); defer mu.Unlock(); return len(sizes) == 2 })
+	go func() { defer wg.Done(); do(2) }()
+	go func() { defer wg.Done(); do(3) }()
+	waitFor(t, "two queued callers", func() bool { return queuedLen(b) == 2 })
+	close(release)
+	wg.Wait()
+	wg.Add(2)
+	go func() { defer wg.Done(); do(4) }()
+	go func() { defer wg.Done(); time.Sleep(20 * time.Millisecond); do(5) }()
+	wg.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []int{1, 1, 2, 2}; fmt.Sprint(sizes) != fmt.Sprint(want) {
+		t.Fatalf("batch sizes %v, want %v", sizes, want)
+	}
+}
+
+func queuedLen[Req, Res any](b *Batcher[Req, Res]) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.queue)
+}
