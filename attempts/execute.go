@@ -43,7 +43,10 @@ type ExecuteResult struct {
 // Then phase 2 durably increments the call count in its own short
 // transaction, the call is made with no transaction open, and phase 3
 // records the classified result (event, conditional transition, owner
-// callback) in one short transaction.
+// callback) in one short transaction. Phases 2 and 3 (and the read before
+// them) are shared with the attempts other workers execute at the same
+// time (group commit, batch.go); a first send, which needs none of the
+// checks above, is read and marked by one statement.
 func (s *Service) Execute(ctx context.Context, id uuid.UUID) (ExecuteResult, error) {
 	// A first send needs none of the checks below: one statement, shared
 	// with the other first sends starting now, reads the attempt and marks
