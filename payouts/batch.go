@@ -36,35 +36,66 @@ type createReq struct {
 }
 
 // createMany creates a batch of payouts: together in one transaction when
-// it can, else one by one.
+// it can, else one by one. A reserve the ledger refuses (insufficient
+// balance) takes only its own request out of the batch: the rest is tried
+// again together (at most twice), and the refused request goes one by one
+// after it, so its answer comes from a transaction of its own.
 func (s *Service) createMany(ctx context.Context, reqs []createReq) []groupcommit.Result[Payout] {
 	out := make([]groupcommit.Result[Payout], len(reqs))
-	if len(reqs) > 1 {
-		created, err := s.createBatch(ctx, reqs)
+	together := make([]int, len(reqs))
+	for i := range together {
+		together[i] = i
+	}
+	var alone []int
+	for try := 0; len(together) > 1 && try < 3; try++ {
+		batch := make([]createReq, len(together))
+		for k, i := range together {
+			batch[k] = reqs[i]
+		}
+		created, err := s.createBatch(ctx, batch)
 		if err == nil {
-			for i, p := range created {
-				if p.ID != "" {
-					out[i].Value = p
+			for k, i := range together {
+				if created[k].ID != "" {
+					out[i].Value = created[k]
 					continue
 				}
 				// Its client key was claimed before: the one-by-one path
 				// returns the payout it made, or the conflict.
-				out[i].Value, out[i].Err = s.createOne(ctx, reqs[i])
+				alone = append(alone, i)
 			}
-			return out
+			together = nil
+			break
 		}
 		s.creator.Fallback()
-		var insufficient *ledger.InsufficientFundsError
-		if !errors.As(err, &insufficient) {
+		var refused *refusedReserve
+		if !errors.As(err, &refused) {
 			s.log.WarnContext(ctx, "payouts: creating a batch of payouts failed; creating them one by one",
-				"batch", len(reqs), "error", err)
+				"batch", len(batch), "error", err)
+			break
 		}
+		alone = append(alone, together[refused.index])
+		together = slices.Delete(together, refused.index, refused.index+1)
 	}
-	for i, r := range reqs {
-		out[i].Value, out[i].Err = s.createOne(ctx, r)
+	alone = append(alone, together...)
+	slices.Sort(alone)
+	for _, i := range alone {
+		out[i].Value, out[i].Err = s.createOne(ctx, reqs[i])
 	}
 	return out
 }
+
+// refusedReserve is createBatch's error when the ledger refused the reserve
+// of request index of the batch.
+type refusedReserve struct {
+	index int
+	err   error
+}
+
+func (e *refusedReserve) Error() string {
+	return fmt.Sprintf("payouts: reserve of request %d of a batch refused: %v", e.index, e.err)
+}
+
+func (e *refusedReserve) Unwrap() error { return e.err }
 
 // createOne is CreatePayout's one-at-a-time transaction.
 func (s *Service) createOne(ctx context.Context, r createReq) (Payout, error) {
@@ -149,8 +180,9 @@ func (s *Service) createBatch(ctx context.Context, reqs []createReq) ([]Payout, 
 		// should be held for as short a time as possible before COMMIT.
 		if _, err := ledger.PostMany(ctx, tx, ins); err != nil {
 			var be *ledger.BatchError
-			if errors.As(err, &be) {
-				return reserveError(ps[fresh[be.Index]], CauseReserve, be.Err)
+			var insufficient *ledger.InsufficientFundsError
+			if errors.As(err, &be) && errors.As(be.Err, &insufficient) {
+				return &refusedReserve{index: fresh[be.Index], err: reserveError(ps[fresh[be.Index]], CauseReserve, be.Err)}
 			}
 			return err
 		}

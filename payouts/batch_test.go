@@ -522,3 +522,38 @@ func TestAttemptsFinalMatchesAttemptFinal(t *testing.T) {
 	require.Equal(t, 1, one.LedgerTxs[payouts.CauseSettle])
 	require.Equal(t, 2, one.LedgerTxs[payouts.CauseRelease])
 }
+
+// A reserve the ledger refuses takes only its own request out of the
+// batch (R23): the others still open together in one transaction, and the
+// refused one is answered by a transaction of its own.
+func TestRefusedReserveLeavesTheRestBatched(t *testing.T) {
+	t.Parallel()
+	e := setup(t, sim.Config{}, "100.00")
+	e.addMerchant("rich", "1000.00")
+	req := func(m, amount string) payouts.PayoutRequest {
+		r := e.pix(amount)
+		r.MerchantID = m
+		return r
+	}
+	ps, errs := e.svc.CreateTogether(e.ctx, []payouts.PayoutRequest{
+		req("rich", "10.00"), req(merchant, "90.00"), req("rich", "10.00"), req(merchant, "20.00"), req("rich", "10.00"),
+	})
+	for i, err := range errs {
+		if i == 3 {
+			require.ErrorIs(t, err, payouts.ErrInsufficientBalance, "90.00 of 100.00 is reserved: 20.00 more is not there")
+			continue
+		}
+		require.NoError(t, err, "request %d", i)
+		require.Equal(t, payouts.StatusProcessing, ps[i].Status)
+	}
+	require.Equal(t, 1, e.count(`SELECT count(DISTINCT xmin::text) FROM payouts`), "the four affordable payouts opened in one transaction")
+	require.Equal(t, 4, e.count(`SELECT count(*) FROM payouts`))
+	av, res := e.balances()
+	require.Equal(t, "10.00", av)
+	require.Equal(t, "90.00", res)
+	av, res = e.balancesOf("rich")
+	require.Equal(t, "970.00", av)
+	require.Equal(t, "30.00", res)
+	st := e.svc.CreateStats()
+	require.EqualValues(t, 1, st.Fallbacks, "one batch rolled back for the refused reserve")
+}

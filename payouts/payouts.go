@@ -230,29 +230,38 @@ func validateCommon(amount money.Amount, description string, metadata map[string
 // payout may or may not exist: call again with the same ClientKey to learn
 // which (the same request returns the payout made).
 func (s *Service) CreatePayout(ctx context.Context, req PayoutRequest) (Payout, error) {
-	if req.Operation != providers.OpPixTransfer && req.Operation != providers.OpBankPayout {
-		return Payout{}, invalid("operation", "must be pix_transfer or bank_payout")
-	}
-	if err := validateCommon(req.Amount, req.Description, req.Metadata); err != nil {
-		return Payout{}, err
-	}
-	dest, err := ValidateDestination(req.Operation, req.Destination)
+	r, err := s.prepareCreate(ctx, req)
 	if err != nil {
 		return Payout{}, err
 	}
-	req.Destination = dest
-	hash := intent.RequestHash("payout", req.Operation, req.Amount.String(), req.Amount.Currency().Code(), dest, req.Description, req.Metadata)
+	return s.creator.Do(ctx, r)
+}
 
+// prepareCreate validates a CreatePayout request and makes sure its merchant
+// and accounts exist, before it joins a batch.
+func (s *Service) prepareCreate(ctx context.Context, req PayoutRequest) (createReq, error) {
+	if req.Operation != providers.OpPixTransfer && req.Operation != providers.OpBankPayout {
+		return createReq{}, invalid("operation", "must be pix_transfer or bank_payout")
+	}
+	if err := validateCommon(req.Amount, req.Description, req.Metadata); err != nil {
+		return createReq{}, err
+	}
+	dest, err := ValidateDestination(req.Operation, req.Destination)
+	if err != nil {
+		return createReq{}, err
+	}
+	req.Destination = dest
+	if len(req.ClientKey) > 255 {
+		return createReq{}, invalid("client_key", "longer than 255 characters")
+	}
+	hash := intent.RequestHash("payout", req.Operation, req.Amount.String(), req.Amount.Currency().Code(), dest, req.Description, req.Metadata)
 	if err := s.requireMerchant(ctx, req.MerchantID); err != nil {
-		return Payout{}, err
+		return createReq{}, err
 	}
 	if err := s.prepareAccounts(ctx, req.MerchantID, s.provider, req.Amount.Currency()); err != nil {
-		return Payout{}, err
+		return createReq{}, err
 	}
-	if len(req.ClientKey) > 255 {
-		return Payout{}, invalid("client_key", "longer than 255 characters")
-	}
-	return s.creator.Do(ctx, createReq{req: req, hash: hash})
+	return createReq{req: req, hash: hash}, nil
 }
 
 // Retry opens a new attempt, with a NEW key, for a payout whose last attempt
