@@ -247,15 +247,28 @@ func payoutNotice(p payouts.Payout) notice {
 }
 
 // ChargeFinal records a charge.<status> event (paid, failed, expired) like
-// PayoutFinal does for payouts. charges has no final hook yet: wire it as
-// that hook (called inside the transaction that makes the charge final)
-// when it has one.
+// PayoutFinal does for payouts. It is charges.Config.OnFinal (called inside
+// the transaction that makes the charge final); a charge not final is
+// skipped.
 func (n *Notifier) ChargeFinal(ctx context.Context, tx pgx.Tx, c charges.Charge) error {
-	if !c.Status.Final() {
+	return n.ChargesFinal(ctx, tx, []charges.Charge{c})
+}
+
+// ChargesFinal is ChargeFinal for charges made final together (the
+// group-committed record of their attempts), in three statements however
+// many they are. It is charges.Config.OnFinalMany.
+func (n *Notifier) ChargesFinal(ctx context.Context, tx pgx.Tx, cs []charges.Charge) error {
+	ns := make([]notice, 0, len(cs))
+	for _, c := range cs {
+		if c.Status.Final() {
+			ns = append(ns, notice{merchantID: c.MerchantID, typ: "charge." + string(c.Status), objectID: c.ID,
+				dedupe: "charge:" + c.ID + ":" + string(c.Status), data: chargeJSONOf(c)})
+		}
+	}
+	if len(ns) == 0 {
 		return nil
 	}
-	return n.record(ctx, tx, []notice{{merchantID: c.MerchantID, typ: "charge." + string(c.Status), objectID: c.ID,
-		dedupe: "charge:" + c.ID + ":" + string(c.Status), data: chargeJSONOf(c)}})
+	return n.record(ctx, tx, ns)
 }
 
 type eventEnvelope struct {

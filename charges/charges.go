@@ -188,6 +188,11 @@ type Config struct {
 	// now stands: the notification hook (R24). Returning an error rolls the
 	// transition back.
 	OnFinal func(ctx context.Context, tx pgx.Tx, c Charge) error
+	// OnFinalMany, optional, is OnFinal for the charges made final together
+	// (AttemptsFinal: the group-committed record of their attempts), called
+	// once with them in the order of their attempts. When nil, OnFinal is
+	// called for each.
+	OnFinalMany func(ctx context.Context, tx pgx.Tx, cs []Charge) error
 }
 
 // Service creates charges and owns their ledger effects.
@@ -204,6 +209,7 @@ type Service struct {
 	inline       bool
 	river        *river.Client[pgx.Tx]
 	onFinal      func(ctx context.Context, tx pgx.Tx, c Charge) error
+	onFinals     func(ctx context.Context, tx pgx.Tx, cs []Charge) error
 	accounts     sync.Map // account code -> id, only accounts known committed
 }
 
@@ -244,7 +250,8 @@ func New(cfg Config) (*Service, error) {
 	}
 	s := &Service{pool: cfg.Pool, attempts: cfg.Attempts, provider: cfg.Provider, clock: cfg.Clock, log: cfg.Logger,
 		queue: cfg.Queue, defaultFee: FeeRule{Percent: cfg.DefaultFeePercent}, pixExpiry: cfg.PixExpiry,
-		pollInterval: cfg.PollInterval, inline: cfg.SubmitInline, river: rc, onFinal: cfg.OnFinal}
+		pollInterval: cfg.PollInterval, inline: cfg.SubmitInline, river: rc, onFinal: cfg.OnFinal,
+		onFinals: cfg.OnFinalMany}
 	cfg.Attempts.RegisterOwner(attempts.KindCardCharge, s)
 	cfg.Attempts.RegisterOwner(attempts.KindPixCharge, s)
 	return s, nil

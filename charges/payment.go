@@ -60,55 +60,90 @@ func parseCob(data []byte) (cobData, bool) {
 //   - failed: the charge fails with the provider's reason; a cob that
 //     expired unpaid makes it expired.
 func (s *Service) AttemptFinal(ctx context.Context, tx pgx.Tx, a attempts.Attempt) error {
-	if err := s.attemptFinal(ctx, tx, a); err != nil || s.onFinal == nil {
+	if err := s.attemptFinal(ctx, tx, a); err != nil || (s.onFinal == nil && s.onFinals == nil) {
 		return err
 	}
 	c, err := s.get(ctx, tx, "", a.SubjectID)
 	if err != nil {
 		return err
 	}
+	if s.onFinal == nil {
+		return s.onFinals(ctx, tx, []Charge{c})
+	}
 	return s.onFinal(ctx, tx, c)
 }
 
 func (s *Service) attemptFinal(ctx context.Context, tx pgx.Tx, a attempts.Attempt) error {
-	if a.Kind != attempts.KindCardCharge && a.Kind != attempts.KindPixCharge {
-		return fmt.Errorf("charges: AttemptFinal for a %s attempt", a.Kind)
+	if err := checkKind(a); err != nil {
+		return err
 	}
 	c, err := s.lock(ctx, tx, "", a.SubjectID)
 	if err != nil {
 		return fmt.Errorf("charges: attempt %s names charge %s: %w", a.ID, a.SubjectID, err)
 	}
-	if c.AttemptID == nil || *c.AttemptID != a.ID {
-		return fmt.Errorf("charges: attempt %s is not the attempt of charge %s", a.ID, c.ID)
-	}
-	if c.Status.Final() {
-		return fmt.Errorf("charges: charge %s is %s; its attempt %s cannot finish again", c.ID, c.Status, a.ID)
+	if err := checkFinal(c, a); err != nil {
+		return err
 	}
 	now := s.clock.Now()
 	switch a.Status {
 	case attempts.StatusSucceeded:
 		return s.credit(ctx, tx, c, a, now)
 	case attempts.StatusFailed:
-		status := StatusFailed
-		cob, _ := parseCob(a.Data)
-		if c.Kind == KindPix && (a.FailureCode == failureCobExpired || cob.Status == cobExpired) {
-			status = StatusExpired
-		}
-		code, reason := a.FailureCode, a.FailureReason
-		if code == "" {
-			code = "failed"
-		}
+		f := failureOf(c, a)
 		_, err := tx.Exec(ctx, `UPDATE charges SET status = $2, failure_code = $3, failure_reason = $4,
 			provider_id = COALESCE(provider_id, $5), updated_at = $6
 			WHERE id = $1 AND status IN ('processing', 'awaiting_payment')`,
-			c.ID, status, code, nullable(reason), nullable(a.ProviderID), now)
+			c.ID, f.status, f.code, nullable(f.reason), nullable(a.ProviderID), now)
 		if err == nil {
-			s.log.InfoContext(ctx, "charge attempt failed", "charge_id", c.ID, "attempt_id", a.ID,
-				"reference", a.Reference, "provider", a.Provider, "status", status, "failure_code", code)
+			s.logFailed(ctx, c, a, f)
 		}
 		return err
 	}
 	return fmt.Errorf("charges: AttemptFinal called with status %s", a.Status)
+}
+
+// checkKind: only card and Pix charge attempts are charges'.
+func checkKind(a attempts.Attempt) error {
+	if a.Kind != attempts.KindCardCharge && a.Kind != attempts.KindPixCharge {
+		return fmt.Errorf("charges: AttemptFinal for a %s attempt", a.Kind)
+	}
+	return nil
+}
+
+// checkFinal: a is the locked charge c's attempt and c is not final yet.
+func checkFinal(c Charge, a attempts.Attempt) error {
+	if c.AttemptID == nil || *c.AttemptID != a.ID {
+		return fmt.Errorf("charges: attempt %s is not the attempt of charge %s", a.ID, c.ID)
+	}
+	if c.Status.Final() {
+		return fmt.Errorf("charges: charge %s is %s; its attempt %s cannot finish again", c.ID, c.Status, a.ID)
+	}
+	return nil
+}
+
+// failure is what a failed attempt makes of its charge.
+type failure struct {
+	status       Status
+	code, reason string
+}
+
+// failureOf: the charge fails with the provider's reason; a cob that
+// expired unpaid makes it expired.
+func failureOf(c Charge, a attempts.Attempt) failure {
+	f := failure{status: StatusFailed, code: a.FailureCode, reason: a.FailureReason}
+	cob, _ := parseCob(a.Data)
+	if c.Kind == KindPix && (a.FailureCode == failureCobExpired || cob.Status == cobExpired) {
+		f.status = StatusExpired
+	}
+	if f.code == "" {
+		f.code = "failed"
+	}
+	return f
+}
+
+func (s *Service) logFailed(ctx context.Context, c Charge, a attempts.Attempt, f failure) {
+	s.log.InfoContext(ctx, "charge attempt failed", "charge_id", c.ID, "attempt_id", a.ID,
+		"reference", a.Reference, "provider", a.Provider, "status", f.status, "failure_code", f.code)
 }
 
 // credit posts the ONE ledger transaction of a paid charge and marks it
@@ -117,6 +152,32 @@ func (s *Service) attemptFinal(ctx context.Context, tx pgx.Tx, a attempts.Attemp
 // ledger key is derived from the charge id: a second confirmation can never
 // credit twice.
 func (s *Service) credit(ctx context.Context, tx pgx.Tx, c Charge, a attempts.Attempt, now time.Time) error {
+	in, err := s.creditInput(ctx, tx, c, a)
+	if err != nil {
+		return err
+	}
+	t, err := ledger.Post(ctx, tx, in)
+	if err != nil {
+		return fmt.Errorf("charges: credit %s: %w", c.ID, err)
+	}
+	tag, err := tx.Exec(ctx, `UPDATE charges SET status = 'paid', paid_at = $2, paid_by = $3, credit_tx_id = $4,
+		provider_id = COALESCE(provider_id, $5), updated_at = $2
+		WHERE id = $1 AND status IN ('processing', 'awaiting_payment')`, c.ID, now, a.ResolvedBy, t.ID, nullable(a.ProviderID))
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("charges: charge %s changed under its row lock", c.ID)
+	}
+	s.logPaid(ctx, c, a, t.ID)
+	return nil
+}
+
+// creditInput is the ledger transaction that credits the paid charge c
+// (its attempt a): the provider's clearing account debited with the gross
+// amount, the merchant, the platform's fees and each split recipient
+// credited with their shares (a zero share is not posted).
+func (s *Service) creditInput(ctx context.Context, tx pgx.Tx, c Charge, a attempts.Attempt) (ledger.TransactionInput, error) {
 	cur := c.Amount.Currency()
 	var legs []ledger.PostingInput
 	add := func(spec ledger.AccountSpec, amt decimal.Decimal) error {
@@ -131,17 +192,17 @@ func (s *Service) credit(ctx context.Context, tx pgx.Tx, c Charge, a attempts.At
 		return nil
 	}
 	if err := add(ledger.ProviderClearing(c.Provider, cur), c.Amount.Decimal().Neg()); err != nil {
-		return err
+		return ledger.TransactionInput{}, err
 	}
 	if err := add(ledger.MerchantAvailable(c.MerchantID, cur), c.MerchantNet.Decimal()); err != nil {
-		return err
+		return ledger.TransactionInput{}, err
 	}
 	if err := add(ledger.PlatformFees(cur), c.Fee.Decimal()); err != nil {
-		return err
+		return ledger.TransactionInput{}, err
 	}
 	for _, sp := range c.Splits {
 		if err := add(ledger.MerchantAvailable(sp.RecipientID, cur), sp.Amount.Decimal()); err != nil {
-			return err
+			return ledger.TransactionInput{}, err
 		}
 	}
 	meta := map[string]string{"charge_id": c.ID, "attempt_id": a.ID.String(), "merchant_id": c.MerchantID,
@@ -149,7 +210,7 @@ func (s *Service) credit(ctx context.Context, tx pgx.Tx, c Charge, a attempts.At
 	if a.ProviderID != "" {
 		meta["provider_id"] = a.ProviderID
 	}
-	t, err := ledger.Post(ctx, tx, ledger.TransactionInput{
+	return ledger.TransactionInput{
 		IdempotencyKey: CauseCredit + ":" + c.ID,
 		CauseKind:      CauseCredit,
 		CauseID:        c.ID,
@@ -157,23 +218,13 @@ func (s *Service) credit(ctx context.Context, tx pgx.Tx, c Charge, a attempts.At
 			c.Kind, c.ID, c.Amount, c.Fee, c.MerchantNet, len(c.Splits), a.ID),
 		Metadata: meta,
 		Postings: legs,
-	})
-	if err != nil {
-		return fmt.Errorf("charges: credit %s: %w", c.ID, err)
-	}
-	tag, err := tx.Exec(ctx, `UPDATE charges SET status = 'paid', paid_at = $2, paid_by = $3, credit_tx_id = $4,
-		provider_id = COALESCE(provider_id, $5), updated_at = $2
-		WHERE id = $1 AND status IN ('processing', 'awaiting_payment')`, c.ID, now, a.ResolvedBy, t.ID, nullable(a.ProviderID))
-	if err != nil {
-		return err
-	}
-	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("charges: charge %s changed under its row lock", c.ID)
-	}
+	}, nil
+}
+
+func (s *Service) logPaid(ctx context.Context, c Charge, a attempts.Attempt, txID int64) {
 	s.log.InfoContext(ctx, "charge paid and credited", "charge_id", c.ID, "attempt_id", a.ID,
 		"reference", a.Reference, "provider", c.Provider, "amount", c.Amount.String(), "fee", c.Fee.String(),
-		"merchant_net", c.MerchantNet.String(), "paid_by", a.ResolvedBy, "ledger_tx", t.ID)
-	return nil
+		"merchant_net", c.MerchantNet.String(), "paid_by", a.ResolvedBy, "ledger_tx", txID)
 }
 
 // syncAwaiting moves a processing Pix charge to awaiting_payment once its

@@ -124,7 +124,7 @@ func New(cfg Config) (*Engine, error) {
 	cc := cfg.Charges
 	cc.Pool, cc.Attempts, cc.Clock, cc.Logger = cfg.Pool, att, cfg.Clock, cfg.Logger
 	cc.Provider = cmp.Or(cfg.ChargeProvider, cfg.PayoutProvider)
-	cc.OnFinal = notifier.ChargeFinal
+	cc.OnFinal, cc.OnFinalMany = notifier.ChargeFinal, notifier.ChargesFinal
 	ch, err := charges.New(cc)
 	if err != nil {
 		return nil, err
