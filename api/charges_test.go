@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/charges"
 	"github.com/saldo/saldo/providers/sim"
 )
 
@@ -48,7 +50,8 @@ func TestChargesAndRefunds(t *testing.T) {
 	require.Equal(t, "1100.00", av, "credited net of a zero fee")
 	require.Len(t, e.get("/v1/merchants/m1/charges?status=paid&kind=card", e.auditor).json(t)["data"], 1)
 
-	// The notification hook for charges, once charges calls it.
+	// The notification hook for charges (charges.Config.OnFinal in the
+	// engine) records one event per final status, however often called.
 	require.Equal(t, http.StatusCreated, e.do(req{method: http.MethodPost, path: "/v1/merchants/m1/notification-endpoints",
 		key: e.m1, body: map[string]any{"url": "http://127.0.0.1:1/hook"}}).Status)
 	paid, err := e.charges.Get(e.ctx, "m1", c["id"].(string))
@@ -82,6 +85,43 @@ func TestChargesAndRefunds(t *testing.T) {
 	r = e.post("/v1/merchants/m1/charges/"+d["id"].(string)+"/refunds", e.m1, "rf-3", nil)
 	require.Equal(t, http.StatusConflict, r.Status, string(r.Body))
 	require.Equal(t, "not_refundable", r.code(t))
+}
+
+// R24: ChargesFinal (charges.Config.OnFinalMany in the engine, called once
+// for the charges of a group-committed record) records what ChargeFinal
+// records for each: one event per final charge and endpoint, none for a
+// charge not final, and the same dedupe key, so the two never notify twice.
+func TestChargesFinalRecordsEachFinalCharge(t *testing.T) {
+	t.Parallel()
+	e := setup(t, sim.Config{})
+	require.Equal(t, http.StatusCreated, e.do(req{method: http.MethodPost, path: "/v1/merchants/m1/notification-endpoints",
+		key: e.m1, body: map[string]any{"url": "http://127.0.0.1:1/hook"}}).Status)
+	var cs []charges.Charge
+	for i, token := range []string{"tok_visa", "tok_decline", "tok_visa"} {
+		r := e.post("/v1/merchants/m1/charges", e.m1, fmt.Sprint("chf-", i),
+			map[string]any{"kind": "card", "amount": "10.00", "currency": "BRL", "card_token": token})
+		require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
+		c := r.json(t)
+		if i < 2 {
+			e.execute(c["attempt_id"].(string)) // the third stays processing
+		}
+		got, err := e.charges.Get(e.ctx, "m1", c["id"].(string))
+		require.NoError(t, err)
+		cs = append(cs, got)
+	}
+	require.Equal(t, []charges.Status{charges.StatusPaid, charges.StatusFailed, charges.StatusProcessing},
+		[]charges.Status{cs[0].Status, cs[1].Status, cs[2].Status})
+	require.NoError(t, pgx.BeginFunc(e.ctx, e.pool, func(tx pgx.Tx) error { return e.notif.ChargesFinal(e.ctx, tx, cs) }))
+	require.NoError(t, pgx.BeginFunc(e.ctx, e.pool, func(tx pgx.Tx) error { return e.notif.ChargeFinal(e.ctx, tx, cs[0]) }))
+	rows, err := e.pool.Query(e.ctx, `SELECT object_id || ' ' || type FROM notification_events
+		WHERE type LIKE 'charge.%' ORDER BY type`)
+	require.NoError(t, err)
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{cs[1].ID + " charge.failed", cs[0].ID + " charge.paid"}, got)
+	var jobs int
+	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT count(*) FROM river_job WHERE kind = 'saldo_deliver_notification'`).Scan(&jobs))
+	require.Equal(t, 2, jobs, "a delivery job per event")
 }
 
 // A Pix charge: the cob is created, the payer pays, the sim's webhook is

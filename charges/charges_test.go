@@ -1,6 +1,7 @@
 package charges_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -42,7 +43,7 @@ const (
 // with the provider's ParseWebhook and hands them to HandleProviderEvent),
 // the attempts core and charges, all on one manual clock.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	ctx   context.Context
 	pool  *pgxpool.Pool
 	clock *sim.ManualClock
@@ -107,6 +108,8 @@ type opts struct {
 	attTune  func(*attempts.Config)
 	// noAudit: the test breaks an invariant on purpose.
 	noAudit bool
+	// readTimeout of the provider client (default 300ms).
+	readTimeout time.Duration
 }
 
 // setup builds the env with merchants m1 (charging), m2 and m3 (split
@@ -114,7 +117,7 @@ type opts struct {
 // payouts, charges: each paid charge credited once with the right legs)
 // and the sim oracle (no reference with two money-moving operations), and
 // checks the webhook receiver never failed.
-func setup(t *testing.T, cfg sim.Config, o opts) *env {
+func setup(t testing.TB, cfg sim.Config, o opts) *env {
 	t.Helper()
 	ctx := context.Background()
 	e := &env{t: t, ctx: ctx, pool: testdb.New(t), clock: sim.NewManualClock(t0)}
@@ -128,7 +131,7 @@ func setup(t *testing.T, cfg sim.Config, o opts) *env {
 	e.srv = sim.NewServer(cfg).Start()
 	t.Cleanup(e.srv.Close)
 	e.prov = e.srv.NewProvider(sim.WithHTTPSettings(providers.HTTPSettings{
-		ConnectTimeout: time.Second, ReadTimeout: 300 * time.Millisecond}))
+		ConnectTimeout: time.Second, ReadTimeout: cmp.Or(o.readTimeout, 300*time.Millisecond)}))
 	var err error
 	ac := attempts.Config{Pool: e.pool, Clock: e.clock, Providers: map[string]providers.Provider{e.prov.Name(): e.prov}}
 	if o.attTune != nil {
