@@ -23,6 +23,11 @@
 //     and credits the charge inside it; an expired cob is its failure and
 //     makes the charge expired.
 //
+// Charges executed at the same time are recorded together: the attempts
+// core hands their final attempts to AttemptsFinal in one transaction,
+// which posts all their credits with one ledger.PostMany (batch.go; the
+// same results as AttemptFinal for each).
+//
 // A charge is credited at most once however many confirmations arrive
 // (webhook, poll and resolver, duplicates, out of order): the attempt moves
 // to succeeded once (a conditional update, R10), the credit locks the charge
