@@ -47,18 +47,18 @@ func (s *Service) AttemptsFinal(ctx context.Context, tx pgx.Tx, as []attempts.At
 		}
 		return nil
 	}
-	for _, a := range as {
-		if err := checkKind(a); err != nil {
-			return err
-		}
-	}
 	locked, err := s.lockMany(ctx, tx, ids)
 	if err != nil {
 		return err
 	}
+	// AttemptFinal's checks, attempt by attempt, so the first refusal is
+	// the one calling it for each in turn would give.
 	cs := make([]Charge, len(as))
 	var paid, failed []int
 	for i, a := range as {
+		if err := checkKind(a); err != nil {
+			return err
+		}
 		c, ok := locked[a.SubjectID]
 		if !ok {
 			return fmt.Errorf("charges: attempt %s names charge %s: %w", a.ID, a.SubjectID, ErrNotFound)
