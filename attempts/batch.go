@@ -40,6 +40,9 @@ func (s *Service) batchOwner(kind Kind) (BatchOwner, bool) {
 
 // newBatchers builds the Execute phase batchers (they start no goroutine).
 func (s *Service) newBatchers() {
+	for name := range s.providers {
+		s.providerNames = append(s.providerNames, name)
+	}
 	o := func(name string) groupcommit.Options {
 		return groupcommit.Options{Name: name, MaxBatch: 64, Flushers: 1}
 	}
@@ -130,11 +133,7 @@ const firstSendSQL = `UPDATE attempts a SET call_count = 1, call_started_at = $2
 // first send is answered with the zero Attempt.
 func (s *Service) firstSendMany(ctx context.Context, ids []uuid.UUID) []groupcommit.Result[Attempt] {
 	out := make([]groupcommit.Result[Attempt], len(ids))
-	provs := make([]string, 0, len(s.providers))
-	for name := range s.providers {
-		provs = append(provs, name)
-	}
-	marked, err := s.queryByIDs(ctx, s.pool, firstSendSQL, ids, s.clock.Now(), provs)
+	marked, err := s.queryByIDs(ctx, s.pool, firstSendSQL, ids, s.clock.Now(), s.providerNames)
 	for i, id := range ids {
 		if err != nil {
 			out[i].Err = fmt.Errorf("attempts: mark first call in flight: %w", err)
@@ -169,17 +168,6 @@ const startSQL = `UPDATE attempts a SET call_count = u.call_no, call_started_at 
 // answer says whether that attempt's mark took.
 func (s *Service) startMany(ctx context.Context, reqs []startReq) []groupcommit.Result[bool] {
 	out := make([]groupcommit.Result[bool], len(reqs))
-	if len(reqs) == 1 {
-		r := reqs[0]
-		tag, err := s.pool.Exec(ctx, `UPDATE attempts SET call_count = $2, call_started_at = $3, next_send_at = NULL,
-			updated_at = $3 WHERE id = $1 AND status = 'pending' AND call_count = $4 AND calls_recorded = $4
-			AND provider_state IS DISTINCT FROM 'processing'`, r.id, r.callNo, r.started, r.callNo-1)
-		if err != nil {
-			out[0].Err = fmt.Errorf("attempts: mark call in flight: %w", err)
-		}
-		out[0].Value = tag.RowsAffected() == 1
-		return out
-	}
 	ids, calls, started := make([]string, len(reqs)), make([]int32, len(reqs)), make([]time.Time, len(reqs))
 	for i, r := range reqs {
 		ids[i], calls[i], started[i] = r.id.String(), int32(r.callNo), r.started

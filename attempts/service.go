@@ -112,6 +112,8 @@ type Service struct {
 	log       *slog.Logger
 	metrics   *Metrics
 	providers map[string]providers.Provider
+	// providerNames are the keys of providers (firstSendSQL's argument).
+	providerNames []string
 
 	mu     sync.RWMutex
 	owners map[Kind]Owner

@@ -287,7 +287,7 @@ func (s *Service) AttemptsFinal(ctx context.Context, tx pgx.Tx, as []attempts.At
 		ids[i] = a.SubjectID
 	}
 	slices.Sort(ids)
-	if len(slices.Compact(slices.Clone(ids))) != len(ids) {
+	if len(slices.Compact(ids)) != len(as) {
 		// Two final attempts of one payout in one batch: one at a time.
 		for _, a := range as {
 			if err := s.AttemptFinal(ctx, tx, a); err != nil {
@@ -334,13 +334,7 @@ func (s *Service) AttemptsFinal(ctx context.Context, tx pgx.Tx, as []attempts.At
 				return err
 			}
 		}
-		cause, from, to := CauseSettle, ledger.AccountSpec{}, ledger.AccountSpec{}
-		if a.Status == attempts.StatusSucceeded {
-			from, to = settleSpecs(p, a.ID)
-		} else {
-			cause = CauseRelease
-			from, to = releaseSpecs(p)
-		}
+		cause, from, to := finalMove(p, a)
 		if ins[i], err = s.moveInput(ctx, tx, p, a.ID, cause, from, to); err != nil {
 			return err
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
 
+	"github.com/saldo/saldo/attempts"
 	"github.com/saldo/saldo/ledger"
 	"github.com/saldo/saldo/money"
 )
@@ -166,11 +167,17 @@ func (s *Service) reserve(ctx context.Context, tx pgx.Tx, p Payout, attemptID uu
 	return s.move(ctx, tx, p, attemptID, CauseReserve, from, to)
 }
 
-// settle moves the reserve to the provider's clearing account: the money
-// left the platform.
-func (s *Service) settle(ctx context.Context, tx pgx.Tx, p Payout, attemptID uuid.UUID) error {
-	from, to := settleSpecs(p, attemptID)
-	return s.move(ctx, tx, p, attemptID, CauseSettle, from, to)
+// finalMove is the ledger effect of a final attempt a of p: settle (the
+// reserve moves to the provider's clearing account: the money left the
+// platform) when it succeeded, release (the reserve goes back to available:
+// the money never left) when it failed.
+func finalMove(p Payout, a attempts.Attempt) (cause string, from, to ledger.AccountSpec) {
+	if a.Status == attempts.StatusSucceeded {
+		from, to = settleSpecs(p, a.ID)
+		return CauseSettle, from, to
+	}
+	from, to = releaseSpecs(p)
+	return CauseRelease, from, to
 }
 
 // ClearingShards is how many accounts a provider's clearing balance is
@@ -206,11 +213,4 @@ func ClearingBalance(ctx context.Context, db ledger.DBTX, provider string, cur m
 		total = total.Add(a.Balance)
 	}
 	return total, nil
-}
-
-// release gives the reserve back to available: the attempt failed
-// definitively, so the money never left.
-func (s *Service) release(ctx context.Context, tx pgx.Tx, p Payout, attemptID uuid.UUID) error {
-	from, to := releaseSpecs(p)
-	return s.move(ctx, tx, p, attemptID, CauseRelease, from, to)
 }

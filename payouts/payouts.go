@@ -90,7 +90,8 @@ type Config struct {
 	// OnFinalMany, optional, is OnFinal for the payouts made final together
 	// (the attempts core records concurrent calls in one transaction): when
 	// set it is called once for them instead of OnFinal for each, and must
-	// do for each what OnFinal does.
+	// do for each what OnFinal does. Set alone, it also serves the payouts
+	// made final one at a time.
 	OnFinalMany func(ctx context.Context, tx pgx.Tx, ps []Payout) error
 	// Charges, optional, enables refunds of its charges.
 	Charges *charges.Service
@@ -363,13 +364,11 @@ func (s *Service) AttemptFinal(ctx context.Context, tx pgx.Tx, a attempts.Attemp
 	// effect last: the ledger write locks shared accounts (the merchant's
 	// reserve, a clearing shard), so it comes as close to COMMIT as possible.
 	var np Payout
-	effect := s.settle
 	switch a.Status {
 	case attempts.StatusSucceeded:
 		np, err = scanPayout(tx.QueryRow(ctx, `UPDATE payouts SET status = 'succeeded', failure_code = NULL,
 			failure_reason = NULL, updated_at = $2 WHERE id = $1 RETURNING `+payoutColumns, p.ID, now))
 	case attempts.StatusFailed:
-		effect = s.release
 		np, err = scanPayout(tx.QueryRow(ctx, `UPDATE payouts SET status = 'failed', failure_code = $2,
 			failure_reason = $3, updated_at = $4 WHERE id = $1 AND current_attempt_id = $5 RETURNING `+payoutColumns,
 			p.ID, nullable(a.FailureCode), nullable(a.FailureReason), now, a.ID))
@@ -379,11 +378,16 @@ func (s *Service) AttemptFinal(ctx context.Context, tx pgx.Tx, a attempts.Attemp
 	default:
 		return fmt.Errorf("payouts: AttemptFinal called with status %s", a.Status)
 	}
-	if err == nil && s.onFinal != nil {
+	switch {
+	case err != nil:
+	case s.onFinal != nil:
 		err = s.onFinal(ctx, tx, np)
+	case s.onFinals != nil:
+		err = s.onFinals(ctx, tx, []Payout{np})
 	}
 	if err == nil {
-		err = effect(ctx, tx, p, a.ID)
+		cause, from, to := finalMove(p, a)
+		err = s.move(ctx, tx, p, a.ID, cause, from, to)
 	}
 	if err == nil {
 		s.log.InfoContext(ctx, "payout attempt final", "payout_id", p.ID, "attempt_id", a.ID,

@@ -10,6 +10,7 @@ package groupcommit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime/debug"
 	"sync"
@@ -231,10 +232,4 @@ type PanicError struct {
 
 func (e *PanicError) Error() string { return fmt.Sprintf("groupcommit: batch panicked: %v", e.Value) }
 
-type shortAnswer struct{}
-
-func (shortAnswer) Error() string {
-	return "groupcommit: batch function answered fewer requests than it was given"
-}
-
-var errShortAnswer error = shortAnswer{}
+var errShortAnswer = errors.New("groupcommit: batch function answered fewer requests than it was given")
