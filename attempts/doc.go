@@ -1,5 +1,5 @@
 // Package attempts is saldo's core for talking to payment providers without
-// ever paying (or charging) twice (RULES.md R1-R20).
+// ever paying (or charging) twice (docs/rules.md R1-R20).
 //
 // An attempt is one conversation with a provider to realise one subject: a
 // payout, a Pix transfer, a refund, a split leg or a charge. The owning

@@ -1,6 +1,6 @@
 // Package charges takes money in: card charges and Pix charges (cobs), on
-// the same attempt and resolver core as the money that goes out (RULES.md
-// R1-R20, ARCHITECTURE.md "Inbound charges").
+// the same attempt and resolver core as the money that goes out (docs/rules.md
+// R1-R20, docs/architecture.md "Charges (incoming money)").
 //
 // A Charge is the intent (merchant, amount, kind, the fee rule and split
 // rules applied); each conversation with the provider is an attempt

@@ -16,7 +16,7 @@
 // again by PostgreSQL at COMMIT (a deferred constraint trigger), so an
 // unbalanced transaction cannot be committed even by code that bypasses this
 // package. An account that forbids negatives is protected by a CHECK
-// constraint on its balance column (RULES.md R23).
+// constraint on its balance column (docs/rules.md R23).
 //
 // Every posting records the account's balance after it, a gap-free
 // per-account sequence number and a sha256 over its canonical content chained

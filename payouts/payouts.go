@@ -1,5 +1,5 @@
 // Package payouts moves money out of the platform: bank payouts, Pix
-// transfers, refunds and split payouts (RULES.md R21-R23).
+// transfers, refunds and split payouts (docs/rules.md R21-R23).
 //
 // The rule that defines it: the merchant's available balance is debited into
 // a reserve in the SAME database transaction that opens the attempt; the

@@ -6,7 +6,7 @@
 // The package knows nothing about attempts, the ledger or money movement. An
 // adapter's job is narrow: turn a neutral OperationInput into the exact bytes
 // it will send (once, when the attempt is opened), send those bytes in ONE
-// HTTP exchange per Submit call (no hidden retries, RULES.md R12), look an
+// HTTP exchange per Submit call (no hidden retries, docs/rules.md R12), look an
 // operation up by our own reference (R13-R16), and verify and parse webhooks
 // (R17).
 package providers
