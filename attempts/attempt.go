@@ -85,6 +85,17 @@ type Attempt struct {
 	UnknownAt      *time.Time
 	ResolvedAt     *time.Time
 	ResolvedBy     string
+	// AcknowledgedAt is when the provider first showed it holds the
+	// operation (a 2xx, a provider id, a 409 "key in use", a processing
+	// report); Acknowledgement says what it said. After it, "not found"
+	// proves nothing (R16): the attempt never fails on a lookup.
+	AcknowledgedAt  *time.Time
+	Acknowledgement string
+	// DivergedAt is when a provider reported succeeded for this attempt
+	// after it was resolved failed (Divergence says who and how): money
+	// may have left while the reserve went back. Review and audit report it.
+	DivergedAt *time.Time
+	Divergence string
 	// Data is operation output worth keeping (pix_charge: copy-and-paste).
 	Data      json.RawMessage
 	CreatedAt time.Time
@@ -94,6 +105,14 @@ type Attempt struct {
 // CallInFlight reports whether a call was started and its result never
 // recorded: the request may have left (crash, or a call still running).
 func (a Attempt) CallInFlight() bool { return a.CallCount > a.CallsRecorded }
+
+// Acknowledged reports whether the provider ever named or acknowledged the
+// operation: a provider id, a provider state, or a recorded acknowledgement
+// (any 2xx, a 409 "key in use"). A lookup's "not found" after it is a
+// contradiction, never proof of absence (R16).
+func (a Attempt) Acknowledged() bool {
+	return a.AcknowledgedAt != nil || a.ProviderID != "" || a.ProviderState != ""
+}
 
 // AwaitingResolution reports whether the attempt waits for a lookup or a
 // webhook: unknown, or pending and reported processing by the provider with
@@ -107,7 +126,8 @@ const attemptColumns = `id, kind, subject_id, provider, operation, idempotency_k
 	payload, payload_sha256, status, provider_state, provider_id, failure_code, failure_reason,
 	call_count, calls_recorded, call_started_at, call_ended_at, next_send_at, last_error,
 	key_expires_at, lookup_count, last_lookup_at, next_lookup_at, processing_since, review,
-	review_reason, review_at, unknown_at, resolved_at, resolved_by, data, created_at, updated_at`
+	review_reason, review_at, unknown_at, resolved_at, resolved_by, data, created_at, updated_at,
+	acknowledged_at, acknowledgement, diverged_at, divergence`
 
 // qualifiedAttemptColumns is attemptColumns of the table aliased a.
 var qualifiedAttemptColumns = sqlcols.Qualify("a", attemptColumns)
@@ -119,13 +139,14 @@ func scanAttempt(row pgx.Row) (Attempt, error) {
 // scanAttemptAfter scans a row of the columns of before, then attemptColumns.
 func scanAttemptAfter(row pgx.Row, before ...any) (Attempt, error) {
 	var a Attempt
-	var providerState, providerID, failureCode, failureReason, lastError, reviewReason, resolvedBy *string
+	var providerState, providerID, failureCode, failureReason, lastError, reviewReason, resolvedBy, ack, divergence *string
 	var data []byte
 	err := row.Scan(append(before, &a.ID, &a.Kind, &a.SubjectID, &a.Provider, &a.Operation, &a.IdempotencyKey, &a.Reference,
 		&a.Payload, &a.PayloadSHA256, &a.Status, &providerState, &providerID, &failureCode, &failureReason,
 		&a.CallCount, &a.CallsRecorded, &a.CallStartedAt, &a.CallEndedAt, &a.NextSendAt, &lastError,
 		&a.KeyExpiresAt, &a.LookupCount, &a.LastLookupAt, &a.NextLookupAt, &a.ProcessingFrom, &a.Review,
-		&reviewReason, &a.ReviewAt, &a.UnknownAt, &a.ResolvedAt, &resolvedBy, &data, &a.CreatedAt, &a.UpdatedAt)...)
+		&reviewReason, &a.ReviewAt, &a.UnknownAt, &a.ResolvedAt, &resolvedBy, &data, &a.CreatedAt, &a.UpdatedAt,
+		&a.AcknowledgedAt, &ack, &a.DivergedAt, &divergence)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return a, ErrNotFound
 	}
@@ -139,6 +160,8 @@ func scanAttemptAfter(row pgx.Row, before ...any) (Attempt, error) {
 	a.LastError = deref(lastError)
 	a.ReviewReason = deref(reviewReason)
 	a.ResolvedBy = deref(resolvedBy)
+	a.Acknowledgement = deref(ack)
+	a.Divergence = deref(divergence)
 	if len(data) > 0 {
 		a.Data = data
 	}

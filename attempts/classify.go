@@ -1,6 +1,10 @@
 package attempts
 
-import "github.com/saldo/saldo/providers"
+import (
+	"fmt"
+
+	"github.com/saldo/saldo/providers"
+)
 
 // Outcome is the class of one provider exchange (R2, R3): what we know about
 // whether the provider holds the operation, and so what may happen next.
@@ -131,4 +135,34 @@ func Classify(r providers.SubmitResult) Outcome {
 		return OutcomeFailed
 	}
 	return OutcomeUnknown
+}
+
+// acknowledgement says whether a Submit answer shows that the provider
+// holds (or is making) the operation, and how: any 2xx (even one whose
+// state or body we cannot read), an answer naming the provider's id for
+// it, or a 409 / "in flight" / "duplicate" for our key or reference. ""
+// when it shows nothing. An acknowledged operation exists at the provider:
+// after it, a lookup's "not found" is the provider's search lagging, never
+// proof of absence (R16, PITFALLS "Any answer that names the provider's
+// operation ... is an acknowledgement").
+func acknowledgement(r providers.SubmitResult) string {
+	ex := r.Exchange
+	var what string
+	switch {
+	case ex.StatusCode >= 200 && ex.StatusCode < 300:
+		what = fmt.Sprintf("HTTP %d", ex.StatusCode)
+		if r.State != "" {
+			what += " state " + string(r.State)
+		}
+	case ex.StatusCode == 409 || r.Refinement == providers.RefineInFlight || r.Refinement == providers.RefineDuplicate:
+		what = fmt.Sprintf("HTTP %d key or reference in use", ex.StatusCode)
+	case r.ProviderID != "":
+		what = fmt.Sprintf("HTTP %d", ex.StatusCode)
+	default:
+		return ""
+	}
+	if r.ProviderID != "" {
+		what += ", provider id " + r.ProviderID
+	}
+	return what
 }

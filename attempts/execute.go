@@ -205,6 +205,13 @@ func (s *Service) lookupBeforeResend(ctx context.Context, prov providers.Provide
 	case lookupFound:
 		return true, res, nil
 	case lookupNotFound:
+		if out.Status == StatusPending && out.Acknowledged() {
+			// The provider acknowledged an earlier call: "not found" is its
+			// search lagging, not absence (R16). Never re-send on it.
+			r, err := s.executeToUnknown(ctx, out, "lookup before re-send found nothing, but the provider acknowledged an earlier call ("+
+				out.Acknowledgement+"): resolve by lookup, never re-send (R16, R20)")
+			return true, r, err
+		}
 		if out.Status == StatusPending && out.CallCount == a.CallCount && !out.CallInFlight() {
 			return false, res, nil // proven absent after the window: safe to send
 		}
@@ -313,6 +320,18 @@ func (s *Service) applyOutcome(ctx context.Context, tx pgx.Tx, after *afterCommi
 	callNo, sr, outcome, ex := r.callNo, r.sr, r.outcome, r.sr.Exchange
 	out := recorded{a: la}
 	var err error
+	if outcome != OutcomeSucceeded && outcome != OutcomeFailed {
+		// Whatever the answer leads to, keep what it acknowledged (the
+		// provider id, a 2xx, a 409 "key in use"): after it a lookup's
+		// "not found" proves nothing (R16; issue 13 finding 2).
+		if ack := acknowledgement(sr); ack != "" {
+			la, err = s.acknowledge(ctx, tx, after, la, ActorWorker, sr.ProviderID, fmt.Sprintf("call %d: %s", callNo, ack))
+			if err != nil {
+				return out, err
+			}
+			out.a = la
+		}
+	}
 	switch outcome {
 	case OutcomeSucceeded, OutcomeFailed:
 		if la.Status.Final() && la.Status != outcome.Status() {

@@ -222,9 +222,12 @@ func (s *Service) Resolve(ctx context.Context, id uuid.UUID) (ResolveResult, err
 			res.Attempt, res.Transitioned = na, na.Status != before
 			return err
 		case lookupNotFound:
-			if la.Status != StatusUnknown || la.ProviderID != "" || la.ProviderState != "" {
-				// The provider already named or acknowledged this operation:
-				// a later "not found" contradicts it and proves nothing.
+			if la.Status != StatusUnknown || la.Acknowledged() {
+				// The provider already named or acknowledged this operation
+				// (a provider id, a 2xx, a 409 "key in use", a processing
+				// report): a later "not found" contradicts it and proves
+				// nothing. Never failed on it; the lookups go on and, once
+				// exhausted, a human decides (R16, R18).
 				return nil
 			}
 			// Counted from the latest moment the request could still have

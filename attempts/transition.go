@@ -162,6 +162,36 @@ func (s *Service) flagReview(ctx context.Context, tx pgx.Tx, after *afterCommit,
 	return na, nil
 }
 
+// acknowledge keeps on the open attempt a what the provider acknowledged
+// (R16; issue 13 finding 2): the first acknowledgement's time and words,
+// and the provider id when it names one and none is recorded. A provider id
+// other than the recorded one is a contradiction: the attempt is flagged
+// for review and the recorded id kept. A final attempt is left alone.
+func (s *Service) acknowledge(ctx context.Context, tx pgx.Tx, after *afterCommit, a Attempt, actor Actor, providerID, what string) (Attempt, error) {
+	if !a.Status.Open() {
+		return a, nil
+	}
+	if providerID != "" && a.ProviderID != "" && providerID != a.ProviderID {
+		fa, err := s.flagReview(ctx, tx, after, a, actor, fmt.Sprintf("%s: provider id %q, recorded %q: possible duplicate operation",
+			what, providerID, a.ProviderID))
+		if err != nil {
+			return a, err
+		}
+		a, providerID = fa, ""
+	}
+	if a.AcknowledgedAt != nil && (providerID == "" || a.ProviderID != "") {
+		return a, nil // nothing new to keep
+	}
+	now := s.clock.Now()
+	na, err := scanAttempt(tx.QueryRow(ctx, `UPDATE attempts SET provider_id = COALESCE(provider_id, $2),
+		acknowledged_at = COALESCE(acknowledged_at, $3), acknowledgement = COALESCE(acknowledgement, $4), updated_at = $3
+		WHERE id = $1 RETURNING `+attemptColumns, a.ID, nullable(providerID), now, truncate(what, maxErrorText)))
+	if err != nil {
+		return a, fmt.Errorf("attempts: keep acknowledgement of %s: %w", a.ID, err)
+	}
+	return na, nil
+}
+
 // markProcessing records that the provider accepted the operation and has not
 // finished it: the attempt stays open (pending stays pending, unknown stays
 // unknown) and a resolver job follows it up.
