@@ -24,7 +24,13 @@ import (
 // recorded together to AttemptsFinal at once. Each answer is the one the
 // one-at-a-time path gives; anything unusual (a client key used before, an
 // insufficient balance, any error) sends the batch's requests down that
-// path, one transaction each, after the batch rolled back.
+// path, one transaction each.
+//
+// A batch whose COMMIT was sent but not answered (a cut connection) may
+// have committed (PITFALLS): so each request's payout id is made once,
+// before its first try, and every try uses it. A try after such an error
+// first looks for that payout (and any error is followed by a look too):
+// what committed is answered, never created again (issue 13, R22).
 
 // CreateStats is how CreatePayout calls were batched.
 func (s *Service) CreateStats() groupcommit.Stats { return s.creator.Stats() }
@@ -33,6 +39,9 @@ func (s *Service) CreateStats() groupcommit.Stats { return s.creator.Stats() }
 type createReq struct {
 	req  PayoutRequest
 	hash []byte
+	// id is the payout's id, made before the first try and kept by every
+	// try, so that a try after an ambiguous commit finds what committed.
+	id string
 }
 
 // createMany creates a batch of payouts: together in one transaction when
@@ -41,7 +50,14 @@ type createReq struct {
 // again together (at most twice), and the refused request goes one by one
 // after it, so its answer comes from a transaction of its own.
 func (s *Service) createMany(ctx context.Context, reqs []createReq) []groupcommit.Result[Payout] {
+	for i := range reqs {
+		if reqs[i].id == "" {
+			reqs[i].id = newPayoutID()
+		}
+	}
 	out := make([]groupcommit.Result[Payout], len(reqs))
+	// redo: the batch failed in a way that may have committed it.
+	redo := false
 	together := make([]int, len(reqs))
 	for i := range together {
 		together[i] = i
@@ -69,7 +85,10 @@ func (s *Service) createMany(ctx context.Context, reqs []createReq) []groupcommi
 		s.creator.Fallback()
 		var refused *refusedReserve
 		if !errors.As(err, &refused) {
-			s.log.WarnContext(ctx, "payouts: creating a batch of payouts failed; creating them one by one",
+			// Maybe committed (a lost COMMIT answer): the one-by-one tries
+			// look for each payout first.
+			redo = true
+			s.log.WarnContext(ctx, "payouts: creating a batch of payouts failed; creating them one by one, each only if it did not commit",
 				"batch", len(batch), "error", err)
 			break
 		}
@@ -79,7 +98,7 @@ func (s *Service) createMany(ctx context.Context, reqs []createReq) []groupcommi
 	alone = append(alone, together...)
 	slices.Sort(alone)
 	for _, i := range alone {
-		out[i].Value, out[i].Err = s.createOne(ctx, reqs[i])
+		out[i].Value, out[i].Err = s.createOne(ctx, reqs[i], redo)
 	}
 	return out
 }
@@ -97,12 +116,21 @@ func (e *refusedReserve) Error() string {
 
 func (e *refusedReserve) Unwrap() error { return e.err }
 
-// createOne is CreatePayout's one-at-a-time transaction.
-func (s *Service) createOne(ctx context.Context, r createReq) (Payout, error) {
+// createOne is CreatePayout's one-at-a-time transaction. With redo (an
+// earlier try may have committed) it first looks for the payout r.id; after
+// any error it looks again, since the error may be a lost COMMIT answer (or
+// a unique key hit by a try racing the commit of an earlier one): a payout
+// that exists is the answer.
+func (s *Service) createOne(ctx context.Context, r createReq, redo bool) (Payout, error) {
 	req := r.req
+	if redo {
+		if p, ok := s.committed(ctx, r); ok {
+			return p, nil
+		}
+	}
 	var out Payout
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		p := newPayout(req, s.provider)
+		p := newPayout(req, s.provider, r.id)
 		existing, err := s.claimClientKey(ctx, tx, req.MerchantID, req.ClientKey, r.hash, "payout", p.ID)
 		if err != nil || existing != "" {
 			if err == nil {
@@ -116,14 +144,29 @@ func (s *Service) createOne(ctx context.Context, r createReq) (Payout, error) {
 		out = p
 		return nil
 	})
+	if err != nil {
+		if p, ok := s.committed(ctx, r); ok {
+			s.log.WarnContext(ctx, "payouts: creating a payout answered an error but it committed; answering the payout",
+				"payout_id", p.ID, "error", err)
+			return p, nil
+		}
+	}
 	return out, err
+}
+
+// committed looks for the payout r.id outside any transaction: whether a
+// try whose answer was an error committed after all. A failed look is "not
+// known to exist" (ok false), and the caller keeps its error.
+func (s *Service) committed(ctx context.Context, r createReq) (Payout, bool) {
+	p, err := s.get(context.WithoutCancel(ctx), s.pool, r.req.MerchantID, r.id)
+	return p, err == nil
 }
 
 func newPayoutID() string { return intent.NewID("po_") }
 
-func newPayout(req PayoutRequest, provider string) Payout {
+func newPayout(req PayoutRequest, provider, id string) Payout {
 	return Payout{
-		ID: newPayoutID(), MerchantID: req.MerchantID, Kind: req.kind(), Operation: req.Operation,
+		ID: id, MerchantID: req.MerchantID, Kind: req.kind(), Operation: req.Operation,
 		Provider: provider, Amount: req.Amount, Destination: req.Destination, Description: req.Description,
 		Metadata: req.Metadata, Status: StatusProcessing,
 	}
@@ -142,7 +185,7 @@ func (s *Service) createBatch(ctx context.Context, reqs []createReq) ([]Payout, 
 		out = make([]Payout, len(reqs))
 		ps := make([]Payout, len(reqs))
 		for i, r := range reqs {
-			ps[i] = newPayout(r.req, s.provider)
+			ps[i] = newPayout(r.req, s.provider, r.id)
 		}
 		fresh, err := s.claimClientKeys(ctx, tx, reqs, ps, now)
 		if err != nil {

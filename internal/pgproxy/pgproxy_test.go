@@ -1,0 +1,85 @@
+package pgproxy_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/saldo/saldo/internal/pgproxy"
+	"github.com/saldo/saldo/internal/testdb"
+)
+
+func setup(t *testing.T) (direct, proxied *pgxpool.Pool, p *pgproxy.Proxy) {
+	t.Helper()
+	url := testdb.NewURL(t)
+	p = pgproxy.Start(t, url)
+	ctx := context.Background()
+	var err error
+	direct, err = pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(direct.Close)
+	proxied, err = pgxpool.New(ctx, p.URL(url))
+	require.NoError(t, err)
+	t.Cleanup(proxied.Close)
+	_, err = direct.Exec(ctx, `CREATE TABLE proxied (id int PRIMARY KEY)`)
+	require.NoError(t, err)
+	return direct, proxied, p
+}
+
+func count(t *testing.T, db *pgxpool.Pool) int {
+	var n int
+	require.NoError(t, db.QueryRow(context.Background(), `SELECT count(*) FROM proxied`).Scan(&n))
+	return n
+}
+
+// An explicit transaction's COMMIT commits on the server while its client
+// gets an error: the ambiguous commit.
+func TestLostCommitAnswerExplicitTransaction(t *testing.T) {
+	t.Parallel()
+	direct, proxied, p := setup(t)
+	ctx := context.Background()
+	p.LoseCommitAnswer("INSERT INTO proxied", 1)
+	// Statements of other transactions pass untouched.
+	require.NoError(t, pgx.BeginFunc(ctx, proxied, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `SELECT 1`)
+		return err
+	}))
+	err := pgx.BeginFunc(ctx, proxied, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO proxied (id) VALUES ($1)`, 1)
+		return err
+	})
+	require.Error(t, err, "the client must not learn that its commit went through")
+	require.Equal(t, 1, p.Cuts())
+	require.Equal(t, 1, count(t, direct), "the transaction committed on the server")
+	// Armed once: the next one commits and answers.
+	require.NoError(t, pgx.BeginFunc(ctx, proxied, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO proxied (id) VALUES ($1)`, 2)
+		return err
+	}))
+	require.Equal(t, 2, count(t, proxied))
+}
+
+// A statement outside BEGIN is its own transaction: its Sync is the commit.
+// Preparing the statement (first use on a connection) does not trigger.
+func TestLostCommitAnswerImplicitTransaction(t *testing.T) {
+	t.Parallel()
+	direct, proxied, p := setup(t)
+	ctx := context.Background()
+	p.LoseCommitAnswer("INSERT INTO proxied", 1)
+	_, err := proxied.Exec(ctx, `INSERT INTO proxied (id) VALUES ($1)`, 1)
+	require.Error(t, err)
+	require.Equal(t, 1, p.Cuts())
+	require.Equal(t, 1, count(t, direct))
+
+	// A pipelined batch without BEGIN is one implicit transaction.
+	p.LoseCommitAnswer("INSERT INTO proxied", 1)
+	b := &pgx.Batch{}
+	b.Queue(`INSERT INTO proxied (id) VALUES ($1)`, 2)
+	b.Queue(`INSERT INTO proxied (id) VALUES ($1)`, 3)
+	require.Error(t, proxied.SendBatch(ctx, b).Close())
+	require.Equal(t, 2, p.Cuts())
+	require.Equal(t, 3, count(t, direct))
+}
