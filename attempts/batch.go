@@ -225,14 +225,57 @@ func (s *Service) recordMany(ctx context.Context, reqs []recordReq) []groupcommi
 			// Not expected (every outcome has a place in the batch): worth
 			// an error, though nothing is lost.
 			s.recorder.Fallback()
-			s.log.ErrorContext(ctx, "attempts: recording a batch of calls failed; recording them one by one",
+			s.log.ErrorContext(ctx, "attempts: recording a batch of calls failed; recording them one by one, each only if it did not commit",
 				"batch", len(batch), "error", err)
+			together = s.recordedAfterAll(ctx, reqs, together, out)
 		}
 	}
 	for _, i := range append(alone, together...) {
 		out[i].Value, out[i].Err = s.recordOne(ctx, reqs[i])
 	}
 	return out
+}
+
+// recordedAfterAll is what recordMany does before redoing a failed record
+// batch one call at a time: the error may be a lost COMMIT answer, after
+// which the batch did commit (PITFALLS), and recording its calls again
+// would add call events, metrics and owner work twice. It reads the
+// attempts of reqs[idx...]: a call the database shows recorded
+// (calls_recorded has reached it) is answered from the attempt as it
+// stands; the others are returned to be recorded one by one. If the read
+// fails, every one of them is answered with that error: its call stays in
+// flight, so the next execution resolves it by lookup (R14), never by a
+// re-send.
+func (s *Service) recordedAfterAll(ctx context.Context, reqs []recordReq, idx []int, out []groupcommit.Result[recorded]) []int {
+	ids := make([]uuid.UUID, len(idx))
+	for k, i := range idx {
+		ids[k] = reqs[i].a.ID
+	}
+	now := s.clock.Now()
+	found, err := s.queryByIDs(ctx, s.pool, `SELECT `+attemptColumns+` FROM attempts WHERE id = ANY ($1::uuid[])`, ids)
+	if err != nil {
+		for _, i := range idx {
+			out[i].Err = fmt.Errorf("attempts: a record batch failed and what it committed cannot be read: %w", err)
+		}
+		return nil
+	}
+	var redo []int
+	for _, i := range idx {
+		a, ok := found[reqs[i].a.ID]
+		if !ok || a.CallsRecorded < reqs[i].callNo {
+			redo = append(redo, i)
+			continue
+		}
+		r := recorded{a: a}
+		if a.Status == StatusPending && a.NextSendAt != nil && a.NextSendAt.After(now) {
+			r.retryIn = a.NextSendAt.Sub(now)
+		}
+		out[i].Value = r
+		s.log.WarnContext(ctx, "attempts: a record batch answered an error but committed; its call is not recorded again",
+			"attempt_id", a.ID, "kind", a.Kind, "provider", a.Provider, "reference", a.Reference, "call", reqs[i].callNo,
+			"status", a.Status)
+	}
+	return redo
 }
 
 // recordSQL records each call of a batch, and moves the attempts whose
