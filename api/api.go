@@ -32,7 +32,10 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -89,6 +92,13 @@ type Config struct {
 	// IdempotencyRetention is how long finished idempotent requests are
 	// kept for replay (at least and by default 24 hours).
 	IdempotencyRetention time.Duration
+	// AllowPrivateNotificationURLs lets merchants register notification
+	// URLs on loopback, private and link-local addresses. Off (the default),
+	// such URLs are refused at registration (and the Notifier's
+	// DenyPrivateNetworks refuses them again when dialled). For saldo dev
+	// and tests, whose receivers listen on loopback; never in production
+	// (server-side request forgery into the platform's network).
+	AllowPrivateNotificationURLs bool
 }
 
 // DefaultMaxBodyBytes is the default request body limit.
@@ -159,7 +169,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.Se
 
 func (s *Server) routes() chi.Router {
 	r := chi.NewRouter()
-	r.Use(s.recoverer, s.accessLog)
+	r.Use(s.recoverer, s.accessLog, s.guard)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, errNotFound)
 	})
@@ -179,7 +189,7 @@ func (s *Server) routes() chi.Router {
 	r.Route("/v1", func(r chi.Router) {
 		r.Use(s.authenticate)
 
-		r.With(s.allow(RoleAdmin)).Post("/keys", s.createKey)
+		r.With(s.allow(RoleAdmin), s.idempotent(false)).Post("/keys", s.createKey)
 		r.With(s.allow(RoleAdmin)).Get("/keys", s.listKeys)
 		r.With(s.allow(RoleAdmin), s.idempotent(false)).Post("/keys/{key_id}/revoke", s.revokeKey)
 
@@ -212,7 +222,7 @@ func (s *Server) routes() chi.Router {
 				r.With(write, s.idempotent(true)).Post("/charges/{charge_id}/refunds", s.createRefund)
 			}
 
-			r.With(write).Post("/notification-endpoints", s.createNotificationEndpoint)
+			r.With(write, s.idempotent(false)).Post("/notification-endpoints", s.createNotificationEndpoint)
 			r.With(read).Get("/notification-endpoints", s.listNotificationEndpoints)
 			r.With(write, s.idempotent(false)).Post("/notification-endpoints/{endpoint_id}/disable", s.disableNotificationEndpoint)
 		})
@@ -265,6 +275,55 @@ func (s *Server) accessLog(next http.Handler) http.Handler {
 		s.log.Log(r.Context(), level, "api: request", "method", r.Method, "path", r.URL.Path, "status", sw.status,
 			"duration", time.Since(start), "key_id", p.KeyID, "idempotency_key_set", r.Header.Get(IdempotencyHeader) != "")
 	})
+}
+
+// guard runs before routing, for every request:
+//
+//   - a query string that does not parse (a ';', a bad %-escape) is 400:
+//     Go would drop the parameter and the filter it carried would fail open;
+//   - the path and every query key and value must be UTF-8 without NUL
+//     (PostgreSQL refuses both, which would be a 500);
+//   - a valid Idempotency-Key is echoed on every answer, the refusals of
+//     authentication, role and scope checks included;
+//   - /v1 answers are Cache-Control: no-store (they carry balances, and new
+//     keys and notification secrets).
+func (s *Server) guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if k := r.Header.Get(IdempotencyHeader); k != "" && len(k) <= 255 && printableASCII(k) {
+			w.Header().Set(IdempotencyHeader, k)
+		}
+		if strings.HasPrefix(r.URL.Path, "/v1/") {
+			w.Header().Set("Cache-Control", "no-store")
+		}
+		if !cleanText(r.URL.Path) {
+			s.problem(w, r, badRequest("the path must be UTF-8 without NUL characters"))
+			return
+		}
+		q, err := url.ParseQuery(r.URL.RawQuery)
+		if err != nil {
+			s.problem(w, r, &apiError{status: http.StatusBadRequest, code: "invalid_query", title: "Invalid query string",
+				detail: "the query string does not parse (';' is not a separator; escape it as %3B): nothing was run"})
+			return
+		}
+		for k, vs := range q {
+			if !cleanText(k) {
+				s.problem(w, r, badRequest("query parameter names must be UTF-8 without NUL characters"))
+				return
+			}
+			for _, v := range vs {
+				if !cleanText(v) {
+					s.problem(w, r, invalidField(k, k+" must be UTF-8 without NUL characters"))
+					return
+				}
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// cleanText: valid UTF-8 without NUL, as PostgreSQL text requires.
+func cleanText(s string) bool {
+	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
 }
 
 type statusWriter struct {

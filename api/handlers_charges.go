@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/shopspring/decimal"
 
 	"github.com/saldo/saldo/charges"
 	"github.com/saldo/saldo/money"
@@ -128,7 +127,7 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 	for i, sp := range req.Splits {
 		rule := charges.SplitRule{RecipientID: sp.RecipientID}
 		if sp.Percent != "" {
-			if rule.Percent, err = decimal.NewFromString(sp.Percent); err != nil {
+			if rule.Percent, err = money.ParseDecimal(sp.Percent); err != nil {
 				s.problem(w, r, invalidField(fmt.Sprintf("splits[%d].percent", i), "a decimal string such as \"12.5\""))
 				return
 			}
@@ -205,11 +204,9 @@ type createRefundRequest struct {
 // reserved from the merchant's available balance like any payout (R21).
 func (s *Server) createRefund(w http.ResponseWriter, r *http.Request) {
 	var req createRefundRequest
-	if r.ContentLength != 0 {
-		if err := s.decode(w, r, &req); err != nil {
-			s.problem(w, r, err)
-			return
-		}
+	if _, err := s.decodeOptional(w, r, &req); err != nil {
+		s.problem(w, r, err)
+		return
 	}
 	rr := payouts.RefundRequest{MerchantID: chi.URLParam(r, "merchant_id"), ClientKey: r.Header.Get(IdempotencyHeader),
 		ChargeID: chi.URLParam(r, "charge_id"), Description: req.Description, Metadata: req.Metadata}

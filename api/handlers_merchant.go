@@ -27,8 +27,9 @@ type createKeyRequest struct {
 
 type createdKeyJSON struct {
 	Key
-	// Secret is shown here once and never again.
-	Secret string `json:"secret"`
+	// Secret is shown here once and never again (a replay of the request
+	// answers the key without it).
+	Secret string `json:"secret,omitempty"`
 }
 
 func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
@@ -47,6 +48,8 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.InfoContext(r.Context(), "api: key created", "key_id", k.ID, "role", k.Role, "merchant_id", k.MerchantID,
 		"by", principalFrom(r.Context()).KeyID)
+	replayWithout(r, createdKeyJSON{Key: k})
+	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusCreated, createdKeyJSON{Key: k, Secret: secret})
 }
 
@@ -64,6 +67,13 @@ func (s *Server) createMerchant(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m, err := merchants.Create(r.Context(), s.pool, req.ID, req.Name)
+	if errors.Is(err, merchants.ErrInvalid) {
+		field := "id"
+		if strings.Contains(err.Error(), "name must") {
+			field = "name"
+		}
+		err = invalidField(field, trimPkg(strings.TrimPrefix(err.Error(), merchants.ErrInvalid.Error()+": ")))
+	}
 	if err != nil {
 		s.problem(w, r, err)
 		return
@@ -268,13 +278,13 @@ func (s *Server) listPayouts(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, pageOf(out, next))
 }
 
+// retryPayout takes no body; one that is sent must be an empty JSON object
+// (judged on what was read, whatever Content-Length said).
 func (s *Server) retryPayout(w http.ResponseWriter, r *http.Request) {
-	if r.ContentLength > 0 {
-		var empty struct{}
-		if err := s.decode(w, r, &empty); err != nil {
-			s.problem(w, r, err)
-			return
-		}
+	var empty struct{}
+	if _, err := s.decodeOptional(w, r, &empty); err != nil {
+		s.problem(w, r, err)
+		return
 	}
 	p, err := s.payouts.Retry(r.Context(), chi.URLParam(r, "merchant_id"), chi.URLParam(r, "payout_id"))
 	if err != nil {

@@ -161,7 +161,9 @@ func setup(t *testing.T, cfg sim.Config, tune ...func(*attempts.Config)) *env {
 	e.logs = &syncBuffer{}
 	e.api, err = api.New(api.Config{Pool: e.pool, Payouts: e.pay, Attempts: e.att, Charges: e.charges,
 		Logger:    slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Providers: map[string]providers.Provider{"sim": e.prov}, Clock: e.clock})
+		Providers: map[string]providers.Provider{"sim": e.prov}, Clock: e.clock,
+		// The tests' notification receivers listen on loopback.
+		AllowPrivateNotificationURLs: true})
 	require.NoError(t, err)
 	handler = e.api
 	t.Cleanup(e.auditClean)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -97,7 +98,8 @@ func (s *Server) idempotent(required bool) func(http.Handler) http.Handler {
 			}
 
 			rec := &recorder{header: http.Header{}, status: http.StatusOK}
-			next.ServeHTTP(rec, r)
+			replay := new([]byte)
+			next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), replaySlot{}, replay)))
 
 			ctx := context.WithoutCancel(r.Context())
 			if !storable(rec.status) {
@@ -106,6 +108,10 @@ func (s *Server) idempotent(required bool) func(http.Handler) http.Handler {
 					s.log.ErrorContext(ctx, "api: release idempotency key", "key_id", p.KeyID, "error", err)
 				}
 			} else {
+				stored := rec.body.Bytes()
+				if *replay != nil {
+					stored = *replay
+				}
 				kept := map[string]string{}
 				for _, h := range replayedHeaders {
 					if v := rec.header.Get(h); v != "" {
@@ -115,7 +121,7 @@ func (s *Server) idempotent(required bool) func(http.Handler) http.Handler {
 				_, err := s.pool.Exec(ctx, `UPDATE idempotent_requests SET state = 'done', status = $3, content_type = $4,
 					response_body = $5, completed_at = $6, response_headers = $7
 					WHERE key_id = $1 AND idem_key = $2 AND state = 'running'`,
-					p.KeyID, key, rec.status, rec.header.Get("Content-Type"), rec.body.Bytes(), s.clock.Now(), kept)
+					p.KeyID, key, rec.status, rec.header.Get("Content-Type"), stored, s.clock.Now(), kept)
 				if err != nil {
 					// The effect happened; the caller gets its answer. A retry
 					// will find the row running until its lease passes, then
@@ -132,6 +138,23 @@ func (s *Server) idempotent(required bool) func(http.Handler) http.Handler {
 	}
 }
 
+// replaySlot carries a *[]byte: the body to store for replay when it is not
+// the body sent (replayWithout).
+type replaySlot struct{}
+
+// replayWithout makes an idempotent route store v for replay instead of
+// the answer it sends: an answer carrying a secret (a new API key, an
+// endpoint's signing secret) is stored without it, since saldo never keeps
+// a secret it showed once. A retry then learns what was created, without
+// the secret.
+func replayWithout(r *http.Request, v any) {
+	if slot, ok := r.Context().Value(replaySlot{}).(*[]byte); ok {
+		if b, err := json.Marshal(v); err == nil {
+			*slot = b
+		}
+	}
+}
+
 // storable reports whether a response is kept for replay: not a 5xx (we
 // do not know what happened) nor a refusal of the request's form (nothing
 // happened).
@@ -144,7 +167,7 @@ func storable(status int) bool {
 }
 
 // replayedHeaders are stored with an idempotent response and replayed.
-var replayedHeaders = []string{"Location", "Retry-After"}
+var replayedHeaders = []string{"Location", "Retry-After", "Cache-Control"}
 
 type storedResponse struct {
 	status      int

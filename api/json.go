@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 )
@@ -40,23 +41,68 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 	return b, nil
 }
 
-// decode reads a strict JSON body into v: application/json, one value,
-// no unknown fields, within the size limit. An idempotent route has read the
-// body already and left it in r.Body; reading again is cheap.
+// decode reads a strict JSON body into v: application/json (a body without
+// a Content-Type is 415), one value, within the size limit, and at every
+// object level only the exact field names v declares, each at most once:
+// encoding/json alone would match "AMOUNT" to amount and let the last of two
+// "amount" keys win, so a gateway reading the first key could disagree with
+// saldo about how much is paid. Strings may not hold NUL (PostgreSQL refuses
+// it). An idempotent route has read the body already and left it in r.Body;
+// reading again is cheap.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil || mt != "application/json" {
-			return &apiError{status: http.StatusUnsupportedMediaType, code: "unsupported_media_type",
-				title: "Unsupported media type", detail: "send application/json"}
-		}
-	}
 	b, err := s.readBody(w, r)
 	if err != nil {
 		return err
 	}
+	if err := checkContentType(r, b); err != nil {
+		return err
+	}
 	if len(bytes.TrimSpace(b)) == 0 {
 		return badRequest("a JSON body is required")
+	}
+	return decodeStrict(b, v)
+}
+
+// decodeOptional is decode for a route whose body may be absent: it reads
+// the body whatever ContentLength says (a chunked body has none) and decodes
+// it only when it holds something. It reports whether it did.
+func (s *Server) decodeOptional(w http.ResponseWriter, r *http.Request, v any) (bool, error) {
+	b, err := s.readBody(w, r)
+	if err != nil {
+		return false, err
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return false, nil
+	}
+	if err := checkContentType(r, b); err != nil {
+		return false, err
+	}
+	return true, decodeStrict(b, v)
+}
+
+var errUnsupportedMediaType = &apiError{status: http.StatusUnsupportedMediaType, code: "unsupported_media_type",
+	title: "Unsupported media type", detail: "send the body as application/json (with that Content-Type)"}
+
+// checkContentType: a body must say it is application/json.
+func checkContentType(r *http.Request, body []byte) error {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		if len(body) == 0 {
+			return nil
+		}
+		return errUnsupportedMediaType
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil || mt != "application/json" {
+		return errUnsupportedMediaType
+	}
+	return nil
+}
+
+// decodeStrict checks b against v's shape (checkKeys) and decodes it.
+func decodeStrict(b []byte, v any) error {
+	if err := checkKeys(b, reflect.TypeOf(v)); err != nil {
+		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -67,6 +113,146 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 		return badRequest("the body must hold exactly one JSON value")
 	}
 	return nil
+}
+
+var rawMessageType = reflect.TypeFor[json.RawMessage]()
+
+// checkKeys walks the JSON in b token by token beside the Go type t it will
+// be decoded into. It refuses, naming the field: an object key that is not
+// exactly one of the struct's JSON field names (case matters), a key that
+// appears twice in one object (structs and maps alike), and a string or key
+// holding NUL. Syntax errors are left to the decoder's messages.
+func checkKeys(b []byte, t reflect.Type) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	err := checkValue(dec, "", t)
+	var ae *apiError
+	if err != nil && !errors.As(err, &ae) {
+		return jsonError(err)
+	}
+	return err
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func checkValue(dec *json.Decoder, path string, t reflect.Type) error {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == rawMessageType || (t != nil && t.Kind() == reflect.Interface) {
+		t = nil // any JSON: still no duplicate keys, no NUL
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	switch tok := tok.(type) {
+	case string:
+		if strings.IndexByte(tok, 0) >= 0 {
+			return invalidField(path, fmt.Sprintf("%s must not contain NUL (\\u0000)", orBody(path)))
+		}
+		return nil
+	case json.Delim:
+		switch tok {
+		case '{':
+			var fields map[string]reflect.Type
+			var elem reflect.Type
+			if t != nil {
+				switch t.Kind() {
+				case reflect.Struct:
+					fields = jsonFields(t)
+				case reflect.Map:
+					elem = t.Elem()
+				default:
+					t = nil // a type error the decoder will name
+				}
+			}
+			seen := map[string]bool{}
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return err
+				}
+				key, _ := kt.(string)
+				field := join(path, key)
+				if strings.IndexByte(key, 0) >= 0 {
+					return invalidField(orBody(path), "object keys must not contain NUL (\\u0000)")
+				}
+				if seen[key] {
+					return invalidField(field, fmt.Sprintf("key %q appears twice", key))
+				}
+				seen[key] = true
+				var ft reflect.Type
+				if fields != nil {
+					var ok bool
+					if ft, ok = fields[key]; !ok {
+						return invalidField(field, fmt.Sprintf("unknown field %q (field names are case-sensitive)", key))
+					}
+				} else {
+					ft = elem
+				}
+				if err := checkValue(dec, field, ft); err != nil {
+					return err
+				}
+			}
+			_, err := dec.Token() // '}'
+			return err
+		case '[':
+			var elem reflect.Type
+			if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
+				elem = t.Elem()
+			}
+			for i := 0; dec.More(); i++ {
+				if err := checkValue(dec, fmt.Sprintf("%s[%d]", path, i), elem); err != nil {
+					return err
+				}
+			}
+			_, err := dec.Token() // ']'
+			return err
+		}
+	}
+	return nil
+}
+
+// jsonFields maps a struct's JSON field names (tags, or Go names without
+// one; embedded structs flattened) to their types.
+func jsonFields(t reflect.Type) map[string]reflect.Type {
+	out := map[string]reflect.Type{}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		if tag == "-" {
+			continue
+		}
+		name, _, _ := strings.Cut(tag, ",")
+		if f.Anonymous && name == "" {
+			ft := f.Type
+			if ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if ft.Kind() == reflect.Struct {
+				for k, v := range jsonFields(ft) {
+					if _, ok := out[k]; !ok {
+						out[k] = v
+					}
+				}
+				continue
+			}
+		}
+		if !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		out[name] = f.Type
+	}
+	return out
 }
 
 // jsonError turns a decoding error into a problem naming the field.

@@ -10,8 +10,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -431,8 +434,11 @@ type createEndpointRequest struct {
 }
 
 // createNotificationEndpoint registers a URL and returns its signing
-// secret, shown once. It takes no Idempotency-Key (its answer carries a
-// secret, which saldo never stores for replay).
+// secret, shown once. With an Idempotency-Key a retry answers the endpoint
+// made the first time, without its secret (saldo never stores an answer's
+// secret for replay): a client that lost the first answer disables that
+// endpoint and registers another. A URL into the platform's network is
+// refused (checkNotificationURL) unless Config.AllowPrivateNotificationURLs.
 func (s *Server) createNotificationEndpoint(w http.ResponseWriter, r *http.Request) {
 	var req createEndpointRequest
 	if err := s.decode(w, r, &req); err != nil {
@@ -443,6 +449,12 @@ func (s *Server) createNotificationEndpoint(w http.ResponseWriter, r *http.Reque
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || len(req.URL) > 2000 || u.User != nil {
 		s.problem(w, r, invalidField("url", "an absolute http(s) URL without credentials, up to 2000 characters"))
 		return
+	}
+	if !s.cfg.AllowPrivateNotificationURLs {
+		if err := checkNotificationURL(r.Context(), u); err != nil {
+			s.problem(w, r, err)
+			return
+		}
 	}
 	var active int
 	if err := s.pool.QueryRow(r.Context(), `SELECT count(*) FROM notification_endpoints WHERE merchant_id = $1 AND disabled_at IS NULL`,
@@ -462,8 +474,54 @@ func (s *Server) createNotificationEndpoint(w http.ResponseWriter, r *http.Reque
 		s.problem(w, r, err)
 		return
 	}
+	withoutSecret := ep
+	withoutSecret.Secret = ""
+	replayWithout(r, withoutSecret)
+	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusCreated, ep)
 }
+
+// checkNotificationURL refuses, at registration, a notification URL whose
+// host is inside the platform's network: localhost names, an address that
+// providers.PrivateAddress refuses (loopback, private, link-local, CGNAT,
+// unspecified), an IPv4 address in a non-dotted form ("2130706433",
+// "0x7f.1", which resolvers read as 127.0.0.1), or a name that resolves to
+// such an address now. A name that does not resolve now is accepted: DNS
+// can change after registration anyway, and the delivery client's
+// DenyPrivateNetworks checks the address actually dialled.
+func checkNotificationURL(ctx context.Context, u *url.URL) error {
+	refuse := invalidField("url", "a notification URL may not point at loopback, private or link-local addresses")
+	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+	if host == "" || host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return refuse
+	}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		if providers.PrivateAddress(net.IP(ip.Unmap().AsSlice())) || providers.PrivateAddress(net.IP(ip.AsSlice())) {
+			return refuse
+		}
+		return nil
+	}
+	labels := strings.Split(host, ".")
+	if last := labels[len(labels)-1]; numericLabel.MatchString(last) {
+		return invalidField("url", "write an IP address in dotted decimal (or use a host name)")
+	}
+	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	addrs, err := net.DefaultResolver.LookupNetIP(lctx, "ip", host)
+	if err != nil {
+		return nil
+	}
+	for _, a := range addrs {
+		if providers.PrivateAddress(net.IP(a.Unmap().AsSlice())) {
+			return refuse
+		}
+	}
+	return nil
+}
+
+// numericLabel: a last label no top-level domain has, which resolvers read
+// as (part of) an IPv4 address.
+var numericLabel = regexp.MustCompile(`^(0x[0-9a-f]*|[0-9]+)$`)
 
 // MaxNotificationEndpoints bounds a merchant's active endpoints.
 const MaxNotificationEndpoints = 10

@@ -181,7 +181,7 @@ func TestStrictJSON(t *testing.T) {
 		{"bad pix key", map[string]any{"amount": "1.00", "currency": "BRL",
 			"destination": map[string]any{"pix_key": map[string]any{"type": "cpf", "value": "123"}}}, 400, "validation_failed", "destination.pix_key.value"},
 		{"nested unknown field", map[string]any{"amount": "1.00", "currency": "BRL",
-			"destination": map[string]any{"pix_key": map[string]any{"type": "email", "value": "a@b.co", "x": 1}}}, 400, "validation_failed", "x"},
+			"destination": map[string]any{"pix_key": map[string]any{"type": "email", "value": "a@b.co", "x": 1}}}, 400, "validation_failed", "destination.pix_key.x"},
 		{"two values", `{"amount":"1.00","currency":"BRL","destination":{"pix_key":{"type":"email","value":"a@b.co"}}} {}`, 400, "invalid_request", ""},
 		{"malformed", `{"amount":`, 400, "invalid_request", ""},
 		{"too large", `{"description":"` + strings.Repeat("x", api.DefaultMaxBodyBytes) + `"}`, 413, "body_too_large", ""},

@@ -52,6 +52,7 @@ import (
 	"regexp"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/saldo/saldo/internal/intent"
 	"github.com/saldo/saldo/internal/keyset"
@@ -350,6 +351,14 @@ type ChargeRequest struct {
 	Splits []SplitRule
 }
 
+// The request field names of a charge's Pix-only fields, as FieldError
+// names them (the API's JSON names).
+const (
+	FieldPixExpiresIn = "pix_expires_in_seconds"
+	FieldPayerName    = "payer_name"
+	FieldPayerTaxID   = "payer_tax_id"
+)
+
 var (
 	tokenPattern = regexp.MustCompile(`^tok_[A-Za-z0-9_]{1,100}$`)
 	digits       = regexp.MustCompile(`^[0-9]+$`)
@@ -368,14 +377,14 @@ func (s *Service) validate(req *ChargeRequest) error {
 	if !req.Amount.IsPositive() {
 		return invalid("amount", "must be greater than zero")
 	}
-	if len(req.Description) > 140 {
+	if utf8.RuneCountInString(req.Description) > 140 {
 		return invalid("description", "longer than 140 characters")
 	}
 	if len(req.Metadata) > 20 {
 		return invalid("metadata", "at most 20 keys")
 	}
 	for k, v := range req.Metadata {
-		if k == "" || len(k) > 40 || len(v) > 500 {
+		if k == "" || utf8.RuneCountInString(k) > 40 || utf8.RuneCountInString(v) > 500 {
 			return invalid("metadata", "keys 1-40 characters, values up to 500")
 		}
 	}
@@ -388,15 +397,19 @@ func (s *Service) validate(req *ChargeRequest) error {
 			return invalid("card_token", "raw card numbers are never accepted; send a token")
 		case !tokenPattern.MatchString(req.CardToken):
 			return invalid("card_token", "must look like tok_...")
-		case req.PixExpiresIn != 0 || req.PayerName != "" || req.PayerTaxID != "":
-			return invalid("pix_expires_in", "expiry and payer apply only to Pix charges")
+		case req.PixExpiresIn != 0:
+			return invalid(FieldPixExpiresIn, "an expiry applies only to Pix charges")
+		case req.PayerName != "":
+			return invalid(FieldPayerName, "a payer applies only to Pix charges")
+		case req.PayerTaxID != "":
+			return invalid(FieldPayerTaxID, "a payer applies only to Pix charges")
 		}
 	case KindPix:
 		if req.CardToken != "" {
 			return invalid("card_token", "a Pix charge takes no card")
 		}
 		if req.Amount.Currency().Code() != "BRL" {
-			return invalid("amount.currency", "Pix charges are in BRL")
+			return invalid("currency", "Pix charges are in BRL, not %s", req.Amount.Currency().Code())
 		}
 		if req.PixExpiresIn == 0 {
 			req.PixExpiresIn = s.pixExpiry
@@ -404,13 +417,13 @@ func (s *Service) validate(req *ChargeRequest) error {
 		// At most 24h: the attempts core sends an attempt "processing" for
 		// longer than its ProcessingReviewAfter (default 24h) to review.
 		if req.PixExpiresIn < time.Minute || req.PixExpiresIn > 24*time.Hour || req.PixExpiresIn%time.Second != 0 {
-			return invalid("pix_expires_in", "whole seconds between 1 minute and 24 hours")
+			return invalid(FieldPixExpiresIn, "whole seconds between 1 minute and 24 hours")
 		}
 		if req.PayerTaxID != "" && (!digits.MatchString(req.PayerTaxID) || (len(req.PayerTaxID) != 11 && len(req.PayerTaxID) != 14)) {
-			return invalid("payer.tax_id", "11 (CPF) or 14 (CNPJ) digits")
+			return invalid(FieldPayerTaxID, "11 (CPF) or 14 (CNPJ) digits")
 		}
-		if len(req.PayerName) > 200 {
-			return invalid("payer.name", "longer than 200 characters")
+		if utf8.RuneCountInString(req.PayerName) > 200 {
+			return invalid(FieldPayerName, "longer than 200 characters")
 		}
 	}
 	return validateSplits(req.MerchantID, req.Amount.Currency(), req.Splits)
@@ -435,7 +448,7 @@ func (s *Service) Create(ctx context.Context, req ChargeRequest) (Charge, error)
 		return Charge{}, err
 	}
 	for i, sp := range req.Splits {
-		if err := s.requireMerchant(ctx, fmt.Sprintf("splits[%d].recipient_id", i), sp.RecipientID); err != nil {
+		if err := s.requireRecipient(ctx, fmt.Sprintf("splits[%d].recipient_id", i), sp.RecipientID); err != nil {
 			return Charge{}, err
 		}
 	}
@@ -449,6 +462,11 @@ func (s *Service) Create(ctx context.Context, req ChargeRequest) (Charge, error)
 	}
 	hash := intent.RequestHash(req.Kind, req.Amount.Format(), cur.Code(), req.CardToken, int64(req.PixExpiresIn/time.Second),
 		req.PayerName, req.PayerTaxID, req.Description, req.Metadata, req.Splits)
+	if err := s.checkEncodable(req); err != nil {
+		return Charge{}, err
+	}
+	// Nothing was written before this point: a refused request leaves no
+	// row (nor ledger account) behind.
 	if err := s.prepareAccounts(ctx, req.MerchantID, cur, req.Splits); err != nil {
 		return Charge{}, err
 	}

@@ -131,7 +131,9 @@ func validateSplits(merchantID string, cur money.Currency, splits []SplitRule) e
 		case r.RecipientID == "":
 			return invalid(p+".recipient_id", "required")
 		case r.RecipientID == merchantID:
-			return invalid(p+".recipient_id", "the charging merchant keeps the remainder; it cannot be a split recipient")
+			// The charging merchant keeps the remainder. The answer is the
+			// one an unknown recipient gets (requireRecipient).
+			return invalid(p+".recipient_id", notARecipient)
 		case seen[r.RecipientID]:
 			return invalid(p+".recipient_id", "recipient %q appears twice", r.RecipientID)
 		}

@@ -91,8 +91,26 @@ func ParseIn(s string, cur Currency) (Amount, error) {
 	fail := func(err error) (Amount, error) {
 		return Amount{}, &ParseError{Input: s, Currency: cur.code, Err: err}
 	}
-	if len(s) == 0 || len(s) > MaxInputLength {
+	fracDigits, ok := scanPlain(s)
+	if !ok {
 		return fail(ErrInvalidAmount)
+	}
+	if fracDigits > int(cur.minor) {
+		return fail(ErrTooPrecise)
+	}
+	d, err := decimal.NewFromString(s)
+	if err != nil { // unreachable after the scan above; kept as a guard
+		return fail(ErrInvalidAmount)
+	}
+	return Amount{value: d, currency: cur}, nil
+}
+
+// scanPlain checks that s is a plain decimal as Parse accepts it (an
+// optional '-', 1 to MaxIntegerDigits digits, optionally '.' and one or more
+// digits) and returns how many decimal places it has.
+func scanPlain(s string) (fracDigits int, ok bool) {
+	if len(s) == 0 || len(s) > MaxInputLength {
+		return 0, false
 	}
 	i := 0
 	if s[0] == '-' {
@@ -104,12 +122,11 @@ func ParseIn(s string, cur Currency) (Amount, error) {
 		intDigits++
 	}
 	if intDigits == 0 || intDigits > MaxIntegerDigits {
-		return fail(ErrInvalidAmount)
+		return 0, false
 	}
-	fracDigits := 0
 	if i < len(s) {
 		if s[i] != '.' {
-			return fail(ErrInvalidAmount)
+			return 0, false
 		}
 		i++
 		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
@@ -117,17 +134,21 @@ func ParseIn(s string, cur Currency) (Amount, error) {
 			fracDigits++
 		}
 		if fracDigits == 0 || i != len(s) {
-			return fail(ErrInvalidAmount)
+			return 0, false
 		}
 	}
-	if fracDigits > int(cur.minor) {
-		return fail(ErrTooPrecise)
+	return fracDigits, true
+}
+
+// ParseDecimal reads a plain decimal that is not an amount (a percentage, a
+// rate) with exactly the grammar Parse accepts for amounts: no exponent
+// ("1e2"), no '+', no surrounding spaces, no "1." or ".5". It returns an
+// error matching ErrInvalidAmount otherwise.
+func ParseDecimal(s string) (decimal.Decimal, error) {
+	if _, ok := scanPlain(s); !ok {
+		return decimal.Decimal{}, fmt.Errorf("%w: %q is not a plain decimal such as \"12.5\"", ErrInvalidAmount, s)
 	}
-	d, err := decimal.NewFromString(s)
-	if err != nil { // unreachable after the scan above; kept as a guard
-		return fail(ErrInvalidAmount)
-	}
-	return Amount{value: d, currency: cur}, nil
+	return decimal.NewFromString(s)
 }
 
 // ParsePositive is Parse that also refuses zero and negative amounts (with

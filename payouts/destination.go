@@ -50,6 +50,9 @@ var (
 	evpRe   = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 )
 
+// nilEVP is the nil UUID: it matches the EVP form but DICT never issues it.
+const nilEVP = "00000000-0000-0000-0000-000000000000"
+
 // ValidatePixKey checks a Pix key of the given type and returns it in its
 // canonical form (digits only for CPF/CNPJ, lowercase e-mail and EVP). field
 // prefixes the names in errors.
@@ -86,6 +89,9 @@ func ValidatePixKey(field string, k providers.PixKey) (providers.PixKey, error) 
 		lv := strings.ToLower(v)
 		if !evpRe.MatchString(lv) {
 			return k, invalid(field+".value", "not a random key (UUID, 36 characters)")
+		}
+		if lv == nilEVP {
+			return k, invalid(field+".value", "the nil UUID is not a random key")
 		}
 		return providers.PixKey{Type: k.Type, Value: lv}, nil
 	case "":
@@ -130,7 +136,7 @@ func ValidateDestination(op providers.Operation, d *providers.Destination) (*pro
 		return nil, invalid("destination", "required")
 	}
 	out := &providers.Destination{HolderName: strings.TrimSpace(d.HolderName)}
-	if len(out.HolderName) > 140 {
+	if chars(out.HolderName) > 140 {
 		return nil, invalid("destination.holder_name", "longer than 140 characters")
 	}
 	if d.HolderTaxID != "" {

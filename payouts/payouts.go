@@ -205,14 +205,14 @@ func validateCommon(amount money.Amount, description string, metadata map[string
 	if !amount.IsPositive() {
 		return invalid("amount", "must be greater than zero")
 	}
-	if len(description) > 140 {
-		return invalid("description", "longer than 140 characters")
+	if chars(description) > MaxDescription {
+		return invalid("description", "longer than %d characters", MaxDescription)
 	}
 	if len(metadata) > 20 {
 		return invalid("metadata", "at most 20 keys")
 	}
 	for k, v := range metadata {
-		if k == "" || len(k) > 40 || len(v) > 500 {
+		if k == "" || chars(k) > 40 || chars(v) > 500 {
 			return invalid("metadata", "keys 1-40 characters, values up to 500")
 		}
 	}
@@ -255,8 +255,20 @@ func (s *Service) prepareCreate(ctx context.Context, req PayoutRequest) (createR
 	if len(req.ClientKey) > 255 {
 		return createReq{}, invalid("client_key", "longer than 255 characters")
 	}
+	if err := checkCurrency("currency", req.Operation, req.Amount.Currency()); err != nil {
+		return createReq{}, err
+	}
+	if err := s.checkEncodable(s.provider, operationInput(&Payout{ID: "po_check", MerchantID: req.MerchantID,
+		Operation: req.Operation, Amount: req.Amount, Destination: dest, Description: req.Description})); err != nil {
+		return createReq{}, err
+	}
 	hash := intent.RequestHash("payout", req.Operation, req.Amount.String(), req.Amount.Currency().Code(), dest, req.Description, req.Metadata)
 	if err := s.requireMerchant(ctx, req.MerchantID); err != nil {
+		return createReq{}, err
+	}
+	// Nothing is written before this point; a merchant that never held
+	// money in the currency is refused before its accounts would be made.
+	if err := s.requireFunded(ctx, req.MerchantID, req.Amount); err != nil {
 		return createReq{}, err
 	}
 	if err := s.prepareAccounts(ctx, req.MerchantID, s.provider, req.Amount.Currency()); err != nil {

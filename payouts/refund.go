@@ -90,6 +90,28 @@ func (s *Service) CreateRefund(ctx context.Context, req RefundRequest) (Payout, 
 	if err != nil {
 		return Payout{}, err
 	}
+	// Everything the request can be refused for without the lock is
+	// checked before anything is written.
+	if c0.Status != charges.StatusPaid {
+		return Payout{}, fmt.Errorf("%w: %w", &FieldError{Field: "charge_id", Reason: fmt.Sprintf("charge %s is %s, only a paid charge can be refunded", c0.ID, c0.Status)},
+			&charges.NotRefundableError{ChargeID: c0.ID, Status: c0.Status})
+	}
+	amount := c0.Amount
+	if !full {
+		if req.Amount.Currency() != c0.Amount.Currency() {
+			return Payout{}, invalid("currency", "%s differs from the charge's %s", req.Amount.Currency().Code(), c0.Amount.Currency().Code())
+		}
+		amount = req.Amount
+	}
+	in := operationInput(&Payout{ID: "po_check", MerchantID: req.MerchantID, Operation: providers.OpRefund, Amount: amount,
+		Description: req.Description})
+	in.ChargeProviderID, in.ChargeReference = c0.ProviderID, c0.Reference
+	if err := s.checkEncodable(c0.Provider, in); err != nil {
+		return Payout{}, err
+	}
+	if err := s.requireFunded(ctx, req.MerchantID, amount); err != nil {
+		return Payout{}, err
+	}
 	if err := s.prepareAccounts(ctx, req.MerchantID, c0.Provider, c0.Amount.Currency()); err != nil {
 		return Payout{}, err
 	}
@@ -123,7 +145,7 @@ func (s *Service) CreateRefund(ctx context.Context, req RefundRequest) (Payout, 
 			}
 		} else {
 			if req.Amount.Currency().Code() != c.Amount.Currency().Code() {
-				return invalid("amount", "currency %s differs from the charge's %s", req.Amount.Currency().Code(), c.Amount.Currency().Code())
+				return invalid("currency", "%s differs from the charge's %s", req.Amount.Currency().Code(), c.Amount.Currency().Code())
 			}
 			if req.Amount.Decimal().GreaterThan(left) {
 				return fmt.Errorf("%w: %w", &FieldError{Field: "amount",

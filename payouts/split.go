@@ -98,6 +98,9 @@ func (s *Service) CreateSplit(ctx context.Context, req SplitRequest) (Split, err
 	if err := validateCommon(req.Legs[0].Amount, req.Description, req.Metadata); err != nil {
 		return Split{}, err
 	}
+	if err := checkCurrency("currency", req.Legs[0].Operation, req.Legs[0].Amount.Currency()); err != nil {
+		return Split{}, err
+	}
 	currency := req.Legs[0].Amount.Currency().Code()
 	total := decimal.Zero
 	hashParts := []any{"split", req.Description, req.Metadata}
@@ -119,6 +122,14 @@ func (s *Service) CreateSplit(ctx context.Context, req SplitRequest) (Split, err
 			return Split{}, invalid(field+"."+fe.Field, "%s", fe.Reason)
 		}
 		req.Legs[i].Destination = dest
+		if err := checkCurrency("currency", l.Operation, l.Amount.Currency()); err != nil {
+			return Split{}, err
+		}
+		if err := s.checkEncodable(s.provider, operationInput(&Payout{ID: "po_check", MerchantID: req.MerchantID,
+			Operation: l.Operation, Amount: l.Amount, Destination: dest, Description: l.Description})); err != nil {
+			fe := err.(*FieldError)
+			return Split{}, invalid(join(field, fe.Field), "%s", fe.Reason)
+		}
 		total = total.Add(l.Amount.Decimal())
 		hashParts = append(hashParts, l.Operation, l.Amount.String(), currency, dest, l.Description)
 	}
@@ -128,6 +139,9 @@ func (s *Service) CreateSplit(ctx context.Context, req SplitRequest) (Split, err
 	}
 	hash := intent.RequestHash(hashParts...)
 	if err := s.requireMerchant(ctx, req.MerchantID); err != nil {
+		return Split{}, err
+	}
+	if err := s.requireFunded(ctx, req.MerchantID, totalAmount); err != nil {
 		return Split{}, err
 	}
 	if err := s.prepareAccounts(ctx, req.MerchantID, s.provider, totalAmount.Currency()); err != nil {

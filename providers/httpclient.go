@@ -41,6 +41,10 @@ type HTTPSettings struct {
 	// address actually dialled (after DNS, so rebinding cannot dodge it).
 	// For clients that call URLs chosen by others (merchant notification
 	// endpoints): no server-side request forgery into the platform.
+	//
+	// It also turns proxies off (HTTP_PROXY and the like are ignored): a
+	// proxy resolves and dials the target itself, so the check would only
+	// ever see the proxy's address.
 	DenyPrivateNetworks bool
 }
 
@@ -55,12 +59,18 @@ func denyPrivate(_, address string, _ syscall.RawConn) error {
 	if err != nil {
 		return err
 	}
-	ip := net.ParseIP(host)
-	if ip == nil || ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
-		ip.IsInterfaceLocalMulticast() || ip.IsMulticast() || ip.IsUnspecified() || cgnat.Contains(ip) {
+	if ip := net.ParseIP(host); ip == nil || PrivateAddress(ip) {
 		return fmt.Errorf("%w: %s", ErrPrivateAddress, host)
 	}
 	return nil
+}
+
+// PrivateAddress reports whether ip is one DenyPrivateNetworks refuses:
+// loopback, private, link-local, CGNAT, multicast or unspecified (IPv4
+// mapped into IPv6 included).
+func PrivateAddress(ip net.IP) bool {
+	return ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
+		ip.IsInterfaceLocalMulticast() || ip.IsMulticast() || ip.IsUnspecified() || cgnat.Contains(ip)
 }
 
 func (s HTTPSettings) withDefaults() HTTPSettings {
@@ -91,11 +101,13 @@ type Client struct {
 func NewClient(s HTTPSettings) *Client {
 	s = s.withDefaults()
 	dialer := &net.Dialer{Timeout: s.ConnectTimeout, KeepAlive: 30 * time.Second}
+	proxy := http.ProxyFromEnvironment
 	if s.DenyPrivateNetworks {
 		dialer.Control = denyPrivate
+		proxy = nil // the check must see the target's address, not a proxy's
 	}
 	tr := &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
+		Proxy:                 proxy,
 		DialContext:           dialer.DialContext,
 		TLSClientConfig:       s.TLS,
 		TLSHandshakeTimeout:   s.TLSHandshakeTimeout,

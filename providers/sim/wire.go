@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/shopspring/decimal"
 
@@ -190,14 +191,14 @@ func validate(w wireRequest) (opRequest, *apiError) {
 		return r, aerr
 	}
 	r.amount = amt
-	if len(w.Description) > 140 {
+	if utf8.RuneCountInString(w.Description) > 140 { // characters, not bytes
 		return r, invalid("description", "description is limited to 140 characters")
 	}
 	if len(w.Metadata) > 20 {
 		return r, invalid("metadata", "at most 20 metadata keys")
 	}
 	for k, v := range w.Metadata {
-		if k == "" || len(k) > 40 || len(v) > 500 {
+		if k == "" || utf8.RuneCountInString(k) > 40 || utf8.RuneCountInString(v) > 500 {
 			return r, invalid("metadata", "metadata keys are 1-40 characters and values at most 500")
 		}
 	}
