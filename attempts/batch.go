@@ -11,6 +11,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/saldo/saldo/internal/groupcommit"
+	"github.com/saldo/saldo/ledger"
 )
 
 // Group commit (docs/decisions/0002-batching-whole-operations.md). Every
@@ -28,9 +29,14 @@ import (
 type BatchOwner interface {
 	Owner
 	// AttemptsFinal is AttemptFinal for several attempts (each succeeded or
-	// failed, each exactly once). Returning an error rolls every one of
+	// failed, each exactly once), except that the owner adds its ledger
+	// transactions to postings instead of posting them: the attempts core
+	// posts every owner's together once the last owner has returned, so a
+	// record batch locks every account it touches in one id order, never
+	// one owner's accounts and then another's (issue 13 finding 3). The
+	// owner posts nothing itself. Returning an error rolls every one of
 	// their transitions back.
-	AttemptsFinal(ctx context.Context, tx pgx.Tx, as []Attempt) error
+	AttemptsFinal(ctx context.Context, tx pgx.Tx, as []Attempt, postings *ledger.Deferred) error
 }
 
 func (s *Service) batchOwner(kind Kind) (BatchOwner, bool) {
@@ -399,7 +405,9 @@ func (s *Service) recordBatch(ctx context.Context, reqs []recordReq) ([]recorded
 }
 
 // finalTogether hands attempts moved to a final status to their owners,
-// each owner's together.
+// each owner's together, then posts every owner's ledger transactions with
+// one PostMany (ledger.Deferred): all the accounts of the record batch are
+// locked in one id order, as every other ledger writer locks them.
 func (s *Service) finalTogether(ctx context.Context, tx pgx.Tx, moved []Attempt) error {
 	byOwner := map[BatchOwner][]Attempt{}
 	var owners []BatchOwner
@@ -413,10 +421,14 @@ func (s *Service) finalTogether(ctx context.Context, tx pgx.Tx, moved []Attempt)
 		}
 		byOwner[o] = append(byOwner[o], a)
 	}
+	var postings ledger.Deferred
 	for _, o := range owners {
-		if err := o.AttemptsFinal(ctx, tx, byOwner[o]); err != nil {
+		if err := o.AttemptsFinal(ctx, tx, byOwner[o], &postings); err != nil {
 			return fmt.Errorf("attempts: owner refused %d final attempts: %w", len(byOwner[o]), err)
 		}
+	}
+	if err := postings.Post(ctx, tx); err != nil {
+		return fmt.Errorf("attempts: ledger effects of %d final attempts: %w", len(moved), err)
 	}
 	return nil
 }

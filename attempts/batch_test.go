@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/saldo/saldo/internal/testdb"
+	"github.com/saldo/saldo/ledger"
 	"github.com/saldo/saldo/providers"
 	"github.com/saldo/saldo/providers/sim"
 )
@@ -48,7 +49,7 @@ func (o *batchRecorder) AttemptFinal(ctx context.Context, tx pgx.Tx, a Attempt) 
 	return nil
 }
 
-func (o *batchRecorder) AttemptsFinal(ctx context.Context, tx pgx.Tx, as []Attempt) error {
+func (o *batchRecorder) AttemptsFinal(ctx context.Context, tx pgx.Tx, as []Attempt, _ *ledger.Deferred) error {
 	if o.refuse.Load() > 0 {
 		o.refuse.Add(-1)
 		return errors.New("batch owner refuses this batch")
@@ -83,7 +84,7 @@ const (
 	scRateLimit   scenario = "rate_limit"   // 429: stays pending, next send later
 	scUnavailable scenario = "unavailable"  // 503: unknown (R2: 5xx)
 	scProcessing  scenario = "processing"   // 2xx processing: stays pending, resolver follows
-	scLateFailed  scenario = "late_failed"  // an operator fails it during the call; the PSP says succeeded
+	scLateFailed  scenario = "late_failed"  // an operator tries to fail it during the call (refused: in flight); the PSP says succeeded
 	scLateSuccess scenario = "late_success" // an operator succeeds it during the call; the PSP declines
 )
 
@@ -193,8 +194,9 @@ func mixedRun(t *testing.T, batch bool) ([]slotOutcome, *batchRecorder, *ownerRe
 	svc.hookAfterCall = func(a Attempt) error {
 		switch byID[a.ID] {
 		case scLateFailed:
+			// Issue 13 finding 5: never while the call is out (R22).
 			_, err := svc.ResolveManually(ctx, a.ID, StatusFailed, "op_1", "operator failed it", nil)
-			require.NoError(t, err)
+			require.ErrorIs(t, err, ErrManualFailRefused)
 		case scLateSuccess:
 			_, err := svc.ResolveManually(ctx, a.ID, StatusSucceeded, "op_1", "operator saw it paid", nil)
 			require.NoError(t, err)
@@ -298,7 +300,7 @@ func TestRecordBatchMatchesOneAtATime(t *testing.T) {
 	for _, o := range ref {
 		want := map[scenario]Status{scOK: StatusSucceeded, scDecline: StatusFailed, scErrorAfter: StatusUnknown,
 			scHangAfter: StatusUnknown, scRateLimit: StatusPending, scUnavailable: StatusUnknown,
-			scProcessing: StatusPending, scLateFailed: StatusFailed, scLateSuccess: StatusSucceeded}[o.Scenario]
+			scProcessing: StatusPending, scLateFailed: StatusSucceeded, scLateSuccess: StatusSucceeded}[o.Scenario]
 		require.Equal(t, want, o.Status, o.Scenario)
 	}
 	require.Empty(t, plain.calls[uuid.Nil])

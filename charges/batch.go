@@ -2,7 +2,6 @@ package charges
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -22,30 +21,26 @@ var _ attempts.BatchOwner = (*Service)(nil)
 // AttemptsFinal is AttemptFinal for the final attempts of calls recorded
 // together (attempts.BatchOwner), inside their transaction, with the same
 // checks, errors and effects as calling AttemptFinal for each in turn: one
-// statement locks the charges (in id order), one reads their splits, ONE
-// ledger.PostMany posts every credit (the credits share the provider's
-// clearing account and the platform's fee account, which are then locked
-// once per batch instead of once per charge), one statement marks the paid
-// charges and one the failed or expired ones, and the final hook runs
-// (OnFinalMany once, else OnFinal for each). Any error rolls the caller's
-// transaction back; the attempts core then records the batch one attempt
-// at a time.
-func (s *Service) AttemptsFinal(ctx context.Context, tx pgx.Tx, as []attempts.Attempt) error {
+// statement locks the charges (in id order), one reads their splits, every
+// credit is added to postings (which the attempts core posts with every
+// other owner's ledger transactions in ONE PostMany, so all the accounts
+// of the record batch are locked once, in one id order), one statement
+// marks the paid charges once their credits are posted and one the failed
+// or expired ones, and the final hook runs (OnFinalMany once, else OnFinal
+// for each). Any error rolls the caller's transaction back; the attempts
+// core then records the batch one attempt at a time.
+func (s *Service) AttemptsFinal(ctx context.Context, tx pgx.Tx, as []attempts.Attempt, postings *ledger.Deferred) error {
 	ids := make([]string, len(as))
 	for i, a := range as {
 		ids[i] = a.SubjectID
 	}
 	sorted := slices.Clone(ids)
 	slices.Sort(sorted)
-	if len(as) < 2 || len(slices.Compact(sorted)) != len(as) {
-		// One attempt, or two final attempts of one charge in one batch
-		// (not expected: a charge has one attempt): one at a time.
-		for _, a := range as {
-			if err := s.AttemptFinal(ctx, tx, a); err != nil {
-				return err
-			}
-		}
-		return nil
+	if len(slices.Compact(sorted)) != len(as) {
+		// Two final attempts of one charge in one record batch cannot
+		// happen (a charge has one attempt). Refusing rolls the batch back;
+		// its calls are then recorded one by one.
+		return fmt.Errorf("charges: AttemptsFinal handed two final attempts of one charge")
 	}
 	locked, err := s.lockMany(ctx, tx, ids)
 	if err != nil {
@@ -77,13 +72,15 @@ func (s *Service) AttemptsFinal(ctx context.Context, tx pgx.Tx, as []attempts.At
 		cs[i] = c
 	}
 	now := s.clock.Now()
-	if err := s.creditMany(ctx, tx, cs, as, paid, now); err != nil {
-		return err
-	}
 	if err := s.failMany(ctx, tx, cs, as, failed, now); err != nil {
 		return err
 	}
-	return s.finalHooks(ctx, tx, cs, ids)
+	if len(paid) == 0 {
+		return s.finalHooks(ctx, tx, cs, ids)
+	}
+	// The hooks see the charges paid: they run once the credits are posted
+	// and the charges marked.
+	return s.creditMany(ctx, tx, cs, as, paid, now, postings, func() error { return s.finalHooks(ctx, tx, cs, ids) })
 }
 
 // lockMany locks the charges named by ids (in id order, one statement) and
@@ -126,12 +123,11 @@ func (s *Service) lockMany(ctx context.Context, tx pgx.Tx, ids []string) (map[st
 	return out, err
 }
 
-// creditMany credits the paid charges cs[paid...] with one ledger.PostMany
-// and marks them paid with one conditional statement (each must move).
-func (s *Service) creditMany(ctx context.Context, tx pgx.Tx, cs []Charge, as []attempts.Attempt, paid []int, now time.Time) error {
-	if len(paid) == 0 {
-		return nil
-	}
+// creditMany adds the credits of the paid charges cs[paid...] to postings
+// and, once they are posted, marks the charges paid with one conditional
+// statement (each must move) and runs then.
+func (s *Service) creditMany(ctx context.Context, tx pgx.Tx, cs []Charge, as []attempts.Attempt, paid []int, now time.Time,
+	postings *ledger.Deferred, then func() error) error {
 	ins := make([]ledger.TransactionInput, len(paid))
 	for k, i := range paid {
 		in, err := s.creditInput(ctx, tx, cs[i], as[i])
@@ -140,14 +136,21 @@ func (s *Service) creditMany(ctx context.Context, tx pgx.Tx, cs []Charge, as []a
 		}
 		ins[k] = in
 	}
-	ts, err := ledger.PostMany(ctx, tx, ins)
-	if err != nil {
-		var be *ledger.BatchError
-		if errors.As(err, &be) {
-			return fmt.Errorf("charges: credit %s: %w", cs[paid[be.Index]].ID, be.Err)
-		}
-		return fmt.Errorf("charges: credit %d charges: %w", len(paid), err)
+	refused := func(k int, err error) error {
+		return fmt.Errorf("charges: credit %s: %w", cs[paid[k]].ID, err)
 	}
+	postings.Add(ins, refused, func(ts []ledger.Transaction) error {
+		if err := s.markPaid(ctx, tx, cs, as, paid, ts, now); err != nil {
+			return err
+		}
+		return then()
+	})
+	return nil
+}
+
+// markPaid marks the charges cs[paid...] paid by the credit transactions ts
+// (in the same order) with one conditional statement.
+func (s *Service) markPaid(ctx context.Context, tx pgx.Tx, cs []Charge, as []attempts.Attempt, paid []int, ts []ledger.Transaction, now time.Time) error {
 	n := len(paid)
 	ids, paidBy, pids := make([]string, n), make([]string, n), make([]*string, n)
 	txIDs := make([]int64, n)

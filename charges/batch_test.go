@@ -139,7 +139,7 @@ func TestAttemptsFinalMatchesAttemptFinal(t *testing.T) {
 			move(ids[3], "failed", "resolver", "", "cob_expired", "", `{"status": "EXPIRADA"}`)
 			as := final(tx)
 			if m != oneAtATime {
-				return e.svc.AttemptsFinal(e.ctx, tx, as)
+				return finalTogether(e, tx, as)
 			}
 			for _, a := range as {
 				if err := e.svc.AttemptFinal(e.ctx, tx, a); err != nil {
@@ -204,7 +204,7 @@ func TestAttemptsFinalMatchesAttemptFinal(t *testing.T) {
 		err = pgx.BeginFunc(e.ctx, e.pool, func(tx pgx.Tx) error {
 			as := final(tx)
 			if m != oneAtATime {
-				return e.svc.AttemptsFinal(e.ctx, tx, as)
+				return finalTogether(e, tx, as)
 			}
 			return e.svc.AttemptFinal(e.ctx, tx, as[0])
 		})
@@ -344,4 +344,14 @@ func BenchmarkChargeEndToEndParallel(b *testing.B) {
 	})
 	b.StopTimer()
 	b.ReportMetric(e.att.BatchStats().Records.PerBatch(), "attempts/record")
+}
+
+// finalTogether is what the attempts core does with charges' final attempts
+// recorded together: AttemptsFinal, then the ledger postings it deferred.
+func finalTogether(e *env, tx pgx.Tx, as []attempts.Attempt) error {
+	var postings ledger.Deferred
+	if err := e.svc.AttemptsFinal(e.ctx, tx, as, &postings); err != nil {
+		return err
+	}
+	return postings.Post(e.ctx, tx)
 }

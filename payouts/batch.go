@@ -320,8 +320,10 @@ func (s *Service) insertPayouts(ctx context.Context, tx pgx.Tx, ps []Payout, fre
 // together (attempts.BatchOwner), inside their transaction: one statement
 // moves the payouts (attemptsFinalSQL; no other batch holds them, since each
 // has one open attempt), the OnFinalMany hook runs once (or OnFinal for
-// each), and every settle and release is posted by one ledger.PostMany.
-func (s *Service) AttemptsFinal(ctx context.Context, tx pgx.Tx, as []attempts.Attempt) error {
+// each), and every settle and release is added to postings, which the
+// attempts core posts with every other owner's (one lock order for all the
+// accounts of the record batch).
+func (s *Service) AttemptsFinal(ctx context.Context, tx pgx.Tx, as []attempts.Attempt, postings *ledger.Deferred) error {
 	ids := make([]string, len(as))
 	for i, a := range as {
 		if a.Status != attempts.StatusSucceeded && a.Status != attempts.StatusFailed {
@@ -331,13 +333,11 @@ func (s *Service) AttemptsFinal(ctx context.Context, tx pgx.Tx, as []attempts.At
 	}
 	slices.Sort(ids)
 	if len(slices.Compact(ids)) != len(as) {
-		// Two final attempts of one payout in one batch: one at a time.
-		for _, a := range as {
-			if err := s.AttemptFinal(ctx, tx, a); err != nil {
-				return err
-			}
-		}
-		return nil
+		// Two final attempts of one payout in one record batch cannot
+		// happen (a payout has one open attempt at a time, and a recorded
+		// attempt that was already final does not move). Refusing rolls the
+		// batch back; its calls are then recorded one by one.
+		return fmt.Errorf("payouts: AttemptsFinal handed two final attempts of one payout")
 	}
 	n := len(as)
 	pids, to := make([]string, n), make([]string, n)
@@ -391,13 +391,13 @@ func (s *Service) AttemptsFinal(ctx context.Context, tx pgx.Tx, as []attempts.At
 			return err
 		}
 	}
-	if _, err := ledger.PostMany(ctx, tx, ins); err != nil {
-		return err
-	}
-	for _, a := range as {
-		s.log.InfoContext(ctx, "payout attempt final", "payout_id", a.SubjectID, "attempt_id", a.ID,
-			"reference", a.Reference, "provider", a.Provider, "status", a.Status)
-	}
+	postings.Add(ins, nil, func([]ledger.Transaction) error {
+		for _, a := range as {
+			s.log.InfoContext(ctx, "payout attempt final", "payout_id", a.SubjectID, "attempt_id", a.ID,
+				"reference", a.Reference, "provider", a.Provider, "status", a.Status)
+		}
+		return nil
+	})
 	return nil
 }
 

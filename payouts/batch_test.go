@@ -459,7 +459,13 @@ func TestAttemptsFinalMatchesAttemptFinal(t *testing.T) {
 				as = append(as, a)
 			}
 			if together {
-				return svc.AttemptsFinal(e.ctx, tx, as)
+				// What the attempts core does: AttemptsFinal, then the
+				// ledger postings it deferred.
+				var postings ledger.Deferred
+				if err := svc.AttemptsFinal(e.ctx, tx, as, &postings); err != nil {
+					return err
+				}
+				return postings.Post(e.ctx, tx)
 			}
 			for _, a := range as {
 				if err := svc.AttemptFinal(e.ctx, tx, a); err != nil {
