@@ -168,6 +168,18 @@ func TestOperatorResolutionRetryAndSplits(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, r.Status)
 	require.Equal(t, "status", r.json(t)["field"])
 
+	// Issue 13 finding 5 (R16, R22): the 503 may have been processed, and
+	// before the provider's consistency window no lookup can prove it
+	// absent: 409 with the reason, nothing changes.
+	r = e.post(path, e.operator, "res-early", body)
+	require.Equal(t, http.StatusConflict, r.Status, string(r.Body))
+	require.Equal(t, "manual_fail_refused", r.code(t))
+	require.Contains(t, r.json(t)["detail"], "consistency window")
+	av, re = e.balances("m1", e.m1)
+	require.Equal(t, []string{"970.00", "30.00"}, []string{av, re}, "a refused decision frees nothing")
+	// Past the window the decision is recorded again: the lookup it makes
+	// finds nothing, so it is allowed.
+	e.clock.Advance(10 * time.Minute)
 	r = e.post(path, e.operator, "res-1", body)
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
 	out := r.json(t)
@@ -245,7 +257,8 @@ func TestReviewQueue(t *testing.T) {
 	p := e.createPix("8.00", "rq-1")
 	a := e.attemptOf(p)
 	require.NoError(t, e.srv.AddFault(sim.FaultRule{Kind: sim.FaultUnavailable, Reference: a.Reference}))
-	require.NoError(t, e.srv.AddFault(sim.FaultRule{Kind: sim.FaultLookupFail, Reference: a.Reference}))
+	// The lookups fail twice (the resolver's, then the operator's below).
+	require.NoError(t, e.srv.AddFault(sim.FaultRule{Kind: sim.FaultLookupFail, Reference: a.Reference, Times: 2}))
 	res, err := e.att.Execute(e.ctx, a.ID)
 	require.NoError(t, err)
 	require.Equal(t, attempts.StatusUnknown, res.Attempt.Status)
@@ -264,7 +277,14 @@ func TestReviewQueue(t *testing.T) {
 	require.Equal(t, true, e.get("/v1/merchants/m1/payouts/"+p["id"].(string), e.m1).json(t)["needs_attention"])
 	require.Equal(t, http.StatusBadRequest, e.get("/v1/review-queue?cursor=garbage", e.operator).Status)
 
-	r := e.post("/v1/attempts/"+a.ID.String()+"/resolution", e.operator, "rq-res",
+	// Issue 13 finding 5 (R16): failed needs a lookup past the window that
+	// came back not found; the operator's own lookup fails: 409, retry later.
+	r := e.post("/v1/attempts/"+a.ID.String()+"/resolution", e.operator, "rq-res-0",
+		map[string]any{"status": "failed", "reason": "statement of the day has no such transfer"})
+	require.Equal(t, http.StatusConflict, r.Status, string(r.Body))
+	require.Equal(t, "manual_fail_refused", r.code(t))
+	require.Contains(t, r.json(t)["detail"], "inconclusive")
+	r = e.post("/v1/attempts/"+a.ID.String()+"/resolution", e.operator, "rq-res",
 		map[string]any{"status": "failed", "reason": "statement of the day has no such transfer"})
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
 	require.Empty(t, e.get("/v1/review-queue", e.auditor).json(t)["data"])

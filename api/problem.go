@@ -66,6 +66,7 @@ func problemFor(err error) Problem {
 	var fe *payouts.FieldError
 	var cfe *charges.FieldError
 	var pe *money.ParseError
+	var mfr *attempts.ManualFailRefusedError
 	switch {
 	case errors.As(err, &ae):
 		return Problem{Status: ae.status, Code: ae.code, Title: ae.title, Detail: ae.detail, Field: ae.field}
@@ -101,6 +102,10 @@ func problemFor(err error) Problem {
 		return Problem{Status: http.StatusNotFound, Code: "not_found", Title: "Not found", Detail: "no such resource"}
 	case errors.Is(err, merchants.ErrExists):
 		return Problem{Status: http.StatusConflict, Code: "already_exists", Title: "Already exists", Detail: "a merchant with this id exists"}
+	case errors.As(err, &mfr):
+		return Problem{Status: http.StatusConflict, Code: "manual_fail_refused", Title: "Manual failure refused",
+			Detail: "the provider may still complete this operation, so its reserve cannot be released yet: " + mfr.Reason +
+				"; nothing changed"}
 	case errors.Is(err, attempts.ErrTransition):
 		return Problem{Status: http.StatusConflict, Code: "attempt_final", Title: "Attempt already final",
 			Detail: "the attempt is already final with another status; nothing changed"}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -45,7 +46,32 @@ var (
 	// ErrNoOwner: no Owner is registered for the attempt's kind; a final
 	// transition cannot be recorded without one.
 	ErrNoOwner = errors.New("attempts: no owner registered for kind")
+	// ErrManualFailRefused: an operator asked to resolve an attempt failed
+	// while the provider may still complete it (a call in flight, or no
+	// lookup past the consistency window has come back not found). Nothing
+	// changed; the decision may be recorded again once it is allowed. The
+	// error is a *ManualFailRefusedError saying why (issue 13 finding 5).
+	ErrManualFailRefused = errors.New("attempts: manual failed refused: the provider may still complete this operation")
+	// ErrReportMismatch: a provider's report (webhook, lookup, poll) names
+	// one of our references but another provider, operation, amount or
+	// currency than the attempt's. Nothing moved; the attempt is flagged
+	// for review with an alert (issue 13 finding 4).
+	ErrReportMismatch = errors.New("attempts: provider report contradicts the attempt")
 )
+
+// ManualFailRefusedError is ErrManualFailRefused with the reason, for the
+// operator (the API answers it as a 409 problem with Reason as detail).
+type ManualFailRefusedError struct {
+	AttemptID uuid.UUID
+	Reason    string
+}
+
+func (e *ManualFailRefusedError) Error() string {
+	return fmt.Sprintf("attempts: manual failed refused for attempt %s: %s", e.AttemptID, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrManualFailRefused) match.
+func (e *ManualFailRefusedError) Is(target error) bool { return target == ErrManualFailRefused }
 
 // Attempt is one conversation with a provider to realise a subject.
 type Attempt struct {

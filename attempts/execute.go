@@ -391,10 +391,44 @@ func callReason(callNo, statusCode int, outcome Outcome) string {
 // success reported after we resolved failed, or the reverse). Finals never
 // change (R9); the conflict is kept as a note and logged as an error so
 // reconciliation (R19) and a human look at it.
+//
+// A success after failed is a divergence (issue 13 finding 5): the reserve
+// went back while the money left. Besides the note, the attempt is flagged
+// for review (the review queue lists it), diverged_at and divergence keep
+// what was said (audit verify reports it), saldo_attempts_divergences_total
+// counts it and an error is logged. Duplicates of the report add a note only.
 func (s *Service) lateConflict(ctx context.Context, tx pgx.Tx, after *afterCommit, a Attempt, actor Actor, said string) error {
 	reason := fmt.Sprintf("%s reported %s for an attempt already %s: final status kept, reconcile", actor, said, a.Status)
-	if err := insertEvent(ctx, tx, Event{AttemptID: a.ID, At: s.clock.Now(), Type: EventNote, Actor: actor, Reason: reason}); err != nil {
+	now := s.clock.Now()
+	if err := insertEvent(ctx, tx, Event{AttemptID: a.ID, At: now, Type: EventNote, Actor: actor, Reason: reason}); err != nil {
 		return err
+	}
+	if a.Status == StatusFailed && said == string(StatusSucceeded) {
+		why := fmt.Sprintf("divergence: %s reported succeeded after the attempt was resolved failed by %s "+
+			"(the reserve was released): money may have left twice over; a human settles it (R19)", actor, a.ResolvedBy)
+		na, err := scanAttempt(tx.QueryRow(ctx, `UPDATE attempts SET diverged_at = $2, divergence = $3,
+			review = true, review_reason = $3, review_at = $2, updated_at = $2
+			WHERE id = $1 AND status = 'failed' AND diverged_at IS NULL RETURNING `+attemptColumns, a.ID, now, why))
+		switch {
+		case errors.Is(err, ErrNotFound):
+			// Already diverged: the note is enough.
+		case err != nil:
+			return fmt.Errorf("attempts: record divergence of %s: %w", a.ID, err)
+		default:
+			if err := insertEvent(ctx, tx, Event{AttemptID: a.ID, At: now, Type: EventReview, Actor: actor, Reason: why}); err != nil {
+				return err
+			}
+			after.add(func() {
+				s.log.ErrorContext(ctx, "provider reports success for a failed attempt: divergence, review", "attempt_id", na.ID,
+					"kind", na.Kind, "provider", na.Provider, "reference", na.Reference, "resolved_by", na.ResolvedBy,
+					"reported_by", actor)
+				s.metrics.divergence(na)
+				s.metrics.reviewFlagged(na)
+				if s.cfg.OnReview != nil {
+					s.cfg.OnReview(na, why)
+				}
+			})
+		}
 	}
 	after.add(func() {
 		s.log.ErrorContext(ctx, "provider contradicts a final attempt", "attempt_id", a.ID, "kind", a.Kind,

@@ -14,6 +14,16 @@ type Metrics struct {
 	ReviewFlagged *prometheus.CounterVec
 	// Conflicts counts provider answers contradicting a final status.
 	Conflicts *prometheus.CounterVec
+	// Divergences counts provider successes reported for attempts resolved
+	// failed: money may have left while the reserve went back (alert on
+	// any increase; the attempt is in the review queue and audit verify
+	// reports it). A subset of Conflicts.
+	Divergences *prometheus.CounterVec
+	// Mismatches counts provider reports (webhook, lookup, poll) naming one
+	// of our references with another provider, operation, amount or
+	// currency (alert on any increase; the attempt goes to review), by the
+	// field that differed.
+	Mismatches *prometheus.CounterVec
 	// OldestUnknownAge is the age in seconds of the oldest unknown attempt.
 	OldestUnknownAge prometheus.Gauge
 	// ReviewQueueSize is the number of open attempts in review.
@@ -34,6 +44,11 @@ func NewMetrics() *Metrics {
 			Help: "Attempts flagged for human review (alert on increase)."}, labels),
 		Conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "saldo_attempts_final_conflicts_total",
 			Help: "Provider answers that contradict a final attempt status (reconcile)."}, labels),
+		Divergences: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "saldo_attempts_divergences_total",
+			Help: "Provider successes reported for attempts resolved failed (alert: money may have left after the reserve was released)."}, labels),
+		Mismatches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "saldo_attempts_report_mismatches_total",
+			Help: "Provider reports contradicting the attempt's provider, operation, amount or currency (alert; sent to review)."},
+			append(labels, "field")),
 		OldestUnknownAge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "saldo_attempts_oldest_unknown_age_seconds",
 			Help: "Age of the oldest unknown attempt, refreshed by the sweeper."}),
 		ReviewQueueSize: prometheus.NewGauge(prometheus.GaugeOpts{Name: "saldo_attempts_review_queue_size",
@@ -45,7 +60,7 @@ func NewMetrics() *Metrics {
 
 // Collectors returns every collector, for registration.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.Calls, m.Transitions, m.ReviewFlagged, m.Conflicts,
+	return []prometheus.Collector{m.Calls, m.Transitions, m.ReviewFlagged, m.Conflicts, m.Divergences, m.Mismatches,
 		m.OldestUnknownAge, m.ReviewQueueSize, m.ResolverLag}
 }
 
@@ -70,5 +85,17 @@ func (m *Metrics) reviewFlagged(a Attempt) {
 func (m *Metrics) conflict(a Attempt) {
 	if m != nil {
 		m.Conflicts.WithLabelValues(string(a.Kind), a.Provider).Inc()
+	}
+}
+
+func (m *Metrics) divergence(a Attempt) {
+	if m != nil {
+		m.Divergences.WithLabelValues(string(a.Kind), a.Provider).Inc()
+	}
+}
+
+func (m *Metrics) mismatch(a Attempt, field string) {
+	if m != nil {
+		m.Mismatches.WithLabelValues(string(a.Kind), a.Provider, field).Inc()
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/shopspring/decimal"
 
 	"github.com/saldo/saldo/providers"
 )
@@ -18,6 +19,12 @@ import (
 // report is a provider's statement about one operation, from a lookup, a
 // webhook, a statement or an operator.
 type report struct {
+	// Provider, Operation, Amount, Currency: what the report says about the
+	// operation, checked against the attempt ("" is not checked).
+	Provider      string
+	Operation     providers.Operation
+	Amount        string
+	Currency      string
 	State         providers.State
 	ProviderID    string
 	FailureCode   string
@@ -58,7 +65,58 @@ func classifyLookup(lr providers.LookupResult) lookupClass {
 
 func lookupState(lr providers.LookupResult) report {
 	return report{State: lr.State, ProviderID: lr.ProviderID, FailureCode: lr.FailureCode,
-		FailureReason: lr.FailureReason, Data: lr.Data}
+		FailureReason: lr.FailureReason, Data: lr.Data, Amount: lr.Amount, Currency: lr.Currency}
+}
+
+// checkReport compares what a provider's report says about the operation
+// (provider, operation, amount, currency) with the attempt a, locked in tx
+// (issue 13 finding 4). A difference is ErrReportMismatch: an open attempt
+// is flagged for review, the mismatch is counted and logged as an error,
+// and the caller moves nothing.
+func (s *Service) checkReport(ctx context.Context, tx pgx.Tx, after *afterCommit, a Attempt, actor Actor, r report) (Attempt, error) {
+	field, said, want := "", "", ""
+	switch {
+	case r.Provider != "" && r.Provider != a.Provider:
+		field, said, want = "provider", r.Provider, a.Provider
+	case r.Operation != "" && string(r.Operation) != a.Operation:
+		field, said, want = "operation", string(r.Operation), a.Operation
+	}
+	if field == "" && (r.Amount != "" || r.Currency != "") {
+		if ao, ok := s.owner(a.Kind).(AmountOwner); ok {
+			amount, currency, err := ao.AttemptAmount(ctx, tx, a)
+			if err != nil {
+				return a, fmt.Errorf("attempts: amount of %s %s (attempt %s): %w", a.Kind, a.SubjectID, a.ID, err)
+			}
+			if r.Amount != "" {
+				if d, err := decimal.NewFromString(r.Amount); err != nil || !d.Equal(amount) {
+					field, said, want = "amount", r.Amount, amount.String()
+				}
+			}
+			if field == "" && r.Currency != "" && !strings.EqualFold(r.Currency, currency) {
+				field, said, want = "currency", r.Currency, currency
+			}
+		}
+	}
+	if field == "" {
+		return a, nil
+	}
+	reason := fmt.Sprintf("%s reported %s for reference %s with %s %q, the attempt's is %q: moves nothing, a human checks it",
+		actor, r.State, a.Reference, field, said, want)
+	if err := insertEvent(ctx, tx, Event{AttemptID: a.ID, At: s.clock.Now(), Type: EventNote, Actor: actor,
+		ActorID: r.ActorID, Reason: reason}); err != nil {
+		return a, err
+	}
+	na, err := s.flagReview(ctx, tx, after, a, actor, reason)
+	if err != nil {
+		return a, err
+	}
+	after.add(func() {
+		s.log.ErrorContext(ctx, "provider report contradicts the attempt", "attempt_id", a.ID, "kind", a.Kind,
+			"provider", a.Provider, "reference", a.Reference, "field", field, "reported", said, "expected", want,
+			"state", r.State, "actor", actor, "actor_id", r.ActorID)
+		s.metrics.mismatch(a, field)
+	})
+	return na, fmt.Errorf("%w: %s %q, expected %q", ErrReportMismatch, field, said, want)
 }
 
 func insertLookupEvent(ctx context.Context, tx pgx.Tx, a Attempt, lr providers.LookupResult, class lookupClass, actor Actor, now time.Time) error {
@@ -82,13 +140,21 @@ func insertLookupEvent(ctx context.Context, tx pgx.Tx, a Attempt, lr providers.L
 // contradiction is noted and logged).
 func (s *Service) applyProviderState(ctx context.Context, tx pgx.Tx, after *afterCommit, a Attempt, actor Actor, r report, reason string) (Attempt, error) {
 	a, _, err := s.applyReport(ctx, tx, after, a, actor, r, reason)
-	if errors.Is(err, ErrProviderIDMismatch) {
+	if errors.Is(err, ErrProviderIDMismatch) || errors.Is(err, ErrReportMismatch) {
 		return a, nil // flagged for review; not an error for jobs
 	}
 	return a, err
 }
 
 func (s *Service) applyReport(ctx context.Context, tx pgx.Tx, after *afterCommit, a Attempt, actor Actor, r report, reason string) (Attempt, bool, error) {
+	switch r.State {
+	case providers.StateSucceeded, providers.StateFailed, providers.StateProcessing:
+		// A report about another provider's, operation's or amount's
+		// operation is not the provider's word about ours (finding 4).
+		if na, err := s.checkReport(ctx, tx, after, a, actor, r); err != nil {
+			return na, false, err
+		}
+	}
 	switch r.State {
 	case providers.StateSucceeded, providers.StateFailed:
 		to := StatusSucceeded
@@ -233,19 +299,14 @@ func (s *Service) Resolve(ctx context.Context, id uuid.UUID) (ResolveResult, err
 			// Counted from the latest moment the request could still have
 			// been on its way: the last call's start or recorded end, or when
 			// we stopped waiting for it (unknown_at).
-			ref := &la.CreatedAt
-			for _, t := range []*time.Time{la.CallStartedAt, la.CallEndedAt, la.UnknownAt} {
-				if t != nil && t.After(*ref) {
-					ref = t
-				}
-			}
-			if now.Sub(*ref) < caps.ConsistencyWindow {
+			ref := absenceFrom(la)
+			if now.Sub(ref) < caps.ConsistencyWindow {
 				return nil
 			}
 			tr, err := s.transition(rctx, tx, after, la, change{To: StatusFailed, Actor: ActorResolver,
 				FailureCode: "not_found",
 				Reason: fmt.Sprintf("lookup %d: not found %s after the last call (consistency window %s, R16)",
-					la.LookupCount, now.Sub(*ref).Round(time.Second), caps.ConsistencyWindow),
+					la.LookupCount, now.Sub(ref).Round(time.Second), caps.ConsistencyWindow),
 				FailureReason: "the provider has no operation with our reference after its consistency window"})
 			res.Attempt, res.Transitioned = tr.Attempt, tr.Transitioned
 			return err
@@ -274,8 +335,19 @@ const (
 
 // ResolveInput is a provider's statement about the operation with our
 // Reference (from a webhook, a statement, an operator).
+//
+// Provider, Operation, Amount and Currency are what the statement says
+// about the operation; each one set must match the attempt (its provider
+// and operation, and the amount and currency its AmountOwner gives) or the
+// statement moves nothing: the attempt goes to review with an alert and
+// ResolveByReference returns ErrReportMismatch (issue 13 finding 4). A
+// provider's word (webhook, poll) must set every one it has.
 type ResolveInput struct {
 	Reference     string
+	Provider      string
+	Operation     providers.Operation
+	Amount        string
+	Currency      string
 	State         providers.State
 	ProviderID    string
 	FailureCode   string
@@ -293,7 +365,8 @@ type ResolveInput struct {
 // status never changes. It reports whether this call changed the status.
 // ErrNotFound when no attempt has the reference; ErrProviderIDMismatch (the
 // attempt is then flagged for review) when the provider id contradicts the
-// recorded one.
+// recorded one; ErrReportMismatch (flagged for review, nothing moved) when
+// in's provider, operation, amount or currency contradicts the attempt.
 func (s *Service) ResolveByReference(ctx context.Context, in ResolveInput) (ResolveResult, error) {
 	var actor Actor
 	switch in.Source {
@@ -331,9 +404,10 @@ func (s *Service) ResolveByReference(ctx context.Context, in ResolveInput) (Reso
 		if reason == "" {
 			reason = fmt.Sprintf("%s reports %s", in.Source, in.State)
 		}
-		na, tr, err := s.applyReport(ctx, tx, after, a, actor, report{State: in.State, ProviderID: in.ProviderID,
+		na, tr, err := s.applyReport(ctx, tx, after, a, actor, report{Provider: in.Provider, Operation: in.Operation,
+			Amount: in.Amount, Currency: in.Currency, State: in.State, ProviderID: in.ProviderID,
 			FailureCode: in.FailureCode, FailureReason: in.FailureReason, Data: in.Data, ActorID: in.Actor}, reason)
-		if errors.Is(err, ErrProviderIDMismatch) {
+		if errors.Is(err, ErrProviderIDMismatch) || errors.Is(err, ErrReportMismatch) {
 			mismatch, err = err, nil
 		}
 		res = ResolveResult{Attempt: na, Transitioned: tr}
@@ -351,6 +425,25 @@ func (s *Service) ResolveByReference(ctx context.Context, in ResolveInput) (Reso
 // conditional transition as everything else; on an attempt that is already
 // final it changes nothing (same status: Transitioned false; a different
 // status: a TransitionError).
+//
+// "failed" gives the reserve back (R22), so it is refused with a
+// *ManualFailRefusedError (ErrManualFailRefused; nothing changes, the
+// operator may record the decision again once it is allowed) unless the
+// provider cannot be paying the operation (issue 13 finding 5):
+//   - a call is in flight (started, nothing recorded): refused;
+//   - no call ever started and the provider never acknowledged anything:
+//     allowed (nothing left the process);
+//   - otherwise a lookup past the provider's consistency window (counted
+//     from the last call or from when the attempt became unknown, as R16
+//     counts it) must have come back not found. Before the window it is
+//     refused. After it, if the last lookup is not such a "not found",
+//     ResolveManually looks the reference up itself (outside any
+//     transaction, R11) and records the lookup: not found allows it; found,
+//     or an inconclusive answer, refuses it (a found operation is resolved
+//     by the resolver or a webhook with the provider's own word);
+//   - a provider that cannot look up by reference (R25): allowed once the
+//     consistency window has passed, on the operator's evidence (the
+//     provider's statement, reconciliation).
 func (s *Service) ResolveManually(ctx context.Context, attemptID uuid.UUID, status Status, operatorID, reason string, evidence json.RawMessage) (ResolveResult, error) {
 	if !status.Final() {
 		return ResolveResult{}, fmt.Errorf("%w: an operator resolves to succeeded or failed, not %q", ErrInvalid, status)
@@ -361,8 +454,35 @@ func (s *Service) ResolveManually(ctx context.Context, attemptID uuid.UUID, stat
 	if len(evidence) > 0 && !json.Valid(evidence) {
 		return ResolveResult{}, fmt.Errorf("%w: evidence must be JSON", ErrInvalid)
 	}
+	// A manual failed may need a lookup, made before the transaction (R11).
+	var lr *providers.LookupResult
+	if status == StatusFailed {
+		a, err := s.Get(ctx, s.pool, attemptID)
+		if err != nil {
+			return ResolveResult{}, err
+		}
+		if a.Status.Open() {
+			v, err := s.manualFailVerdict(ctx, s.pool, a, nil)
+			if err != nil {
+				return ResolveResult{}, err
+			}
+			switch v.decision {
+			case manualRefuse:
+				return ResolveResult{Attempt: a}, &ManualFailRefusedError{AttemptID: a.ID, Reason: v.reason}
+			case manualLookup:
+				r, lerr := s.providers[a.Provider].Lookup(ctx, providers.Operation(a.Operation), a.Reference)
+				if lerr != nil {
+					return ResolveResult{Attempt: a}, &ManualFailRefusedError{AttemptID: a.ID,
+						Reason: "the provider refused a lookup by reference: " + lerr.Error()}
+				}
+				lr = &r
+			}
+		}
+	}
 	var res ResolveResult
+	var refused error
 	err := s.inTx(ctx, func(tx pgx.Tx, after *afterCommit) error {
+		refused = nil
 		a, err := lockAttempt(ctx, tx, attemptID)
 		if err != nil {
 			return err
@@ -374,6 +494,25 @@ func (s *Service) ResolveManually(ctx context.Context, attemptID uuid.UUID, stat
 			}
 			return nil
 		}
+		if status == StatusFailed {
+			if lr != nil {
+				if a, err = s.recordManualLookup(ctx, tx, a, *lr); err != nil {
+					return err
+				}
+			}
+			// Decided again under the row lock: a call may have started
+			// since the attempt was read.
+			v, err := s.manualFailVerdict(ctx, tx, a, lr)
+			if err != nil {
+				return err
+			}
+			if v.decision != manualAllow {
+				// Commit the lookup's record; refuse the decision.
+				res = ResolveResult{Attempt: a}
+				refused = &ManualFailRefusedError{AttemptID: a.ID, Reason: v.reason}
+				return nil
+			}
+		}
 		c := change{To: status, Actor: ActorOperator, ActorID: operatorID, Reason: reason, Evidence: evidence}
 		if status == StatusFailed {
 			c.FailureCode, c.FailureReason = "operator", reason
@@ -382,7 +521,106 @@ func (s *Service) ResolveManually(ctx context.Context, attemptID uuid.UUID, stat
 		res = ResolveResult{Attempt: tr.Attempt, Transitioned: tr.Transitioned}
 		return err
 	})
+	if err == nil && refused != nil {
+		s.log.WarnContext(ctx, "manual failed refused", "attempt_id", res.Attempt.ID, "provider", res.Attempt.Provider,
+			"reference", res.Attempt.Reference, "operator", operatorID, "why", refused.Error())
+		return res, refused
+	}
 	return res, err
+}
+
+type manualDecision int
+
+const (
+	manualAllow manualDecision = iota
+	manualRefuse
+	manualLookup // allowed only if a fresh lookup comes back not found
+)
+
+type manualVerdict struct {
+	decision manualDecision
+	reason   string
+}
+
+// manualFailVerdict says whether an operator may resolve the open attempt a
+// failed now (ResolveManually's rules). fresh is a lookup just made for this
+// decision (nil when none was).
+func (s *Service) manualFailVerdict(ctx context.Context, db DB, a Attempt, fresh *providers.LookupResult) (manualVerdict, error) {
+	if a.CallInFlight() {
+		return manualVerdict{manualRefuse, fmt.Sprintf("call %d started at %s and its answer is not recorded: it is in flight "+
+			"and the provider may be paying it; wait for its answer (or for the sweeper to make the attempt unknown and a lookup to decide)",
+			a.CallCount, fmtTime(a.CallStartedAt))}, nil
+	}
+	if a.CallCount == 0 && !a.Acknowledged() {
+		return manualVerdict{decision: manualAllow}, nil
+	}
+	prov, ok := s.providers[a.Provider]
+	if !ok {
+		return manualVerdict{manualRefuse, fmt.Sprintf("provider %q is not configured in this process: its consistency window is unknown", a.Provider)}, nil
+	}
+	caps := prov.Capabilities()
+	ref := absenceFrom(a)
+	ready := ref.Add(caps.ConsistencyWindow)
+	now := s.clock.Now()
+	if now.Before(ready) {
+		return manualVerdict{manualRefuse, fmt.Sprintf("the provider's consistency window (%s) since the last call or since the attempt became "+
+			"unknown ends at %s: before it, no lookup can prove the operation absent (R16); record the decision again after it",
+			caps.ConsistencyWindow, fmtTime(&ready))}, nil
+	}
+	if !caps.LookupByReference {
+		return manualVerdict{decision: manualAllow}, nil // R25: the operator's evidence decides
+	}
+	if fresh != nil {
+		switch classifyLookup(*fresh) {
+		case lookupNotFound:
+			return manualVerdict{decision: manualAllow}, nil
+		case lookupFound:
+			return manualVerdict{manualRefuse, fmt.Sprintf("a lookup just found the operation at the provider, %s (provider id %q): "+
+				"the provider's answer resolves it (resolver, webhook); if it paid, record succeeded", fresh.State, fresh.ProviderID)}, nil
+		}
+		what := fmt.Sprintf("HTTP %d", fresh.Exchange.StatusCode)
+		if fresh.Exchange.Err != nil {
+			what = fresh.Exchange.Err.Error()
+		}
+		return manualVerdict{manualRefuse, "a lookup just made was inconclusive (" + truncate(what, 300) +
+			"): nothing proves the operation absent; record the decision again later"}, nil
+	}
+	var at time.Time
+	var outcome *string
+	err := db.QueryRow(ctx, `SELECT at, outcome FROM attempt_events WHERE attempt_id = $1 AND type = 'lookup'
+		ORDER BY id DESC LIMIT 1`, a.ID).Scan(&at, &outcome)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return manualVerdict{}, err
+	}
+	if err == nil && deref(outcome) == string(lookupNotFound) && !at.Before(ready) {
+		return manualVerdict{decision: manualAllow}, nil
+	}
+	return manualVerdict{decision: manualLookup}, nil
+}
+
+// absenceFrom is the moment from which a provider's consistency window is
+// counted for a "not found": the latest moment the request could still have
+// been on its way (the last call's start or recorded end, or when we
+// stopped waiting for it), as Resolve counts it (R16).
+func absenceFrom(a Attempt) time.Time {
+	ref := a.CreatedAt
+	for _, t := range []*time.Time{a.CallStartedAt, a.CallEndedAt, a.UnknownAt} {
+		if t != nil && t.After(ref) {
+			ref = *t
+		}
+	}
+	return ref
+}
+
+// recordManualLookup records a lookup ResolveManually made (the event and
+// the attempt's lookup counters) in tx.
+func (s *Service) recordManualLookup(ctx context.Context, tx pgx.Tx, a Attempt, lr providers.LookupResult) (Attempt, error) {
+	now := s.clock.Now()
+	if err := insertLookupEvent(ctx, tx, a, lr, classifyLookup(lr), ActorOperator, now); err != nil {
+		return a, err
+	}
+	return scanAttempt(tx.QueryRow(ctx, `UPDATE attempts SET lookup_count = lookup_count + 1, last_lookup_at = $2,
+		updated_at = $2 WHERE id = $1 RETURNING `+attemptColumns, a.ID, now))
 }
 
 // ReviewQueueParams pages the review queue.
@@ -393,8 +631,9 @@ type ReviewQueueParams struct {
 	Limit int
 }
 
-// ReviewQueue lists open attempts flagged for review, oldest flag first,
-// and the cursor of the next page ("" when this is the last).
+// ReviewQueue lists open attempts flagged for review, and failed attempts a
+// provider later reported succeeded (divergences, DivergedAt set), oldest
+// flag first, and the cursor of the next page ("" when this is the last).
 func (s *Service) ReviewQueue(ctx context.Context, db DB, p ReviewQueueParams) ([]Attempt, string, error) {
 	limit := p.Limit
 	if limit <= 0 {
@@ -413,7 +652,7 @@ func (s *Service) ReviewQueue(ctx context.Context, db DB, p ReviewQueueParams) (
 		}
 	}
 	list, err := queryAttempts(ctx, db, `SELECT `+attemptColumns+` FROM attempts
-		WHERE review AND status IN ('pending', 'unknown') AND (review_at, id) > ($1, $2)
+		WHERE review AND (status IN ('pending', 'unknown') OR diverged_at IS NOT NULL) AND (review_at, id) > ($1, $2)
 		ORDER BY review_at, id LIMIT $3`, afterAt, afterID, limit+1)
 	if err != nil {
 		return nil, "", err

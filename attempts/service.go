@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/shopspring/decimal"
 
 	"github.com/saldo/saldo/internal/groupcommit"
 	"github.com/saldo/saldo/providers"
@@ -47,6 +48,18 @@ type OwnerFunc func(ctx context.Context, tx pgx.Tx, a Attempt) error
 // AttemptFinal calls f.
 func (f OwnerFunc) AttemptFinal(ctx context.Context, tx pgx.Tx, a Attempt) error {
 	return f(ctx, tx, a)
+}
+
+// AmountOwner is an Owner that knows the amount and currency its attempts
+// move (payouts, charges). When an attempt's owner is one, every provider
+// report that names an amount or a currency (webhook, lookup, poll) must
+// match them before it may move the attempt: a report that does not is
+// flagged for review with an alert and moves nothing (issue 13 finding 4).
+// AttemptAmount runs inside the transaction that applies the report, with
+// the attempt row locked.
+type AmountOwner interface {
+	Owner
+	AttemptAmount(ctx context.Context, db DB, a Attempt) (amount decimal.Decimal, currency string, err error)
 }
 
 // Config configures a Service. Pool and Providers are required.

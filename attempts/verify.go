@@ -10,7 +10,7 @@ import (
 // Violation is one broken invariant found by Verify.
 type Violation struct {
 	// Code names the invariant: two_succeeded, two_open, final_changed,
-	// broken_history, status_mismatch, unresolved_orphan.
+	// broken_history, status_mismatch, unresolved_orphan, diverged.
 	Code      string
 	AttemptID string
 	SubjectID string
@@ -28,7 +28,10 @@ func (v Violation) String() string {
 //     pending (R9): no transition out of a final status, each from equals
 //     the previous to, and the last to equals the current status;
 //   - every attempt awaiting resolution has a live resolver job or a review
-//     flag.
+//     flag;
+//   - no provider reported succeeded for an attempt resolved failed
+//     (diverged: the reserve went back while money may have left; issue 13
+//     finding 5). Reported until a human settles it.
 func Verify(ctx context.Context, db DB) ([]Violation, error) {
 	var out []Violation
 	checks := []struct{ code, sql string }{
@@ -57,6 +60,9 @@ func Verify(ctx context.Context, db DB) ([]Violation, error) {
 			AND NOT EXISTS (SELECT 1 FROM river_job j WHERE j.kind = '` + ResolveAttemptKind + `'
 				AND j.state IN ('available', 'pending', 'running', 'retryable', 'scheduled')
 				AND j.args->>'attempt_id' = a.id::text)`},
+		{"diverged", `SELECT a.id::text, a.subject_id, 'resolved failed by ' || coalesce(a.resolved_by, '?') ||
+				', then at ' || a.diverged_at || ' ' || a.divergence
+			FROM attempts a WHERE a.diverged_at IS NOT NULL`},
 	}
 	for _, c := range checks {
 		rows, err := db.Query(ctx, c.sql)
