@@ -291,3 +291,17 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
+
+// A decimal that is not an amount (a split percentage) follows the amount
+// grammar: "1e2" was read as 100 while amounts refuse exponents (issue 13).
+func TestParseDecimal(t *testing.T) {
+	for _, s := range []string{"0", "10", "12.5", "99.9999", "-1.5"} {
+		d, err := money.ParseDecimal(s)
+		require.NoError(t, err, s)
+		require.True(t, d.Equal(decimal.RequireFromString(s)), s)
+	}
+	for _, s := range []string{"", "1e2", "1E2", "+10", " 10", "10 ", "10.", ".5", "1,5", "NaN", "Infinity", "0x10", strings.Repeat("9", 100)} {
+		_, err := money.ParseDecimal(s)
+		require.ErrorIs(t, err, money.ErrInvalidAmount, "%q", s)
+	}
+}

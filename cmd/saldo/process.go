@@ -37,9 +37,12 @@ const defaultMaxWorkers = 200
 type processConfig struct {
 	DatabaseURL string
 	Listen      string // HTTP address (the API, or /metrics and /healthz for workers only); empty: none
-	RunAPI      bool
-	RunWorkers  bool
-	Providers   []providers.Provider
+	// MetricsListen, when set, serves GET /metrics on its own listener and
+	// not on Listen, so the API's clients never reach it.
+	MetricsListen string
+	RunAPI        bool
+	RunWorkers    bool
+	Providers     []providers.Provider
 	// PayoutProvider and ChargeProvider name providers among Providers.
 	PayoutProvider, ChargeProvider string
 	MaxWorkers                     int
@@ -123,20 +126,37 @@ func runProcess(ctx context.Context, pc processConfig) error {
 	}
 
 	var srv *http.Server
-	serveErr := make(chan error, 1)
+	serveErr := make(chan error, 2)
+	var metricsSrv *http.Server
+	if pc.MetricsListen != "" {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		ln, err := net.Listen("tcp", pc.MetricsListen)
+		if err != nil {
+			return fmt.Errorf("metrics listen %s: %w", pc.MetricsListen, err)
+		}
+		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+			WriteTimeout: 60 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		defer metricsSrv.Close() //nolint:errcheck // a no-op after the Shutdown below; closes it on an early return
+		go func() { serveErr <- metricsSrv.Serve(ln) }()
+		log.Info("metrics listening", "addr", ln.Addr().String())
+	}
+
 	if pc.Listen != "" {
 		// An API process serves the API, /metrics and the River UI; a
 		// workers-only process still serves /metrics and /healthz, so every
 		// process of a fleet can be scraped.
 		var handler http.Handler
 		if pc.RunAPI {
-			handler, err = buildHTTP(e, reg, log)
+			handler, err = buildHTTP(e, reg, log, pc.MetricsListen == "", !pc.NotifyDenyPrivate)
 			if err != nil {
 				return err
 			}
 		} else {
 			mux := http.NewServeMux()
-			mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+			if pc.MetricsListen == "" {
+				mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+			}
 			mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 				w.Header().Set("Content-Type", "application/json")
 				_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
@@ -192,6 +212,11 @@ func runProcess(ctx context.Context, pc processConfig) error {
 			errs = append(errs, srv.Close())
 		}
 	}
+	if metricsSrv != nil {
+		if err := metricsSrv.Shutdown(stopCtx); err != nil {
+			errs = append(errs, metricsSrv.Close())
+		}
+	}
 	if pc.RunWorkers {
 		if err := e.Stop(stopCtx); err != nil {
 			errs = append(errs, err)
@@ -201,10 +226,12 @@ func runProcess(ctx context.Context, pc processConfig) error {
 	return errors.Join(errs...)
 }
 
-// buildHTTP mounts the API, /metrics and the River UI (operators only).
-func buildHTTP(e *engine.Engine, reg *prometheus.Registry, log *slog.Logger) (http.Handler, error) {
+// buildHTTP mounts the API, /metrics (unless it has a listener of its own)
+// and the River UI (operators only). allowPrivate lets merchants register
+// notification URLs on loopback and private addresses (saldo dev).
+func buildHTTP(e *engine.Engine, reg *prometheus.Registry, log *slog.Logger, serveMetrics, allowPrivate bool) (http.Handler, error) {
 	apiSrv, err := api.New(api.Config{Pool: e.Pool, Payouts: e.Payouts, Attempts: e.Attempts, Charges: e.Charges,
-		Providers: e.Providers, Logger: log})
+		Providers: e.Providers, Logger: log, AllowPrivateNotificationURLs: allowPrivate})
 	if err != nil {
 		return nil, err
 	}
@@ -233,15 +260,37 @@ func buildHTTP(e *engine.Engine, reg *prometheus.Registry, log *slog.Logger) (ht
 			if rc := chi.RouteContext(req.Context()); rc != nil && rc.RoutePattern() != "" {
 				route = rc.RoutePattern()
 			}
-			requests.WithLabelValues(req.Method, route, strconv.Itoa(sw.status)).Inc()
-			latency.WithLabelValues(req.Method, route).Observe(time.Since(start).Seconds())
+			method := methodLabel(req.Method)
+			requests.WithLabelValues(method, route, statusLabel(sw.status)).Inc()
+			latency.WithLabelValues(method, route).Observe(time.Since(start).Seconds())
 		})
 	})
-	r.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	if serveMetrics {
+		r.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	}
 	r.Handle("/ops/river", apiSrv.RequireRoles(ui, api.RoleOperator, api.RoleAdmin))
 	r.Handle("/ops/river/*", apiSrv.RequireRoles(ui, api.RoleOperator, api.RoleAdmin))
 	r.Handle("/*", apiSrv)
 	return r, nil
+}
+
+// methodLabel bounds the method label: a client may send any token as a
+// method, and each would otherwise be a new time series.
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete,
+		http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return m
+	}
+	return "other"
+}
+
+// statusLabel bounds the status label to the HTTP status codes.
+func statusLabel(code int) string {
+	if code < 100 || code > 599 {
+		return "other"
+	}
+	return strconv.Itoa(code)
 }
 
 type statusWriter struct {

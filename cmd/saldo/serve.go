@@ -83,6 +83,8 @@ func runServe(ctx context.Context, args []string) error {
 	env := &envDefaults{}
 	dbURL := databaseURL(fs)
 	listen := fs.String("listen", envOr("SALDO_LISTEN", "127.0.0.1:8080"), "API listen address ($SALDO_LISTEN)")
+	metricsListen := fs.String("metrics-listen", os.Getenv("SALDO_METRICS_LISTEN"),
+		"serve GET /metrics on this address instead of on --listen, away from the API's clients ($SALDO_METRICS_LISTEN)")
 	roles := fs.String("roles", envOr("SALDO_ROLES", "api,workers"), "what this process runs: api, workers or both ($SALDO_ROLES)")
 	maxWorkers := fs.Int("max-workers", env.int("SALDO_MAX_WORKERS", defaultMaxWorkers), "River workers ($SALDO_MAX_WORKERS)")
 	simURL := fs.String("sim-url", os.Getenv("SALDO_SIM_URL"), "base URL of a simulated PSP (saldo sim-provider) ($SALDO_SIM_URL)")
@@ -166,7 +168,7 @@ func runServe(ctx context.Context, args []string) error {
 		sim.WithWebhookSecret(secret))
 	log.Info("starting saldo", "roles", *roles, "listen", *listen, "provider", *simName)
 	return runProcess(ctx, processConfig{
-		DatabaseURL: u, Listen: *listen, RunAPI: runAPI, RunWorkers: runWorkers,
+		DatabaseURL: u, Listen: *listen, MetricsListen: *metricsListen, RunAPI: runAPI, RunWorkers: runWorkers,
 		Providers: []providers.Provider{prov}, PayoutProvider: *simName, ChargeProvider: *simName,
 		MaxWorkers: *maxWorkers, NotifyDenyPrivate: !*notifyPrivate,
 		// A job outlives the longest call it makes, so River never cuts a call

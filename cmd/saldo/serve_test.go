@@ -43,23 +43,26 @@ var buildSaldo = sync.OnceValues(func() (string, error) {
 
 // serveProc is one `saldo serve` child process.
 type serveProc struct {
-	cmd  *exec.Cmd
-	base string
-	done chan error
-	logs *bytes.Buffer
-	mu   *sync.Mutex
+	cmd     *exec.Cmd
+	base    string
+	metrics string // the --metrics-listen base URL, when given
+	done    chan error
+	logs    *bytes.Buffer
+	mu      *sync.Mutex
 }
 
-func startServe(t *testing.T, bin, dbURL, simURL, secret, roles string) *serveProc {
+func startServe(t *testing.T, bin, dbURL, simURL, secret, roles string, extra ...string) *serveProc {
 	t.Helper()
-	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--sim-url", simURL, "--roles", roles,
-		"--provider-read-timeout", "2s", "--stale-call-after", "30s", "--max-workers", "10", "--log-level", "info")
+	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--sim-url", simURL, "--roles", roles,
+		"--provider-read-timeout", "2s", "--stale-call-after", "30s", "--max-workers", "10", "--log-level", "info"}, extra...)
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "SALDO_DATABASE_URL="+dbURL, "SALDO_SIM_WEBHOOK_SECRET="+secret)
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
 	p := &serveProc{cmd: cmd, done: make(chan error, 1), logs: &bytes.Buffer{}, mu: &sync.Mutex{}}
 	addr := make(chan string, 1)
+	metricsAddr := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
@@ -70,6 +73,9 @@ func startServe(t *testing.T, bin, dbURL, simURL, secret, roles string) *servePr
 			var rec struct{ Msg, Addr string }
 			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "api listening" {
 				addr <- rec.Addr
+			}
+			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "metrics listening" {
+				metricsAddr <- rec.Addr
 			}
 		}
 	}()
@@ -86,6 +92,11 @@ func startServe(t *testing.T, bin, dbURL, simURL, secret, roles string) *servePr
 		t.Fatalf("saldo serve exited early: %v\n%s", err, p.logs.String())
 	case <-time.After(60 * time.Second):
 		t.Fatalf("saldo serve did not start:\n%s", p.logs.String())
+	}
+	select {
+	case a := <-metricsAddr:
+		p.metrics = "http://" + a
+	default:
 	}
 	return p
 }
