@@ -4,6 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -16,10 +17,10 @@ import (
 
 // setupProxied is setup with the Service's connections going through a
 // pgproxy; h.pool (the test's reads) goes direct.
-func setupProxied(t *testing.T) (*harness, *pgproxy.Proxy) {
+func setupProxied(t *testing.T, plan ...behaviour) (*harness, *pgproxy.Proxy) {
 	t.Helper()
 	var proxy *pgproxy.Proxy
-	h := setup(t, harnessOpts{tune: func(cfg *Config) {
+	h := setup(t, harnessOpts{plan: plan, tune: func(cfg *Config) {
 		url := testdb.AdminURL(t, cfg.Pool)
 		proxy = pgproxy.Start(t, url)
 		proxied, err := pgxpool.New(t.Context(), proxy.URL(url))
@@ -109,5 +110,30 @@ func TestAmbiguousCommitOfFirstSendMarkNeverSendsBlind_R14(t *testing.T) {
 	require.False(t, res.Sent)
 	require.Equal(t, StatusUnknown, res.Attempt.Status)
 	require.Zero(t, h.psp.totalSubmits(), "nothing re-sent blind")
+	h.requireNoViolations()
+}
+
+// The call-start mark of a re-send (startSQL, batched, no redo) whose answer
+// is lost: the executor gets an error, the mark committed, and the next
+// execution finds the call in flight and goes to unknown without sending
+// (R14): the PSP saw only the first call (a 429).
+func TestAmbiguousCommitOfCallStartMarkNeverSendsBlind_R14(t *testing.T) {
+	t.Parallel()
+	h, proxy := setupProxied(t, behave429, behaveOK)
+	a := h.open(newSubject())
+	res, err := h.svc.Execute(h.ctx, a.ID)
+	require.NoError(t, err)
+	require.Equal(t, OutcomeRateLimited, res.Outcome)
+	h.clock.Advance(res.RetryIn + time.Second)
+	proxy.LoseCommitAnswer("a.call_count = u.call_no - 1", 1) // startSQL
+	_, err = h.svc.Execute(h.ctx, a.ID)
+	require.Error(t, err)
+	require.Equal(t, 1, proxy.Cuts())
+	require.Equal(t, 2, h.get(a.ID).CallCount, "the mark committed")
+	res, err = h.svc.Execute(h.ctx, a.ID)
+	require.NoError(t, err)
+	require.False(t, res.Sent)
+	require.Equal(t, StatusUnknown, res.Attempt.Status)
+	require.Equal(t, 1, h.psp.totalSubmits(), "nothing re-sent blind")
 	h.requireNoViolations()
 }
