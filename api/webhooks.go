@@ -19,7 +19,7 @@ const (
 	WebhookUnchanged    = "unchanged"    // matched, nothing to change (duplicate state, stale "processing", final already)
 	WebhookHandled      = "handled"      // a WebhookHandler (charges) took it
 	WebhookUnmatched    = "unmatched"    // no attempt has the reference: not ours, acknowledged and logged
-	WebhookReview       = "review"       // the provider id contradicts ours: flagged for review
+	WebhookReview       = "review"       // the event contradicts the attempt (provider id, provider, operation, amount, currency): flagged for review, nothing moved
 	WebhookDuplicate    = "duplicate"    // this event id was processed before
 )
 
@@ -33,7 +33,9 @@ type webhookAck struct {
 // timestamp with the provider's ParseWebhook (401 when either fails, so a
 // forged or replayed event changes nothing), skip an event id seen before,
 // then hand the event to the WebhookHandlers and else to the attempts core
-// by reference (R17). The resolution is a conditional transition, so a
+// by reference (R17), which moves an attempt only when the event comes from
+// its provider and names its operation, amount and currency (otherwise:
+// review with an alert, outcome "review"). The resolution is a conditional transition, so a
 // duplicate or out-of-order event (a "processing" after "succeeded") never
 // downgrades a final status. A failure to process is 500 so the provider
 // retries; the event is recorded as seen only once processed.
@@ -100,13 +102,22 @@ func (s *Server) handleProviderEvent(ctx context.Context, provider string, ev pr
 			return WebhookHandled, nil
 		}
 	}
-	res, err := s.att.ResolveByReference(ctx, attempts.ResolveInput{Reference: ev.Reference, State: ev.State,
+	// The event moves the attempt only if it comes from the attempt's
+	// provider and names its operation, amount and currency (checked by
+	// the attempts core; a mismatch goes to review with an alert, issue 13
+	// finding 4).
+	res, err := s.att.ResolveByReference(ctx, attempts.ResolveInput{Reference: ev.Reference, Provider: provider,
+		Operation: ev.Operation, Amount: ev.Amount, Currency: ev.Currency, State: ev.State,
 		ProviderID: ev.ProviderID, FailureCode: ev.FailureCode, FailureReason: ev.FailureReason, Data: ev.Data,
 		Source: attempts.SourceWebhook, Actor: ev.ID, Reason: fmt.Sprintf("webhook %s (%s) reports %s", ev.ID, ev.Type, ev.State)})
 	switch {
 	case errors.Is(err, attempts.ErrNotFound):
 		s.log.WarnContext(ctx, "api: webhook for an unknown reference", "provider", provider, "event_id", ev.ID, "reference", ev.Reference)
 		return WebhookUnmatched, nil
+	case errors.Is(err, attempts.ErrReportMismatch):
+		s.log.ErrorContext(ctx, "api: webhook contradicts the attempt (provider, operation, amount or currency); flagged for review",
+			"provider", provider, "event_id", ev.ID, "reference", ev.Reference, "attempt_id", res.Attempt.ID, "error", err)
+		return WebhookReview, nil
 	case errors.Is(err, attempts.ErrProviderIDMismatch):
 		s.log.ErrorContext(ctx, "api: webhook provider id contradicts the attempt; flagged for review", "provider", provider,
 			"event_id", ev.ID, "reference", ev.Reference, "attempt_id", res.Attempt.ID)

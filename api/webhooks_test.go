@@ -1,9 +1,11 @@
 package api_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 
 	"github.com/saldo/saldo/api"
 	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/providers"
 	"github.com/saldo/saldo/providers/sim"
 )
 
@@ -161,4 +164,91 @@ func TestWebhooksFromTheSim(t *testing.T) {
 	}
 	av, re := e.balances("m1", e.m1)
 	require.Equal(t, []string{"994.00", "0.00"}, []string{av, re})
+}
+
+// Issue 13 finding 4 (R17). A verified webhook moves a payout only when it
+// comes from the attempt's provider and names its operation, amount and
+// currency: a valid event from another provider (its own secret, its own
+// endpoint) naming our reference, or one from the right provider with
+// another amount or currency, moves nothing. The attempt goes to review
+// (the webhook is acknowledged with outcome "review" so the provider stops
+// retrying), the reserve stays held, and the error is logged.
+func TestWebhookMustMatchProviderAmountCurrency_R17(t *testing.T) {
+	t.Parallel()
+	e := setup(t, sim.Config{})
+	// A second provider, configured in the same API with its own secret.
+	const otherSecret = "whsec_other_psp"
+	other := sim.NewServer(sim.Config{Clock: e.clock.Now, WebhookSecret: otherSecret}).Start()
+	t.Cleanup(other.Close)
+	otherProv := other.NewProvider(sim.WithName("sim2"))
+	two, err := api.New(api.Config{Pool: e.pool, Payouts: e.pay, Attempts: e.att, Charges: e.charges,
+		Providers: map[string]providers.Provider{"sim": e.prov, "sim2": otherProv}, Clock: e.clock})
+	require.NoError(t, err)
+	srv := httptest.NewServer(two)
+	t.Cleanup(srv.Close)
+	post := func(provider, secret string, body []byte) map[string]any {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/webhooks/"+provider, bytes.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(sim.SignatureHeader, sim.Sign(secret, e.clock.Now(), body))
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		var out map[string]any
+		require.NoError(t, json.NewDecoder(res.Body).Decode(&out))
+		require.Equal(t, http.StatusOK, res.StatusCode, "%v", out)
+		return out
+	}
+	event := func(id, reference, providerID, amount, currency string) []byte {
+		b, _ := json.Marshal(map[string]any{"id": id, "type": "operation.succeeded", "created_at": e.clock.Now(),
+			"data": map[string]any{"id": providerID, "reference": reference, "operation": "pix_transfer",
+				"amount": amount, "currency": currency, "state": "succeeded", "created_at": e.clock.Now()}})
+		return b
+	}
+	unknown := func(idem string) (map[string]any, attempts.Attempt) {
+		p := e.createPix("10.00", idem)
+		a := e.attemptOf(p)
+		require.NoError(t, e.srv.AddFault(sim.FaultRule{Kind: sim.FaultErrorAfter, Reference: a.Reference}))
+		res, err := e.att.Execute(e.ctx, a.ID)
+		require.NoError(t, err)
+		require.Equal(t, attempts.StatusUnknown, res.Attempt.Status)
+		return p, a
+	}
+
+	for _, tc := range []struct {
+		name, provider, secret, amount, currency string
+	}{
+		{"other_provider", "sim2", otherSecret, "10.00", "BRL"},
+		{"amount", "sim", webhookSecret, "10.01", "BRL"},
+		{"currency", "sim", webhookSecret, "10.00", "USD"},
+	} {
+		p, a := unknown("wh-mismatch-" + tc.name)
+		ack := post(tc.provider, tc.secret, event("evt_"+tc.name, a.Reference, e.srv.Operations(a.Reference)[0].ID, tc.amount, tc.currency))
+		require.Equal(t, api.WebhookReview, ack["outcome"], tc.name)
+		got, err := e.att.Get(e.ctx, e.pool, a.ID)
+		require.NoError(t, err)
+		require.Equal(t, attempts.StatusUnknown, got.Status, "%s: moved nothing", tc.name)
+		require.True(t, got.Review, tc.name)
+		v := e.get("/v1/merchants/m1/payouts/"+p["id"].(string), e.m1).json(t)
+		require.Equal(t, "processing", v["status"], tc.name)
+		require.Equal(t, true, v["needs_attention"], tc.name)
+	}
+	av, re := e.balances("m1", e.m1)
+	require.Equal(t, []string{"970.00", "30.00"}, []string{av, re}, "every reserve still held")
+
+	// The provider's own event with the right amount still resolves a payout.
+	_, a := unknown("wh-match")
+	ack := post("sim", webhookSecret, event("evt_match", a.Reference, e.srv.Operations(a.Reference)[0].ID, "10.00", "BRL"))
+	require.Equal(t, api.WebhookTransitioned, ack["outcome"])
+
+	// Leave nothing open for the audit: an operator settles the reviewed
+	// ones with the provider's statement (the sim executed them).
+	q, _, err := e.att.ReviewQueue(e.ctx, e.pool, attempts.ReviewQueueParams{})
+	require.NoError(t, err)
+	require.Len(t, q, 3)
+	for _, r := range q {
+		_, err := e.att.ResolveManually(e.ctx, r.ID, attempts.StatusSucceeded, e.operatorID, "sim statement shows it paid", nil)
+		require.NoError(t, err)
+	}
 }

@@ -100,6 +100,12 @@ func (s *Service) checkReport(ctx context.Context, tx pgx.Tx, after *afterCommit
 	if field == "" {
 		return a, nil
 	}
+	mismatch := fmt.Errorf("%w: %s %q, expected %q", ErrReportMismatch, field, said, want)
+	if a.Review {
+		// Already in front of a human: a poll repeating the same report
+		// must not raise the alert again every time.
+		return a, mismatch
+	}
 	reason := fmt.Sprintf("%s reported %s for reference %s with %s %q, the attempt's is %q: moves nothing, a human checks it",
 		actor, r.State, a.Reference, field, said, want)
 	if err := insertEvent(ctx, tx, Event{AttemptID: a.ID, At: s.clock.Now(), Type: EventNote, Actor: actor,
@@ -116,7 +122,7 @@ func (s *Service) checkReport(ctx context.Context, tx pgx.Tx, after *afterCommit
 			"state", r.State, "actor", actor, "actor_id", r.ActorID)
 		s.metrics.mismatch(a, field)
 	})
-	return na, fmt.Errorf("%w: %s %q, expected %q", ErrReportMismatch, field, said, want)
+	return na, mismatch
 }
 
 func insertLookupEvent(ctx context.Context, tx pgx.Tx, a Attempt, lr providers.LookupResult, class lookupClass, actor Actor, now time.Time) error {
