@@ -3,7 +3,8 @@
 // transactions, no forbidden negative in history, gap-free sequences, hash
 // chains), the attempts core's (at most one succeeded and one open attempt
 // per subject, finals never change, every unknown has a resolver or a
-// review flag), payouts' (reserved balance equals open outgoing attempts,
+// review flag, no provider success reported after a failed resolution:
+// attempts/diverged), payouts' (reserved balance equals open outgoing attempts,
 // statuses match attempts, one ledger effect per final attempt) and
 // charges' (every paid charge credited exactly once with the legs its fee
 // and splits say, nothing credited for an unpaid charge, at most one

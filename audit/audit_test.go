@@ -67,3 +67,61 @@ func TestRunCatchesCrossAreaDamage(t *testing.T) {
 	require.True(t, found["payouts/reserved"], res.Summary())
 	require.True(t, found["ledger/balance_mismatch"], res.Summary())
 }
+
+// Issue 13 finding 5 (R19, R22). A payout the provider reports paid after
+// its attempt was resolved failed (the reserve went back) is a divergence:
+// nothing moves in the ledger, and the audit reports it (attempts/diverged)
+// until a human settles it, where it used to say all was well.
+func TestRunReportsDivergence_R19_R22(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t)
+	clock := sim.NewManualClock(time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC))
+	srv := sim.NewServer(sim.Config{Clock: clock.Now}).Start()
+	t.Cleanup(srv.Close)
+	prov := srv.NewProvider(sim.WithHTTPSettings(providers.HTTPSettings{ReadTimeout: 5 * time.Second}))
+	att, err := attempts.New(attempts.Config{Pool: pool, Clock: clock, Providers: map[string]providers.Provider{prov.Name(): prov}})
+	require.NoError(t, err)
+	po, err := payouts.New(payouts.Config{Pool: pool, Attempts: att, Provider: prov.Name(), Clock: clock})
+	require.NoError(t, err)
+	_, err = merchants.Create(ctx, pool, "m1", "Loja")
+	require.NoError(t, err)
+	_, err = merchants.Fund(ctx, pool, merchants.Funding{MerchantID: "m1", Amount: money.MustParse("100.00", "BRL"),
+		Key: "k", Reason: "test", Actor: "test"})
+	require.NoError(t, err)
+	p, err := po.CreatePayout(ctx, payouts.PayoutRequest{MerchantID: "m1", Operation: providers.OpPixTransfer,
+		Amount:      money.MustParse("10.00", "BRL"),
+		Destination: &providers.Destination{PixKey: &providers.PixKey{Type: "email", Value: "a@example.com"}}})
+	require.NoError(t, err)
+	a, err := att.Get(ctx, pool, *p.CurrentAttemptID)
+	require.NoError(t, err)
+	// 503 without executing: unknown; past the window the lookup finds
+	// nothing: failed, the reserve goes back (R16, R22).
+	require.NoError(t, srv.AddFault(sim.FaultRule{Kind: sim.FaultUnavailable, Reference: a.Reference}))
+	r, err := att.Execute(ctx, a.ID)
+	require.NoError(t, err)
+	require.Equal(t, attempts.StatusUnknown, r.Attempt.Status)
+	clock.Advance(time.Hour)
+	rr, err := att.Resolve(ctx, a.ID)
+	require.NoError(t, err)
+	require.Equal(t, attempts.StatusFailed, rr.Attempt.Status)
+	res, err := audit.Run(ctx, pool)
+	require.NoError(t, err)
+	require.True(t, res.OK(), res.Summary())
+
+	// Then the provider says it paid it (a webhook, a statement).
+	_, err = att.ResolveByReference(ctx, attempts.ResolveInput{Reference: a.Reference, Provider: prov.Name(),
+		Operation: providers.OpPixTransfer, Amount: "10.00", Currency: "BRL", State: providers.StateSucceeded,
+		ProviderID: "op_late", Source: attempts.SourceWebhook, Actor: "evt_late"})
+	require.NoError(t, err)
+	res, err = audit.Run(ctx, pool)
+	require.NoError(t, err)
+	require.False(t, res.OK())
+	require.Len(t, res.Violations, 1, res.Summary())
+	require.Equal(t, "attempts/diverged", res.Violations[0].Area+"/"+res.Violations[0].Check)
+	require.Contains(t, res.Violations[0].Detail, a.ID.String())
+	got, err := po.Get(ctx, "m1", p.ID)
+	require.NoError(t, err)
+	require.Equal(t, "failed", string(got.Status), "the final status stays (R9)")
+	require.True(t, got.Attempts[len(got.Attempts)-1].Review, "the attempt is in the review queue")
+}
