@@ -301,8 +301,7 @@ func (s *Server) guard(next http.Handler) http.Handler {
 		}
 		q, err := url.ParseQuery(r.URL.RawQuery)
 		if err != nil {
-			s.problem(w, r, &apiError{status: http.StatusBadRequest, code: "invalid_query", title: "Invalid query string",
-				detail: "the query string does not parse (';' is not a separator; escape it as %3B): nothing was run"})
+			s.problem(w, r, errInvalidQuery)
 			return
 		}
 		for k, vs := range q {

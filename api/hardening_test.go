@@ -160,7 +160,22 @@ func TestHardeningRefusedRequestWritesNothing(t *testing.T) {
 	require.NotContains(t, string(bs.Body), "CHF")
 	bs = e.get("/v1/merchants/m2/balances", e.m2)
 	require.Empty(t, bs.json(t)["balances"], "m2 never used a currency")
+
+	// Funded with less than it asks for, m2 is refused before its reserve
+	// and the provider's clearing accounts are made.
+	require.Equal(t, http.StatusCreated, e.post("/v1/merchants/m2/fundings", e.admin, "fund-m2",
+		map[string]any{"amount": "0.50", "currency": "BRL", "reason": "test"}).Status)
+	accounts = e.countRows("ledger_accounts")
+	r = e.post("/v1/merchants/m2/pix-transfers", e.m2, "poor-2", pixBody("1.00"))
+	require.Equal(t, http.StatusUnprocessableEntity, r.Status, string(r.Body))
+	require.Equal(t, "insufficient_balance", r.code(t))
+	r = e.post("/v1/merchants/m2/splits", e.m2, "poor-3", map[string]any{"currency": "BRL", "legs": []any{
+		map[string]any{"operation": "pix_transfer", "amount": "0.30", "destination": pixBody("1")["destination"]},
+		map[string]any{"operation": "pix_transfer", "amount": "0.30", "destination": pixBody("1")["destination"]}}})
+	require.Equal(t, http.StatusUnprocessableEntity, r.Status, string(r.Body))
+	require.Equal(t, accounts, e.countRows("ledger_accounts"), "a refused payout creates no ledger accounts")
 	require.Zero(t, e.countRows("payouts"))
+	require.Equal(t, http.StatusCreated, e.post("/v1/merchants/m2/pix-transfers", e.m2, "rich", pixBody("0.50")).Status)
 }
 
 // Problems name the request field the client sent.

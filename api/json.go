@@ -80,9 +80,6 @@ func (s *Server) decodeOptional(w http.ResponseWriter, r *http.Request, v any) (
 	return true, decodeStrict(b, v)
 }
 
-var errUnsupportedMediaType = &apiError{status: http.StatusUnsupportedMediaType, code: "unsupported_media_type",
-	title: "Unsupported media type", detail: "send the body as application/json (with that Content-Type)"}
-
 // checkContentType: a body must say it is application/json.
 func checkContentType(r *http.Request, body []byte) error {
 	ct := r.Header.Get("Content-Type")

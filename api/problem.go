@@ -49,6 +49,12 @@ var (
 	errMethodNotAllowed = &apiError{status: http.StatusMethodNotAllowed, code: "method_not_allowed", title: "Method not allowed", detail: "the resource does not support this method"}
 	errUnauthorized     = &apiError{status: http.StatusUnauthorized, code: "unauthorized", title: "Unauthorized", detail: "a valid API key is required: Authorization: Bearer sk_..."}
 	errForbidden        = &apiError{status: http.StatusForbidden, code: "forbidden", title: "Forbidden", detail: "this key's role may not do this"}
+	// errInvalidQuery: the query string does not parse. Go would drop the
+	// parameter it could not read, and a filter would fail open.
+	errInvalidQuery = &apiError{status: http.StatusBadRequest, code: "invalid_query", title: "Invalid query string",
+		detail: "the query string does not parse (';' is not a separator; escape it as %3B): nothing was run"}
+	errUnsupportedMediaType = &apiError{status: http.StatusUnsupportedMediaType, code: "unsupported_media_type",
+		title: "Unsupported media type", detail: "send the body as application/json (with that Content-Type)"}
 )
 
 func invalidField(field, detail string) *apiError {

@@ -268,7 +268,7 @@ func (s *Service) prepareCreate(ctx context.Context, req PayoutRequest) (createR
 	}
 	// Nothing is written before this point; a merchant that never held
 	// money in the currency is refused before its accounts would be made.
-	if err := s.requireFunded(ctx, req.MerchantID, req.Amount); err != nil {
+	if err := s.requireFunded(ctx, req.MerchantID, req.Amount.Currency(), &req.Amount); err != nil {
 		return createReq{}, err
 	}
 	if err := s.prepareAccounts(ctx, req.MerchantID, s.provider, req.Amount.Currency()); err != nil {

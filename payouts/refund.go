@@ -109,7 +109,11 @@ func (s *Service) CreateRefund(ctx context.Context, req RefundRequest) (Payout, 
 	if err := s.checkEncodable(c0.Provider, in); err != nil {
 		return Payout{}, err
 	}
-	if err := s.requireFunded(ctx, req.MerchantID, amount); err != nil {
+	var partial *money.Amount
+	if !full {
+		partial = &amount
+	}
+	if err := s.requireFunded(ctx, req.MerchantID, amount.Currency(), partial); err != nil {
 		return Payout{}, err
 	}
 	if err := s.prepareAccounts(ctx, req.MerchantID, c0.Provider, c0.Amount.Currency()); err != nil {

@@ -141,7 +141,7 @@ func (s *Service) CreateSplit(ctx context.Context, req SplitRequest) (Split, err
 	if err := s.requireMerchant(ctx, req.MerchantID); err != nil {
 		return Split{}, err
 	}
-	if err := s.requireFunded(ctx, req.MerchantID, totalAmount); err != nil {
+	if err := s.requireFunded(ctx, req.MerchantID, totalAmount.Currency(), &totalAmount); err != nil {
 		return Split{}, err
 	}
 	if err := s.prepareAccounts(ctx, req.MerchantID, s.provider, totalAmount.Currency()); err != nil {

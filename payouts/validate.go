@@ -74,20 +74,35 @@ func providerRefusal(err error, fields map[string]string) error {
 	return &FieldError{Field: field, Reason: msg}
 }
 
-// requireFunded refuses, before any write, an outgoing payment of a
-// merchant that has no available account in its currency: it has never held
-// money there, so the reserve would fail, and creating its accounts on the
-// way would list a currency it never used.
-func (s *Service) requireFunded(ctx context.Context, merchantID string, amount money.Amount) error {
-	spec := ledger.MerchantAvailable(merchantID, amount.Currency())
+// requireFunded refuses, before any write, an outgoing payment the
+// merchant visibly cannot afford, when its accounts would otherwise be made
+// for it (prepareAccounts has not yet run for this merchant and currency in
+// this process): a merchant that never held money in the currency has no
+// available account at all, and creating its accounts on the way to a
+// refusal would list a currency it never used. With the accounts already
+// known there is nothing to spare: the reserve itself refuses under the
+// row lock, without writing. amount nil checks only that the account exists
+// (a full refund, whose amount is known under the charge lock).
+func (s *Service) requireFunded(ctx context.Context, merchantID string, cur money.Currency, amount *money.Amount) error {
+	spec := ledger.MerchantAvailable(merchantID, cur)
 	if _, ok := s.accounts.ids.Load(spec.Code()); ok {
 		return nil
 	}
-	_, err := ledger.AccountByCode(ctx, s.pool, spec.Code())
-	if errors.Is(err, ledger.ErrAccountNotFound) {
-		return &InsufficientBalanceError{MerchantID: merchantID, Requested: amount.String(), Err: ledger.ErrInsufficientFunds}
+	a, err := ledger.AccountByCode(ctx, s.pool, spec.Code())
+	requested := cur.Code()
+	if amount != nil {
+		requested = amount.String()
 	}
-	return err
+	if errors.Is(err, ledger.ErrAccountNotFound) {
+		return &InsufficientBalanceError{MerchantID: merchantID, Requested: requested, Err: ledger.ErrInsufficientFunds}
+	}
+	if err != nil {
+		return err
+	}
+	if amount != nil && a.Balance.LessThan(amount.Decimal()) {
+		return &InsufficientBalanceError{MerchantID: merchantID, Requested: requested, Err: ledger.ErrInsufficientFunds}
+	}
+	return nil
 }
 
 // join prefixes a field name with the path of what holds it ("legs[2]").
