@@ -76,6 +76,12 @@ func TestHardeningNULIs400NamingTheField(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, r.Status, string(r.Body))
 	require.Equal(t, "metadata.order", r.field(t))
 
+	body = pixBody("1.00")
+	body["metadata"] = map[string]any{"or\x00der": "x"}
+	r = e.post("/v1/merchants/m1/pix-transfers", e.m1, "nul-2b", body)
+	require.Equal(t, http.StatusBadRequest, r.Status, string(r.Body))
+	require.Equal(t, "metadata", r.field(t))
+
 	r = e.post("/v1/merchants", e.admin, "nul-3", map[string]any{"id": "m9", "name": "Loja\x00"})
 	require.Equal(t, http.StatusBadRequest, r.Status, string(r.Body))
 	require.Equal(t, "name", r.field(t))

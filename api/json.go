@@ -178,7 +178,7 @@ func checkValue(dec *json.Decoder, path string, t reflect.Type) error {
 				key, _ := kt.(string)
 				field := join(path, key)
 				if strings.IndexByte(key, 0) >= 0 {
-					return invalidField(orBody(path), "object keys must not contain NUL (\\u0000)")
+					return invalidField(path, "object keys must not contain NUL (\\u0000)")
 				}
 				if seen[key] {
 					return invalidField(field, fmt.Sprintf("key %q appears twice", key))
