@@ -28,12 +28,15 @@ const (
 	OpRefund      Operation = "refund"       // money back to the payer of a charge
 	OpCardCharge  Operation = "card_charge"  // money in, card captured at once
 	OpPixCharge   Operation = "pix_charge"   // money in, a Pix cob the payer pays later
+	// OpAccountTransfer: money out to an account held at the provider (a
+	// Stripe Connect transfer to a connected account, issue 14).
+	OpAccountTransfer Operation = "account_transfer"
 )
 
 // Valid reports whether o is one of the known operations.
 func (o Operation) Valid() bool {
 	switch o {
-	case OpPixTransfer, OpBankPayout, OpRefund, OpCardCharge, OpPixCharge:
+	case OpPixTransfer, OpBankPayout, OpRefund, OpCardCharge, OpPixCharge, OpAccountTransfer:
 		return true
 	}
 	return false
@@ -74,11 +77,15 @@ func (c Capabilities) Supports(op Operation) bool {
 	return false
 }
 
-// Destination is where outgoing money goes: a Pix key, or a bank account.
-// Exactly one of PixKey or BankAccount is set.
+// Destination is where outgoing money goes: a Pix key, a bank account, or
+// an account held at the provider (a Stripe connected account, for
+// account_transfer). Exactly one of PixKey, BankAccount or StripeAccount is
+// set.
 type Destination struct {
 	PixKey      *PixKey      `json:"pix_key,omitempty"`
 	BankAccount *BankAccount `json:"bank_account,omitempty"`
+	// StripeAccount is a Stripe connected account id ("acct_...").
+	StripeAccount string `json:"stripe_account,omitempty"`
 	// Name and TaxID of the holder, when known (shown on statements).
 	HolderName  string `json:"holder_name,omitempty"`
 	HolderTaxID string `json:"holder_tax_id,omitempty"`
