@@ -93,6 +93,13 @@ type attemptJSON struct {
 	ResolvedAt    *time.Time  `json:"resolved_at,omitempty"`
 	ResolvedBy    string      `json:"resolved_by,omitempty"`
 	Events        []eventJSON `json:"events,omitempty"`
+
+	// What the provider acknowledged, and a success it reported after the
+	// attempt was resolved failed (issue 13 findings 2 and 5).
+	AcknowledgedAt  *time.Time `json:"acknowledged_at,omitempty"`
+	Acknowledgement string     `json:"acknowledgement,omitempty"`
+	DivergedAt      *time.Time `json:"diverged_at,omitempty"`
+	Divergence      string     `json:"divergence,omitempty"`
 }
 
 func attemptJSONOf(a attempts.Attempt, evs []attempts.Event) attemptJSON {
@@ -100,7 +107,9 @@ func attemptJSONOf(a attempts.Attempt, evs []attempts.Event) attemptJSON {
 		Operation: a.Operation, Reference: a.Reference, Status: string(a.Status), ProviderState: a.ProviderState,
 		ProviderID: a.ProviderID, FailureCode: a.FailureCode, FailureReason: a.FailureReason, CallCount: a.CallCount,
 		LookupCount: a.LookupCount, Review: a.Review, ReviewReason: a.ReviewReason, ReviewAt: utcPtr(a.ReviewAt),
-		CreatedAt: a.CreatedAt.UTC(), ResolvedAt: utcPtr(a.ResolvedAt), ResolvedBy: a.ResolvedBy, Events: eventsJSON(evs)}
+		CreatedAt: a.CreatedAt.UTC(), ResolvedAt: utcPtr(a.ResolvedAt), ResolvedBy: a.ResolvedBy, Events: eventsJSON(evs),
+		AcknowledgedAt: utcPtr(a.AcknowledgedAt), Acknowledgement: a.Acknowledgement, DivergedAt: utcPtr(a.DivergedAt),
+		Divergence: a.Divergence}
 }
 
 type eventJSON struct {
