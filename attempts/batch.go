@@ -74,7 +74,7 @@ func (s *Service) BatchStats() BatchStats {
 // Batch statements reach their rows through "id = ANY ($1)" and only then
 // join the unnest of per-row values: a generic plan cached while a table
 // was small keeps an index scan for "= ANY", where a plain join against
-// unnest would keep a sequential scan as the table grows (PITFALLS).
+// unnest would keep a sequential scan as the table grows (docs/pitfalls.md).
 
 // getMany reads the attempts of a batch.
 func (s *Service) getMany(ctx context.Context, ids []uuid.UUID) []groupcommit.Result[Attempt] {
@@ -244,7 +244,7 @@ func (s *Service) recordMany(ctx context.Context, reqs []recordReq) []groupcommi
 
 // recordedAfterAll is what recordMany does before redoing a failed record
 // batch one call at a time: the error may be a lost COMMIT answer, after
-// which the batch did commit (PITFALLS), and recording its calls again
+// which the batch did commit (docs/pitfalls.md), and recording its calls again
 // would add call events, metrics and owner work twice. It reads the
 // attempts of reqs[idx...]: a call the database shows recorded
 // (calls_recorded has reached it) is answered from the attempt as it

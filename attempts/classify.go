@@ -143,8 +143,8 @@ func Classify(r providers.SubmitResult) Outcome {
 // it, or a 409 / "in flight" / "duplicate" for our key or reference. ""
 // when it shows nothing. An acknowledged operation exists at the provider:
 // after it, a lookup's "not found" is the provider's search lagging, never
-// proof of absence (R16, PITFALLS "Any answer that names the provider's
-// operation ... is an acknowledgement").
+// proof of absence (R16; docs/pitfalls.md, "An acknowledgement outweighs a
+// later 'not found'").
 func acknowledgement(r providers.SubmitResult) string {
 	ex := r.Exchange
 	var what string

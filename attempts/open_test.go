@@ -55,7 +55,7 @@ func TestOpen(t *testing.T) {
 }
 
 // TestOpenRollsBackWithCaller: the attempt and its job live and die with the
-// caller's transaction (PITFALLS: InsertTx in the same transaction).
+// caller's transaction (docs/pitfalls.md: enqueue in the same transaction).
 func TestOpenRollsBackWithCaller(t *testing.T) {
 	t.Parallel()
 	h := setup(t, harnessOpts{})

@@ -14,7 +14,7 @@ import (
 // PostMany uses, whichever writer named it. Two writers that each posted
 // their own transactions would lock two sets of accounts one after the
 // other, and a transaction locking the union in id order (an opening batch,
-// a Poster batch) could then deadlock against them (PITFALLS: every writer
+// a Poster batch) could then deadlock against them (docs/pitfalls.md: every writer
 // of several owners' rows in one transaction takes all its row locks in one
 // global order).
 //

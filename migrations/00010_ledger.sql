@@ -1,5 +1,5 @@
 -- +goose Up
--- The double-entry ledger (issue 2; RULES.md R22, R23). Package ledger is the
+-- The double-entry ledger (issue 2; docs/rules.md R22, R23). Package ledger is the
 -- only writer. Conventions:
 --   * every amount is signed: a posting adds its amount to its account's
 --     balance; the postings of a transaction sum to zero per currency;

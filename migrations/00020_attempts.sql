@@ -1,5 +1,5 @@
 -- +goose Up
--- Attempts (RULES.md R1-R20): one row per conversation with a provider to
+-- Attempts (docs/rules.md R1-R20): one row per conversation with a provider to
 -- realise one subject (a payout, transfer, refund, split leg or charge). The
 -- idempotency key, our reference and the exact payload bytes are written here
 -- before any I/O (R4, R5, R13) and never change afterwards.

@@ -1,5 +1,5 @@
 -- +goose Up
--- Outgoing money (RULES.md R21-R23): bank payouts, Pix transfers, refunds and
+-- Outgoing money (docs/rules.md R21-R23): bank payouts, Pix transfers, refunds and
 -- split payout legs. A payout is the intent; its attempts (package attempts,
 -- subject_id = payouts.id) are each conversation with the provider. The
 -- merchant's available balance is reserved in the transaction that opens an

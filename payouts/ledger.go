@@ -183,7 +183,7 @@ func finalMove(p Payout, a attempts.Attempt) (cause string, from, to ledger.Acco
 // ClearingShards is how many accounts a provider's clearing balance is
 // spread over per currency. Every successful payout credits the clearing
 // account, which would make one row lock the queue every settlement waits in
-// (a hot account, PITFALLS); settlements spread over the shards by attempt
+// (a hot account, docs/pitfalls.md); settlements spread over the shards by attempt
 // id. The provider's clearing balance is the sum of its shards:
 // provider/<name>/clearing/<CUR> (shard 0) and provider/<name>.<k>/clearing/<CUR>.
 // See docs/decisions/0001-sharded-provider-clearing.md.

@@ -39,7 +39,7 @@ func TestClientConnectRefused(t *testing.T) {
 	require.False(t, ex.Ended.Before(ex.Started))
 }
 
-// PITFALLS: a 200 whose body never arrives is unknown, not success: the read
+// docs/pitfalls.md: a 200 whose body never arrives is unknown, not success: the read
 // budget covers the body too.
 func TestClientBodyNeverArrives(t *testing.T) {
 	t.Parallel()

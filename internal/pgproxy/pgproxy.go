@@ -4,7 +4,7 @@
 // simple query that ends it) reaches the server and commits there, but its
 // answer never reaches the client, whose connection is cut instead. The
 // client cannot tell whether its transaction committed, which is exactly
-// when code must not redo blindly (PITFALLS: a COMMIT whose answer was lost
+// when code must not redo blindly (docs/pitfalls.md: a COMMIT whose answer was lost
 // may have committed).
 //
 // The proxy reads the PostgreSQL wire protocol (version 3) just enough to

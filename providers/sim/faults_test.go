@@ -38,7 +38,7 @@ func TestFaultResetBefore(t *testing.T) {
 	require.Len(t, srv.Operations(a.ref), 1)
 }
 
-// PITFALLS: on a reused keep-alive connection, Go's Transport silently
+// docs/pitfalls.md: on a reused keep-alive connection, Go's Transport silently
 // replays a POST carrying Idempotency-Key when the connection dies before
 // any answer. Exchange.WireCalls shows it; the key keeps it harmless.
 func TestFaultResetOnReusedConnectionIsReplayedByTransport(t *testing.T) {

@@ -89,7 +89,7 @@ func TestWebhookDuplicates(t *testing.T) {
 	require.Equal(t, a.ref, evs[1].Reference)
 }
 
-// Reordering: a processing event arrives after the final one (PITFALLS).
+// Reordering: a processing event arrives after the final one (docs/pitfalls.md).
 func TestWebhookReordering(t *testing.T) {
 	t.Parallel()
 	clock := sim.NewManualClock(t0)
