@@ -136,7 +136,8 @@ var RequestIDHeaders = []string{"Request-Id", "X-Request-Id"}
 
 // Do performs ONE exchange: builds the request, sends it, reads the body under
 // the read deadline, and reports what happened. It never returns an error:
-// everything is in the Exchange. body may be nil.
+// everything is in the Exchange. body may be nil; it is sent as
+// application/json unless header names another Content-Type.
 func (c *Client) Do(ctx context.Context, method, url string, header http.Header, body []byte) (ex Exchange) {
 	// ex is a named result so the deferred Ended stamp reaches the caller.
 	ex = Exchange{Method: method, URL: url, Started: time.Now()}
@@ -180,7 +181,11 @@ func (c *Client) Do(ctx context.Context, method, url string, header http.Header,
 		}
 	}
 	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		if req.Header.Get("Content-Type") == "" {
+			// JSON unless the adapter says otherwise (Stripe's v1 API
+			// takes form-encoded bodies).
+			req.Header.Set("Content-Type", "application/json")
+		}
 		// Let net/http rebuild the body if it transparently replays on a dead
 		// keep-alive connection (counted in WireCalls).
 		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }

@@ -1,0 +1,152 @@
+package stripe
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/saldo/saldo/providers"
+)
+
+// ErrInconclusive is set (wrapped) as a lookup's Exchange.Err when the
+// answer could not prove absence: a list page that did not cover the whole
+// time range, or an unreadable body. The attempts core treats it as a
+// failed lookup, never as "not found" (R16).
+var ErrInconclusive = errors.New("stripe: lookup inconclusive")
+
+// listLimit is Stripe's largest page.
+const listLimit = 100
+
+// Lookup finds the operation by our reference in ONE exchange (R12):
+//
+//   - card_charge: the Search API,
+//     GET /v1/payment_intents/search?query=metadata['saldo_reference']:'<ref>'.
+//     Search is eventually consistent (usually under a minute, up to an
+//     hour in incidents), hence the long ConsistencyWindow: before it, not
+//     found proves nothing (R16);
+//   - account_transfer: GET /v1/transfers?transfer_group=<ref> (each
+//     transfer is its own group), matched on metadata;
+//   - refund, bank_payout: neither is searchable nor filterable by
+//     metadata, so GET /v1/refunds (or /v1/payouts) for the newest page
+//     created within the lookup horizon, matched on metadata. "Not found"
+//     is reported only when that page is the whole range (has_more false);
+//     otherwise the lookup is inconclusive (ErrInconclusive), never a
+//     false absence.
+//
+// Several matches (only possible if a key expired and a request was sent
+// again) report the one that moved money first, as the sim does.
+func (p *Provider) Lookup(ctx context.Context, op providers.Operation, reference string) (providers.LookupResult, error) {
+	q := url.Values{}
+	var path string
+	switch op {
+	case providers.OpCardCharge:
+		path = "/v1/payment_intents/search"
+		q.Set("query", fmt.Sprintf("metadata['%s']:'%s'", MetadataReference, searchEscape(reference)))
+		q.Set("limit", strconv.Itoa(listLimit))
+	case providers.OpAccountTransfer:
+		path = "/v1/transfers"
+		q.Set("transfer_group", reference)
+		q.Set("limit", strconv.Itoa(listLimit))
+	case providers.OpRefund, providers.OpBankPayout:
+		path = "/v1/refunds"
+		if op == providers.OpBankPayout {
+			path = "/v1/payouts"
+		}
+		q.Set("created[gte]", strconv.FormatInt(p.now().Add(-p.horizon).Unix(), 10))
+		q.Set("limit", strconv.Itoa(listLimit))
+	default:
+		return providers.LookupResult{}, fmt.Errorf("%w: lookup of %s at stripe", providers.ErrUnsupported, op)
+	}
+	ex := p.client.Do(ctx, http.MethodGet, p.baseURL+path+"?"+q.Encode(), p.headers(), nil)
+	ex.Err = p.redactErr(ex.Err)
+	res := providers.LookupResult{Exchange: ex}
+	if ex.Err != nil || ex.StatusCode != http.StatusOK {
+		return res, nil
+	}
+	views, hasMore, err := parseList(op, ex.Body)
+	if err != nil {
+		res.Exchange.Err = fmt.Errorf("%w: %s: %w", ErrInconclusive, path, err)
+		return res, nil
+	}
+	var best *view
+	rank := func(v view) int {
+		switch v.State {
+		case providers.StateSucceeded:
+			return 0
+		case providers.StateProcessing:
+			return 1
+		}
+		return 2
+	}
+	for i := range views {
+		v := views[i]
+		if v.Reference != reference || v.Operation != op {
+			continue
+		}
+		if best == nil || rank(v) < rank(*best) || (rank(v) == rank(*best) && v.Created.Before(best.Created)) {
+			best = &views[i]
+		}
+	}
+	if best == nil {
+		if hasMore && op != providers.OpCardCharge && op != providers.OpAccountTransfer {
+			res.Exchange.Err = fmt.Errorf("%w: %s: not on the newest page of %d and more exist", ErrInconclusive, path, len(views))
+		}
+		return res, nil // a clean "not found" (not proof before the consistency window, R16)
+	}
+	res.Found = true
+	res.ProviderID, res.State = best.ID, best.State
+	res.Amount, res.Currency = best.Amount, best.Currency
+	res.FailureCode, res.FailureReason = best.FailureCode, best.FailureReason
+	res.Data = best.Data
+	return res, nil
+}
+
+// searchEscape escapes a value for a Stripe search query string literal.
+func searchEscape(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s)
+}
+
+// list is a Stripe list or search result with raw objects.
+type list struct {
+	Object  string            `json:"object"`
+	Data    []json.RawMessage `json:"data"`
+	HasMore bool              `json:"has_more"`
+}
+
+// parseList reads a list (or search result) of op's objects.
+func parseList(op providers.Operation, body []byte) ([]view, bool, error) {
+	var l list
+	if err := json.Unmarshal(body, &l); err != nil {
+		return nil, false, err
+	}
+	if l.Object != "list" && l.Object != "search_result" {
+		return nil, false, fmt.Errorf("not a list (object %q)", l.Object)
+	}
+	out := make([]view, 0, len(l.Data))
+	for _, raw := range l.Data {
+		v, ok := parseObject(op, raw)
+		if !ok {
+			return nil, false, fmt.Errorf("unreadable %s in list", op)
+		}
+		out = append(out, v)
+	}
+	return out, l.HasMore, nil
+}
+
+// lastID is the id of the last object of a list, for starting_after.
+func lastID(body []byte) string {
+	var l struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if json.Unmarshal(body, &l) != nil || len(l.Data) == 0 {
+		return ""
+	}
+	return l.Data[len(l.Data)-1].ID
+}
