@@ -163,14 +163,20 @@ func (s Status) Final() bool { return s == StatusPaid || s == StatusFailed || s 
 // Clock tells the time (tests move it).
 type Clock interface{ Now() time.Time }
 
-// Config configures a Service. Pool, Attempts and Provider are required.
+// Config configures a Service. Pool, Attempts and a provider for each kind
+// of charge (Routes, else Provider) are required.
 type Config struct {
 	Pool     *pgxpool.Pool
 	Attempts *attempts.Service
-	// Provider is the name of the provider charges go through.
+	// Provider is the name of the provider charges go through when Routes
+	// names none for their operation (card_charge, pix_charge).
 	Provider string
-	Clock    Clock
-	Logger   *slog.Logger
+	// Routes names the provider of each operation (providers.Routes); an
+	// operation without a route goes to Provider. A kind of charge with
+	// neither is refused at Create.
+	Routes providers.Routes
+	Clock  Clock
+	Logger *slog.Logger
 	// River enqueues PollPixCharge outside workers; when nil an insert-only
 	// client is built on Pool. Inside a worker the job's client is used.
 	River *river.Client[pgx.Tx]
@@ -205,7 +211,8 @@ type Config struct {
 type Service struct {
 	pool         *pgxpool.Pool
 	attempts     *attempts.Service
-	provider     string
+	provider     string           // default provider
+	routes       providers.Routes // provider by operation, over provider
 	clock        Clock
 	log          *slog.Logger
 	queue        string
@@ -225,8 +232,14 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Pool == nil || cfg.Attempts == nil {
 		return nil, errors.New("charges: Config.Pool and Config.Attempts are required")
 	}
-	if _, ok := cfg.Attempts.Provider(cfg.Provider); !ok {
-		return nil, fmt.Errorf("charges: provider %q is not registered with attempts", cfg.Provider)
+	for _, op := range []providers.Operation{providers.OpCardCharge, providers.OpPixCharge} {
+		name := providerFor(cfg.Routes, cfg.Provider, op)
+		if name == "" {
+			continue
+		}
+		if _, ok := cfg.Attempts.Provider(name); !ok {
+			return nil, fmt.Errorf("charges: provider %q (%s) is not registered with attempts", name, op)
+		}
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = attempts.SystemClock{}
@@ -254,7 +267,8 @@ func New(cfg Config) (*Service, error) {
 		}
 		rc = c
 	}
-	s := &Service{pool: cfg.Pool, attempts: cfg.Attempts, provider: cfg.Provider, clock: cfg.Clock, log: cfg.Logger,
+	s := &Service{pool: cfg.Pool, attempts: cfg.Attempts, provider: cfg.Provider, routes: cfg.Routes,
+		clock: cfg.Clock, log: cfg.Logger,
 		queue: cfg.Queue, defaultFee: FeeRule{Percent: cfg.DefaultFeePercent}, pixExpiry: cfg.PixExpiry,
 		pollInterval: cfg.PollInterval, inline: cfg.SubmitInline, river: rc, onFinal: cfg.OnFinal,
 		onFinals: cfg.OnFinalMany}
@@ -440,9 +454,13 @@ func (s *Service) Create(ctx context.Context, req ChargeRequest) (Charge, error)
 		return Charge{}, err
 	}
 	cur := req.Amount.Currency()
-	p, ok := s.attempts.Provider(s.provider)
+	provider := s.providerFor(req.Kind)
+	if provider == "" {
+		return Charge{}, invalid("kind", "no provider takes %s charges here", req.Kind)
+	}
+	p, ok := s.attempts.Provider(provider)
 	if !ok || !p.Capabilities().Supports(req.Kind.operation()) {
-		return Charge{}, invalid("kind", "provider %s does not support %s charges", s.provider, req.Kind)
+		return Charge{}, invalid("kind", "provider %s does not support %s charges", provider, req.Kind)
 	}
 	if err := s.requireMerchant(ctx, "merchant_id", req.MerchantID); err != nil {
 		return Charge{}, err
@@ -467,7 +485,7 @@ func (s *Service) Create(ctx context.Context, req ChargeRequest) (Charge, error)
 	}
 	// Nothing was written before this point: a refused request leaves no
 	// row (nor ledger account) behind.
-	if err := s.prepareAccounts(ctx, req.MerchantID, cur, req.Splits); err != nil {
+	if err := s.prepareAccounts(ctx, req.MerchantID, provider, cur, req.Splits); err != nil {
 		return Charge{}, err
 	}
 
@@ -543,7 +561,7 @@ func (s *Service) Create(ctx context.Context, req ChargeRequest) (Charge, error)
 func (s *Service) insertCharge(ctx context.Context, tx pgx.Tx, req ChargeRequest, rule FeeRule, b Breakdown) (Charge, error) {
 	cur := req.Amount.Currency()
 	now := s.clock.Now()
-	c := Charge{ID: intent.NewID("ch_"), MerchantID: req.MerchantID, Kind: req.Kind, Provider: s.provider,
+	c := Charge{ID: intent.NewID("ch_"), MerchantID: req.MerchantID, Kind: req.Kind, Provider: s.providerFor(req.Kind),
 		Amount: req.Amount, FeeRule: rule, Fee: mustAmount(b.Fee, cur), MerchantNet: mustAmount(b.MerchantNet, cur),
 		Description: req.Description, Metadata: req.Metadata, Status: StatusProcessing, CreatedAt: now, UpdatedAt: now}
 	var expiresIn *int64
@@ -633,8 +651,8 @@ func (s *Service) requireMerchant(ctx context.Context, field, merchantID string)
 // prepareAccounts makes sure every account a credit of this charge touches
 // exists, committed on its own BEFORE the opening transaction, and caches
 // the ids: no transaction ever waits for a second pool connection.
-func (s *Service) prepareAccounts(ctx context.Context, merchantID string, cur money.Currency, splits []SplitRule) error {
-	specs := []ledger.AccountSpec{ledger.MerchantAvailable(merchantID, cur), ledger.ProviderClearing(s.provider, cur),
+func (s *Service) prepareAccounts(ctx context.Context, merchantID, provider string, cur money.Currency, splits []SplitRule) error {
+	specs := []ledger.AccountSpec{ledger.MerchantAvailable(merchantID, cur), ledger.ProviderClearing(provider, cur),
 		ledger.PlatformFees(cur)}
 	for _, sp := range splits {
 		specs = append(specs, ledger.MerchantAvailable(sp.RecipientID, cur))
@@ -873,4 +891,15 @@ func orEmpty(m map[string]string) map[string]string {
 func mustAmount(d decimal.Decimal, cur money.Currency) money.Amount {
 	a, _ := money.New(d.Round(cur.MinorUnits()), cur)
 	return a
+}
+
+// providerFor is the provider a charge of kind k goes to: its operation's
+// route, else the default provider ("" when neither is set).
+func (s *Service) providerFor(k Kind) string { return providerFor(s.routes, s.provider, k.operation()) }
+
+func providerFor(routes providers.Routes, fallback string, op providers.Operation) string {
+	if p, ok := routes.Provider(op); ok {
+		return p
+	}
+	return fallback
 }

@@ -33,9 +33,9 @@ func (s *Service) requireRecipient(ctx context.Context, field, merchantID string
 // attempt will carry (what attempts.Open does inside the transaction), so
 // that a refusal comes before anything is written and names the field.
 func (s *Service) checkEncodable(req ChargeRequest) error {
-	p, ok := s.attempts.Provider(s.provider)
+	p, ok := s.attempts.Provider(s.providerFor(req.Kind))
 	if !ok {
-		return invalid("kind", "provider %s is not registered", s.provider)
+		return invalid("kind", "no provider takes %s charges here", req.Kind)
 	}
 	in := providers.OperationInput{
 		Operation:   req.Kind.operation(),

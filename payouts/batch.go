@@ -42,6 +42,8 @@ type createReq struct {
 	// id is the payout's id, made before the first try and kept by every
 	// try, so that a try after an ambiguous commit finds what committed.
 	id string
+	// provider the payout goes to (its operation's route).
+	provider string
 }
 
 // createMany creates a batch of payouts: together in one transaction when
@@ -130,7 +132,7 @@ func (s *Service) createOne(ctx context.Context, r createReq, redo bool) (Payout
 	}
 	var out Payout
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		p := newPayout(req, s.provider, r.id)
+		p := newPayout(req, r.provider, r.id)
 		existing, err := s.claimClientKey(ctx, tx, req.MerchantID, req.ClientKey, r.hash, "payout", p.ID)
 		if err != nil || existing != "" {
 			if err == nil {
@@ -185,7 +187,7 @@ func (s *Service) createBatch(ctx context.Context, reqs []createReq) ([]Payout, 
 		out = make([]Payout, len(reqs))
 		ps := make([]Payout, len(reqs))
 		for i, r := range reqs {
-			ps[i] = newPayout(r.req, s.provider, r.id)
+			ps[i] = newPayout(r.req, r.provider, r.id)
 		}
 		fresh, err := s.claimClientKeys(ctx, tx, reqs, ps, now)
 		if err != nil {

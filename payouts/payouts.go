@@ -77,10 +77,15 @@ type Clock interface{ Now() time.Time }
 type Config struct {
 	Pool     *pgxpool.Pool
 	Attempts *attempts.Service
-	// Provider is the name of the provider outgoing money goes through.
+	// Provider is the name of the provider outgoing money goes through
+	// when Routes names none for its operation.
 	Provider string
-	Clock    Clock
-	Logger   *slog.Logger
+	// Routes names the provider of each operation (providers.Routes); an
+	// operation without a route goes to Provider. Refunds go to their
+	// charge's provider whatever the routes say.
+	Routes providers.Routes
+	Clock  Clock
+	Logger *slog.Logger
 	// OnFinal, optional, is called inside the transaction that records a
 	// payout attempt's final status, after the payout row was updated, with
 	// the payout as it now stands. It is the notification hook (R24): insert
@@ -101,7 +106,8 @@ type Config struct {
 type Service struct {
 	pool      *pgxpool.Pool
 	attempts  *attempts.Service
-	provider  string
+	provider  string           // default provider
+	routes    providers.Routes // provider by operation, over provider
 	clock     Clock
 	log       *slog.Logger
 	onFinal   func(ctx context.Context, tx pgx.Tx, p Payout) error
@@ -120,14 +126,17 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Pool == nil || cfg.Attempts == nil {
 		return nil, errors.New("payouts: Config.Pool and Config.Attempts are required")
 	}
-	p, ok := cfg.Attempts.Provider(cfg.Provider)
-	if !ok {
-		return nil, fmt.Errorf("payouts: provider %q is not registered with attempts", cfg.Provider)
-	}
-	caps := p.Capabilities()
-	for _, op := range []providers.Operation{providers.OpPixTransfer, providers.OpBankPayout} {
-		if !caps.Supports(op) {
-			return nil, fmt.Errorf("payouts: provider %q does not support %s", cfg.Provider, op)
+	for _, op := range payoutOperations {
+		name := providerFor(cfg.Routes, cfg.Provider, op)
+		if name == "" {
+			continue // refused at request time: no provider takes op
+		}
+		p, ok := cfg.Attempts.Provider(name)
+		if !ok {
+			return nil, fmt.Errorf("payouts: provider %q (%s) is not registered with attempts", name, op)
+		}
+		if !p.Capabilities().Supports(op) {
+			return nil, fmt.Errorf("payouts: provider %q does not support %s", name, op)
 		}
 	}
 	if cfg.Clock == nil {
@@ -136,7 +145,8 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Service{pool: cfg.Pool, attempts: cfg.Attempts, provider: cfg.Provider, clock: cfg.Clock, log: cfg.Logger,
+	s := &Service{pool: cfg.Pool, attempts: cfg.Attempts, provider: cfg.Provider, routes: cfg.Routes,
+		clock: cfg.Clock, log: cfg.Logger,
 		onFinal: cfg.OnFinal, onFinals: cfg.OnFinalMany, charges: cfg.Charges}
 	// Linger: the callers that just got their payouts usually ask again
 	// within it, so the next opening transaction carries them together (at 8
@@ -258,7 +268,11 @@ func (s *Service) prepareCreate(ctx context.Context, req PayoutRequest) (createR
 	if err := checkCurrency("currency", req.Operation, req.Amount.Currency()); err != nil {
 		return createReq{}, err
 	}
-	if err := s.checkEncodable(s.provider, operationInput(&Payout{ID: "po_check", MerchantID: req.MerchantID,
+	provider, err := s.providerFor("operation", req.Operation)
+	if err != nil {
+		return createReq{}, err
+	}
+	if err := s.checkEncodable(provider, operationInput(&Payout{ID: "po_check", MerchantID: req.MerchantID,
 		Operation: req.Operation, Amount: req.Amount, Destination: dest, Description: req.Description})); err != nil {
 		return createReq{}, err
 	}
@@ -271,10 +285,10 @@ func (s *Service) prepareCreate(ctx context.Context, req PayoutRequest) (createR
 	if err := s.requireFunded(ctx, req.MerchantID, req.Amount.Currency(), &req.Amount); err != nil {
 		return createReq{}, err
 	}
-	if err := s.prepareAccounts(ctx, req.MerchantID, s.provider, req.Amount.Currency()); err != nil {
+	if err := s.prepareAccounts(ctx, req.MerchantID, provider, req.Amount.Currency()); err != nil {
 		return createReq{}, err
 	}
-	return createReq{req: req, hash: hash}, nil
+	return createReq{req: req, hash: hash, provider: provider}, nil
 }
 
 // Retry opens a new attempt, with a NEW key, for a payout whose last attempt

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/saldo/saldo/internal/intent"
@@ -104,6 +105,7 @@ func (s *Service) CreateSplit(ctx context.Context, req SplitRequest) (Split, err
 	currency := req.Legs[0].Amount.Currency().Code()
 	total := decimal.Zero
 	hashParts := []any{"split", req.Description, req.Metadata}
+	legProviders := make([]string, len(req.Legs))
 	for i, l := range req.Legs {
 		field := fmt.Sprintf("legs[%d]", i)
 		if l.Operation != providers.OpPixTransfer && l.Operation != providers.OpBankPayout {
@@ -125,7 +127,12 @@ func (s *Service) CreateSplit(ctx context.Context, req SplitRequest) (Split, err
 		if err := checkCurrency("currency", l.Operation, l.Amount.Currency()); err != nil {
 			return Split{}, err
 		}
-		if err := s.checkEncodable(s.provider, operationInput(&Payout{ID: "po_check", MerchantID: req.MerchantID,
+		provider, err := s.providerFor(join(field, "operation"), l.Operation)
+		if err != nil {
+			return Split{}, err
+		}
+		legProviders[i] = provider
+		if err := s.checkEncodable(provider, operationInput(&Payout{ID: "po_check", MerchantID: req.MerchantID,
 			Operation: l.Operation, Amount: l.Amount, Destination: dest, Description: l.Description})); err != nil {
 			fe := err.(*FieldError)
 			return Split{}, invalid(join(field, fe.Field), "%s", fe.Reason)
@@ -144,8 +151,10 @@ func (s *Service) CreateSplit(ctx context.Context, req SplitRequest) (Split, err
 	if err := s.requireFunded(ctx, req.MerchantID, totalAmount.Currency(), &totalAmount); err != nil {
 		return Split{}, err
 	}
-	if err := s.prepareAccounts(ctx, req.MerchantID, s.provider, totalAmount.Currency()); err != nil {
-		return Split{}, err
+	for _, provider := range slices.Compact(slices.Sorted(slices.Values(legProviders))) {
+		if err := s.prepareAccounts(ctx, req.MerchantID, provider, totalAmount.Currency()); err != nil {
+			return Split{}, err
+		}
 	}
 
 	var out Split
@@ -169,7 +178,7 @@ func (s *Service) CreateSplit(ctx context.Context, req SplitRequest) (Split, err
 		for i, l := range req.Legs {
 			idx := i
 			p := Payout{ID: intent.NewID("po_"), MerchantID: req.MerchantID, Kind: attempts.KindSplitLeg, Operation: l.Operation,
-				Provider: s.provider, Amount: l.Amount, Destination: l.Destination, Description: l.Description,
+				Provider: legProviders[i], Amount: l.Amount, Destination: l.Destination, Description: l.Description,
 				SplitID: sp.ID, LegIndex: &idx, Status: StatusProcessing}
 			if err := s.insertWithAttempt(ctx, tx, &p, operationInput(&p)); err != nil {
 				return err

@@ -112,3 +112,22 @@ func join(prefix, field string) string {
 	}
 	return prefix + "." + field
 }
+
+// payoutOperations are the operations a payout or split leg may carry.
+var payoutOperations = []providers.Operation{providers.OpPixTransfer, providers.OpBankPayout}
+
+// providerFor is the provider that takes op: its route, else the default
+// provider. With neither, the request is refused naming field.
+func (s *Service) providerFor(field string, op providers.Operation) (string, error) {
+	if p := providerFor(s.routes, s.provider, op); p != "" {
+		return p, nil
+	}
+	return "", invalid(field, "no provider takes %s here", op)
+}
+
+func providerFor(routes providers.Routes, fallback string, op providers.Operation) string {
+	if p, ok := routes.Provider(op); ok {
+		return p
+	}
+	return fallback
+}

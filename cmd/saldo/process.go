@@ -43,9 +43,12 @@ type processConfig struct {
 	RunAPI        bool
 	RunWorkers    bool
 	Providers     []providers.Provider
-	// PayoutProvider and ChargeProvider name providers among Providers.
+	// PayoutProvider and ChargeProvider name providers among Providers,
+	// for the operations Routes does not route.
 	PayoutProvider, ChargeProvider string
-	MaxWorkers                     int
+	// Routes names the provider of each operation (engine.Config.Routes).
+	Routes     providers.Routes
+	MaxWorkers int
 	// NotifyDenyPrivate: merchant notification URLs may not reach
 	// loopback or private addresses (no SSRF into the platform's network).
 	NotifyDenyPrivate bool
@@ -112,6 +115,7 @@ func runProcess(ctx context.Context, pc processConfig) error {
 
 	e, err := engine.New(engine.Config{
 		Pool: pool, Providers: pc.Providers, PayoutProvider: pc.PayoutProvider, ChargeProvider: pc.ChargeProvider,
+		Routes: pc.Routes,
 		Logger: log, RunWorkers: pc.RunWorkers, MaxWorkers: pc.MaxWorkers, Attempts: pc.Attempts, Metrics: metrics,
 		Notifications: api.NotifierConfig{HTTP: providers.HTTPSettings{DenyPrivateNetworks: pc.NotifyDenyPrivate}},
 	})

@@ -89,6 +89,9 @@ func runServe(ctx context.Context, args []string) error {
 	maxWorkers := fs.Int("max-workers", env.int("SALDO_MAX_WORKERS", defaultMaxWorkers), "River workers ($SALDO_MAX_WORKERS)")
 	simURL := fs.String("sim-url", os.Getenv("SALDO_SIM_URL"), "base URL of a simulated PSP (saldo sim-provider) ($SALDO_SIM_URL)")
 	simName := fs.String("sim-name", envOr("SALDO_SIM_NAME", "sim"), "provider name of the simulated PSP ($SALDO_SIM_NAME)")
+	routeSpec := fs.String("route", os.Getenv("SALDO_ROUTES"), "provider of each operation, as operation=provider pairs "+
+		"separated by commas, e.g. card_charge=stripe,pix_charge=pix,pix_transfer=pix; operations without a route go to "+
+		"the only configured provider; refunds always go to their charge's provider ($SALDO_ROUTES)")
 	connect := fs.Duration("provider-connect-timeout", env.duration("SALDO_PROVIDER_CONNECT_TIMEOUT", 3*time.Second),
 		"provider connect timeout: short, fail fast when the provider is down (R3)")
 	read := fs.Duration("provider-read-timeout", env.duration("SALDO_PROVIDER_READ_TIMEOUT", 30*time.Second),
@@ -130,9 +133,17 @@ func runServe(ctx context.Context, args []string) error {
 	if !runAPI && !runWorkers {
 		problems = append(problems, "--roles: name at least one of api, workers")
 	}
-	if *simURL == "" {
-		problems = append(problems, "no provider configured: pass --sim-url (or SALDO_SIM_URL) of a saldo sim-provider; "+
-			"this build has no other provider adapter")
+	routes, err := providers.ParseRoutes(*routeSpec)
+	if err != nil {
+		problems = append(problems, "--route: "+err.Error())
+	}
+	// Each configured adapter adds itself to provs (after the checks).
+	var configured []string
+	if *simURL != "" {
+		configured = append(configured, *simName)
+	}
+	if len(configured) == 0 {
+		problems = append(problems, "no provider configured: pass --sim-url (or SALDO_SIM_URL) of a saldo sim-provider")
 	}
 	if *connect <= 0 || *read <= 0 {
 		problems = append(problems, "provider timeouts must be positive")
@@ -153,23 +164,40 @@ func runServe(ctx context.Context, args []string) error {
 	}
 
 	settings := providers.HTTPSettings{ConnectTimeout: *connect, ReadTimeout: *read}
-	capCtx, cancel := context.WithTimeout(ctx, *connect+*read)
-	caps, err := sim.FetchCapabilities(capCtx, *simURL, settings)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("refusing to start: provider %s at %s: %w", *simName, *simURL, err)
+	var provs []providers.Provider
+	if *simURL != "" {
+		capCtx, cancel := context.WithTimeout(ctx, *connect+*read)
+		caps, err := sim.FetchCapabilities(capCtx, *simURL, settings)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("refusing to start: provider %s at %s: %w", *simName, *simURL, err)
+		}
+		secret := os.Getenv("SALDO_SIM_WEBHOOK_SECRET")
+		if secret == "" && caps.Webhooks {
+			log.Warn("SALDO_SIM_WEBHOOK_SECRET is empty: every webhook from the provider will be refused (401); " +
+				"attempts still resolve by lookup")
+		}
+		provs = append(provs, sim.NewProvider(*simURL, sim.WithName(*simName), sim.WithHTTPSettings(settings),
+			sim.WithCapabilities(caps), sim.WithWebhookSecret(secret)))
 	}
-	secret := os.Getenv("SALDO_SIM_WEBHOOK_SECRET")
-	if secret == "" && caps.Webhooks {
-		log.Warn("SALDO_SIM_WEBHOOK_SECRET is empty: every webhook from the provider will be refused (401); " +
-			"attempts still resolve by lookup")
+	byName := map[string]providers.Provider{}
+	for _, p := range provs {
+		byName[p.Name()] = p
 	}
-	prov := sim.NewProvider(*simURL, sim.WithName(*simName), sim.WithHTTPSettings(settings), sim.WithCapabilities(caps),
-		sim.WithWebhookSecret(secret))
-	log.Info("starting saldo", "roles", *roles, "listen", *listen, "provider", *simName)
+	if err := routes.Check(byName); err != nil {
+		return fmt.Errorf("refusing to start: --route: %w", err)
+	}
+	// Operations without a route go to the only provider; with several,
+	// each operation saldo should originate needs a route.
+	var fallback string
+	if len(provs) == 1 {
+		fallback = provs[0].Name()
+	}
+	log.Info("starting saldo", "roles", *roles, "listen", *listen, "providers", configured, "routes", routes.String(),
+		"default_provider", fallback)
 	return runProcess(ctx, processConfig{
 		DatabaseURL: u, Listen: *listen, MetricsListen: *metricsListen, RunAPI: runAPI, RunWorkers: runWorkers,
-		Providers: []providers.Provider{prov}, PayoutProvider: *simName, ChargeProvider: *simName,
+		Providers: provs, PayoutProvider: fallback, ChargeProvider: fallback, Routes: routes,
 		MaxWorkers: *maxWorkers, NotifyDenyPrivate: !*notifyPrivate,
 		// A job outlives the longest call it makes, so River never cuts a call
 		// off (which would only make it unknown, but costs a lookup).

@@ -194,12 +194,14 @@ func TestServeRefusesBadConfiguration(t *testing.T) {
 	t.Parallel()
 	bin, err := buildSaldo()
 	require.NoError(t, err)
-	cmd := exec.Command(bin, "serve", "--roles", "api,cron", "--provider-read-timeout", "1s", "--stale-call-after", "1s")
+	cmd := exec.Command(bin, "serve", "--roles", "api,cron", "--provider-read-timeout", "1s", "--stale-call-after", "1s",
+		"--route", "card_charge=sim,refund=sim")
 	cmd.Env = append(os.Environ(), "SALDO_DATABASE_URL=", "SALDO_SIM_URL=", "SALDO_MAX_WORKERS=many")
 	out, err := cmd.CombinedOutput()
 	require.Error(t, err)
 	for _, want := range []string{"refusing to start", "no database", `unknown role "cron"`, "no provider configured",
-		"--stale-call-after", `SALDO_MAX_WORKERS="many" is not a whole number`} {
+		"--stale-call-after", `SALDO_MAX_WORKERS="many" is not a whole number`,
+		"--route: providers: refunds are not routed"} {
 		require.Contains(t, string(out), want)
 	}
 }

@@ -31,11 +31,18 @@ type Config struct {
 	Pool *pgxpool.Pool
 	// Providers available to attempts, by their Name().
 	Providers []providers.Provider
-	// PayoutProvider names the provider outgoing money uses.
+	// PayoutProvider names the provider outgoing money uses when Routes
+	// names none for its operation.
 	PayoutProvider string
-	// ChargeProvider names the provider charges go through (default
-	// PayoutProvider).
+	// ChargeProvider names the provider charges go through when Routes
+	// names none for their operation (default PayoutProvider).
 	ChargeProvider string
+	// Routes names the provider of each operation (card charges to one
+	// PSP, Pix to another); operations without a route use PayoutProvider
+	// or ChargeProvider. Every route must name a configured provider that
+	// supports its operation: New refuses anything else. Refunds are not
+	// routed: they go to the provider of their charge.
+	Routes providers.Routes
 	// Charges tunes the charges service; Pool, Attempts, Provider, Clock
 	// and Logger are filled in by the engine.
 	Charges charges.Config
@@ -109,6 +116,9 @@ func New(cfg Config) (*Engine, error) {
 		}
 		byName[p.Name()] = p
 	}
+	if err := cfg.Routes.Check(byName); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
 	ac := cfg.Attempts
 	ac.Pool, ac.Providers, ac.Clock, ac.Logger, ac.Metrics = cfg.Pool, byName, cfg.Clock, cfg.Logger, cfg.Metrics
 	att, err := attempts.New(ac)
@@ -123,13 +133,13 @@ func New(cfg Config) (*Engine, error) {
 	}
 	cc := cfg.Charges
 	cc.Pool, cc.Attempts, cc.Clock, cc.Logger = cfg.Pool, att, cfg.Clock, cfg.Logger
-	cc.Provider = cmp.Or(cfg.ChargeProvider, cfg.PayoutProvider)
+	cc.Provider, cc.Routes = cmp.Or(cfg.ChargeProvider, cfg.PayoutProvider), cfg.Routes
 	cc.OnFinal, cc.OnFinalMany = notifier.ChargeFinal, notifier.ChargesFinal
 	ch, err := charges.New(cc)
 	if err != nil {
 		return nil, err
 	}
-	po, err := payouts.New(payouts.Config{Pool: cfg.Pool, Attempts: att, Provider: cfg.PayoutProvider,
+	po, err := payouts.New(payouts.Config{Pool: cfg.Pool, Attempts: att, Provider: cfg.PayoutProvider, Routes: cfg.Routes,
 		Clock: cfg.Clock, Logger: cfg.Logger, Charges: ch, OnFinal: notifier.PayoutFinal,
 		OnFinalMany: notifier.PayoutsFinal})
 	if err != nil {
