@@ -90,6 +90,32 @@ func TestManualFailNeedsNotFoundPastWindow_R16_R22(t *testing.T) {
 		require.Equal(t, []string{"failed"}, h.ownerEffects(a.ID))
 		h.requireNoViolations()
 	})
+	t.Run("not_found_then_named_again", func(t *testing.T) {
+		t.Parallel()
+		h := setup(t, harnessOpts{})
+		psp := newAckPSP(t, 409, `{"code":"idempotency_in_flight"}`)
+		h.prov.setBase(psp.srv.URL)
+		a := h.open(newSubject())
+		_, err := h.svc.Execute(h.ctx, a.ID)
+		require.NoError(t, err)
+		h.clock.Advance(time.Hour)
+		r, err := h.svc.Resolve(h.ctx, a.ID) // not found past the window; acknowledged: stays unknown
+		require.NoError(t, err)
+		require.Equal(t, StatusUnknown, r.Attempt.Status)
+		require.EqualValues(t, 1, psp.lookups.Load())
+		// Then the provider names the operation again (processing).
+		h.clock.Advance(time.Minute)
+		_, err = h.svc.ResolveByReference(h.ctx, ResolveInput{Reference: a.Reference, State: providers.StateProcessing,
+			ProviderID: "op_named", Source: SourceWebhook, Actor: "evt_p"})
+		require.NoError(t, err)
+		// The older "not found" proves nothing now: a fresh lookup decides.
+		h.clock.Advance(time.Minute)
+		m, err := h.svc.ResolveManually(h.ctx, a.ID, StatusFailed, "op_1", "PSP support says it was cancelled", nil)
+		require.NoError(t, err)
+		require.True(t, m.Transitioned)
+		require.EqualValues(t, 2, psp.lookups.Load(), "a lookup newer than the provider's last word")
+		h.requireNoViolations()
+	})
 	t.Run("never_sent", func(t *testing.T) {
 		t.Parallel()
 		h := setup(t, harnessOpts{})

@@ -598,7 +598,10 @@ func (s *Service) manualFailVerdict(ctx context.Context, db DB, a Attempt, fresh
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return manualVerdict{}, err
 	}
-	if err == nil && deref(outcome) == string(lookupNotFound) && !at.Before(ready) {
+	// The "not found" must also be newer than anything the provider said
+	// about the operation (a processing report after it names it again).
+	if err == nil && deref(outcome) == string(lookupNotFound) && !at.Before(ready) &&
+		(a.ProcessingFrom == nil || !at.Before(*a.ProcessingFrom)) && (a.AcknowledgedAt == nil || !at.Before(*a.AcknowledgedAt)) {
 		return manualVerdict{decision: manualAllow}, nil
 	}
 	return manualVerdict{decision: manualLookup}, nil
