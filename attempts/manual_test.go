@@ -34,6 +34,15 @@ func TestManualFailRefusedWhileCallInFlight_R22(t *testing.T) {
 	require.Equal(t, StatusSucceeded, r.Attempt.Status, "the provider's answer decides")
 	require.Equal(t, []string{"succeeded"}, h.ownerEffects(a.ID))
 	require.Nil(t, h.get(a.ID).DivergedAt)
+
+	// Through the reference door too: an operator's failed is refused alike.
+	h.svc.hookAfterCall = nil
+	b := unknownAttempt(t, h)
+	_, err = h.svc.ResolveByReference(h.ctx, ResolveInput{Reference: b.Reference, State: providers.StateFailed,
+		Source: SourceOperator, Actor: "op_1", Reason: "looks stuck"})
+	require.ErrorIs(t, err, ErrManualFailRefused)
+	require.Equal(t, StatusUnknown, h.get(b.ID).Status)
+	require.Empty(t, h.ownerEffects(b.ID))
 	h.requireNoViolations()
 }
 

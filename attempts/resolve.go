@@ -398,6 +398,15 @@ func (s *Service) ResolveByReference(ctx context.Context, in ResolveInput) (Reso
 	if in.Reference == "" {
 		return ResolveResult{}, fmt.Errorf("%w: empty reference", ErrInvalid)
 	}
+	if in.Source == SourceOperator && in.State == providers.StateFailed {
+		// An operator's failed is ResolveManually's decision, whatever the
+		// door it comes through (issue 13 finding 5).
+		a, err := s.GetByReference(ctx, s.pool, in.Reference)
+		if err != nil {
+			return ResolveResult{}, err
+		}
+		return s.ResolveManually(ctx, a.ID, StatusFailed, in.Actor, in.Reason, nil)
+	}
 	var res ResolveResult
 	var mismatch error
 	err := s.inTx(ctx, func(tx pgx.Tx, after *afterCommit) error {
