@@ -39,11 +39,17 @@
 // Unknown and processing attempts are resolved by lookup (Resolve, the
 // ResolveAttempt worker, one per attempt) on the schedule 30s, 1m, 2m, 5m,
 // 10m, 30m, then every 30m; "not found" fails the attempt only after the
-// provider's consistency window (R16); exhaustion, endless "processing" or a
-// provider that cannot look up sends it to the review queue with an alert,
-// never to automatic failure (R18, R25). Webhooks, reconciliation and
-// operators go through ResolveByReference and ResolveManually, the same
-// conditional transition. The periodic sweeper (Sweep) turns stale in-flight
+// provider's consistency window (R16), and never once the provider
+// acknowledged the operation (a 2xx, its id, a 409 "key in use": kept on
+// the attempt whatever status the answer led to); exhaustion, endless
+// "processing" or a provider that cannot look up sends it to the review
+// queue with an alert, never to automatic failure (R18, R25). Webhooks,
+// reconciliation and operators go through ResolveByReference and
+// ResolveManually, the same conditional transition. A provider's report
+// moves an attempt only when its provider, operation, amount and currency
+// (AmountOwner) match; an operator's "failed" is refused while the provider
+// may still be paying (ErrManualFailRefused); a success after "failed" is a
+// divergence: review, alert, and Verify reports it. The periodic sweeper (Sweep) turns stale in-flight
 // calls into unknown and gives every open attempt the job it needs; Verify
 // checks the invariants for `saldo audit verify`.
 package attempts

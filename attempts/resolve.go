@@ -372,7 +372,9 @@ type ResolveInput struct {
 // ErrNotFound when no attempt has the reference; ErrProviderIDMismatch (the
 // attempt is then flagged for review) when the provider id contradicts the
 // recorded one; ErrReportMismatch (flagged for review, nothing moved) when
-// in's provider, operation, amount or currency contradicts the attempt.
+// in's provider, operation, amount or currency contradicts the attempt. An
+// operator's "failed" (SourceOperator) is ResolveManually's decision, with
+// its refusals (ErrManualFailRefused).
 func (s *Service) ResolveByReference(ctx context.Context, in ResolveInput) (ResolveResult, error) {
 	var actor Actor
 	switch in.Source {
