@@ -55,6 +55,7 @@ type Server struct {
 	balances  map[string]decimal.Decimal
 	rules     []*ruleState
 	submitSeq int
+	lies      []StatementLie // AddStatementLie (statement_lies.go)
 
 	ts        *httptest.Server
 	ctx       context.Context
@@ -741,6 +742,7 @@ func (s *Server) Statement(day time.Time) []Operation {
 		}
 		out = append(out, o.snapshot(false))
 	}
+	out = s.lieLocked(out, start, end)
 	s.mu.Unlock()
 	sort.SliceStable(out, func(i, j int) bool {
 		if !out[i].FinalAt.Equal(out[j].FinalAt) {
