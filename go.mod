@@ -19,6 +19,7 @@ require (
 	github.com/stripe/stripe-go/v85 v85.0.0
 	github.com/testcontainers/testcontainers-go v0.45.0
 	github.com/testcontainers/testcontainers-go/modules/postgres v0.45.0
+	golang.org/x/oauth2 v0.38.0
 	pgregory.net/rapid v1.3.0
 	riverqueue.com/riverui v0.22.0
 )

@@ -1,0 +1,260 @@
+package pix
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/oauth2"
+	"golang.org/x/oauth2/clientcredentials"
+
+	"github.com/saldo/saldo/providers"
+)
+
+// Defaults of Config.
+const (
+	DefaultName              = "pix"
+	DefaultConsistencyWindow = time.Minute
+	DefaultExpiryGrace       = 10 * time.Minute
+	DefaultTokenRefresh      = time.Minute
+	DefaultRefundScan        = 90 * 24 * time.Hour
+	DefaultPageSize          = 1000
+)
+
+// Config configures one Pix PSP.
+type Config struct {
+	// Name stored on attempts (default "pix").
+	Name string
+	// BaseURL of the standard API Pix, with its path prefix
+	// ("https://pix.api.efipay.com.br/v2"): cob and devolucao paths are
+	// appended to it. Empty: no charges and no refunds.
+	BaseURL string
+	// SendBaseURL of the PSP's send API ("https://pix.api.efipay.com.br"):
+	// the SendAPI's paths (/v2/gn/pix/...) are appended to it. Empty: no
+	// sends.
+	SendBaseURL string
+	// TokenURL of the OAuth2 token endpoint (client credentials).
+	TokenURL string
+	// ClientID and ClientSecret of the OAuth2 client.
+	ClientID     string
+	ClientSecret string
+	// Scopes asked for, if the PSP wants them.
+	Scopes []string
+	// CertFile and KeyFile: the client certificate and key (PEM) the PSP
+	// issued for mutual TLS. CAFile: the PSP's CA (PEM), optional (the
+	// system roots otherwise).
+	CertFile string
+	KeyFile  string
+	CAFile   string
+	// TLS, when set, is used as is instead of the files (tests).
+	TLS *tls.Config
+	// ReceivingKey is saldo's Pix key (DICT) that cobs are created on, and
+	// the payer key (pagador.chave) of sends unless PayerKey is set.
+	ReceivingKey string
+	PayerKey     string
+	// WebhookSecret is the secret the registered webhook URL carries
+	// (?hmac=...). Empty: every webhook is refused.
+	WebhookSecret string
+	// ConsistencyWindow: how long a fresh operation may stay invisible to
+	// a lookup (R16). Default 1 minute.
+	ConsistencyWindow time.Duration
+	// ExpiryGrace: how long after a cob's expiry an ATIVA cob is still
+	// taken as possibly being paid. Default 10 minutes.
+	ExpiryGrace time.Duration
+	// TokenRefreshBefore: a cached token is renewed this long before it
+	// expires. Default 1 minute.
+	TokenRefreshBefore time.Duration
+	// RefundScan bounds how far back a refund lookup searches received
+	// Pix when it does not know the Pix's endToEndId (see Lookup). Default
+	// 90 days (the window the BCB allows for a devolucao).
+	RefundScan time.Duration
+	// PageSize of list requests (paginacao.itensPorPagina, 1-1000).
+	PageSize int
+	// HTTP settings (timeouts, R3). TLS is filled from the files.
+	HTTP providers.HTTPSettings
+	// Send is the PSP's send API. Default Efi{}.
+	Send SendAPI
+	// Now is the clock (tests). Default time.Now.
+	Now func() time.Time
+}
+
+func (c Config) withDefaults() Config {
+	if c.Name == "" {
+		c.Name = DefaultName
+	}
+	if c.ConsistencyWindow <= 0 {
+		c.ConsistencyWindow = DefaultConsistencyWindow
+	}
+	if c.ExpiryGrace <= 0 {
+		c.ExpiryGrace = DefaultExpiryGrace
+	}
+	if c.TokenRefreshBefore <= 0 {
+		c.TokenRefreshBefore = DefaultTokenRefresh
+	}
+	if c.RefundScan <= 0 {
+		c.RefundScan = DefaultRefundScan
+	}
+	if c.PageSize <= 0 || c.PageSize > 1000 {
+		c.PageSize = DefaultPageSize
+	}
+	if c.Send == nil {
+		c.Send = Efi{}
+	}
+	if c.PayerKey == "" {
+		c.PayerKey = c.ReceivingKey
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	c.BaseURL = strings.TrimRight(c.BaseURL, "/")
+	c.SendBaseURL = strings.TrimRight(c.SendBaseURL, "/")
+	return c
+}
+
+// ErrConfig is returned (wrapped) by New for a configuration it refuses.
+var ErrConfig = errors.New("pix: invalid configuration")
+
+// LoadTLS builds the mutual TLS configuration from the certificate, key and
+// optional CA files.
+func LoadTLS(certFile, keyFile, caFile string) (*tls.Config, error) {
+	if certFile == "" || keyFile == "" {
+		return nil, fmt.Errorf("%w: the client certificate and key files are required (mutual TLS)", ErrConfig)
+	}
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("%w: client certificate: %w", ErrConfig, err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: CA file: %w", ErrConfig, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%w: CA file %s holds no PEM certificate", ErrConfig, caFile)
+		}
+		cfg.RootCAs = pool
+	}
+	return cfg, nil
+}
+
+// New builds the adapter. It reads the certificate files now, so a bad
+// configuration is refused at start, not at the first payment.
+func New(cfg Config) (*Provider, error) {
+	cfg = cfg.withDefaults()
+	if cfg.BaseURL == "" && cfg.SendBaseURL == "" {
+		return nil, fmt.Errorf("%w: neither the API Pix base URL nor the send base URL is set", ErrConfig)
+	}
+	if cfg.TokenURL == "" || cfg.ClientID == "" || cfg.ClientSecret == "" {
+		return nil, fmt.Errorf("%w: the token URL, client id and client secret are required", ErrConfig)
+	}
+	if cfg.BaseURL != "" && cfg.ReceivingKey == "" {
+		return nil, fmt.Errorf("%w: the receiving Pix key is required for charges", ErrConfig)
+	}
+	if cfg.SendBaseURL != "" && cfg.PayerKey == "" {
+		return nil, fmt.Errorf("%w: the payer Pix key is required for sends", ErrConfig)
+	}
+	tlsCfg := cfg.TLS
+	if tlsCfg == nil {
+		var err error
+		if tlsCfg, err = LoadTLS(cfg.CertFile, cfg.KeyFile, cfg.CAFile); err != nil {
+			return nil, err
+		}
+	}
+	settings := cfg.HTTP
+	settings.TLS = tlsCfg
+	client := providers.NewClient(settings)
+	settings = client.Settings()
+	p := &Provider{cfg: cfg, client: client, refunds: map[string]string{}}
+	p.tokens = &tokenCache{
+		cc: clientcredentials.Config{ClientID: cfg.ClientID, ClientSecret: cfg.ClientSecret, TokenURL: cfg.TokenURL,
+			Scopes: cfg.Scopes, AuthStyle: oauth2.AuthStyleInHeader},
+		http:   tokenHTTPClient(settings),
+		early:  cfg.TokenRefreshBefore,
+		budget: settings.ConnectTimeout + settings.TLSHandshakeTimeout + settings.ReadTimeout,
+		now:    cfg.Now,
+	}
+	return p, nil
+}
+
+// tokenHTTPClient is the client of the token endpoint: its own transport
+// (same mutual TLS and timeouts), never the attempts' client, so a token
+// request never shows in an attempt's exchange.
+func tokenHTTPClient(s providers.HTTPSettings) *http.Client {
+	dialer := &net.Dialer{Timeout: s.ConnectTimeout, KeepAlive: 30 * time.Second}
+	return &http.Client{
+		Transport: &http.Transport{
+			Proxy:                 http.ProxyFromEnvironment,
+			DialContext:           dialer.DialContext,
+			TLSClientConfig:       s.TLS,
+			TLSHandshakeTimeout:   s.TLSHandshakeTimeout,
+			ResponseHeaderTimeout: s.ReadTimeout,
+			ForceAttemptHTTP2:     true,
+			MaxIdleConnsPerHost:   4,
+			IdleConnTimeout:       60 * time.Second,
+		},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+// tokenCache keeps one access token and renews it TokenRefreshBefore its
+// expiry, or when a 401 shows the PSP no longer takes it.
+type tokenCache struct {
+	cc     clientcredentials.Config
+	http   *http.Client
+	early  time.Duration
+	budget time.Duration
+	now    func() time.Time
+
+	mu      sync.Mutex
+	tok     *oauth2.Token
+	fetches int
+}
+
+// token returns a valid access token, fetching one when none is cached or
+// the cached one expires within the refresh margin.
+func (c *tokenCache) token(ctx context.Context) (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.tok != nil && c.tok.AccessToken != "" && (c.tok.Expiry.IsZero() || c.now().Add(c.early).Before(c.tok.Expiry)) {
+		return c.tok.AccessToken, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.budget)
+	defer cancel()
+	ctx = context.WithValue(ctx, oauth2.HTTPClient, c.http)
+	c.fetches++
+	tok, err := c.cc.Token(ctx)
+	if err != nil {
+		return "", fmt.Errorf("pix: OAuth2 token: %w", err)
+	}
+	if tok.AccessToken == "" {
+		return "", errors.New("pix: OAuth2 token: empty access token")
+	}
+	c.tok = tok
+	return tok.AccessToken, nil
+}
+
+// invalidate drops the cached token if it is still access (a 401 named it).
+func (c *tokenCache) invalidate(access string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.tok != nil && c.tok.AccessToken == access {
+		c.tok = nil
+	}
+}
+
+// Fetches reports how many tokens were requested (tests, metrics).
+func (p *Provider) TokenFetches() int {
+	p.tokens.mu.Lock()
+	defer p.tokens.mu.Unlock()
+	return p.tokens.fetches
+}

@@ -1,0 +1,646 @@
+package pix
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/saldo/saldo/providers"
+)
+
+// Provider is the Pix adapter: a providers.Provider.
+type Provider struct {
+	cfg    Config
+	client *providers.Client
+	tokens *tokenCache
+
+	// refunds remembers the endToEndId each refund reference returns
+	// (learned from the payload in EncodePayload and Submit), so its lookup
+	// is one GET. See Lookup for what happens without it.
+	mu      sync.Mutex
+	refunds map[string]string
+}
+
+var _ providers.Provider = (*Provider)(nil)
+
+// Name is the provider name stored on attempts.
+func (p *Provider) Name() string { return p.cfg.Name }
+
+// Client is the adapter's HTTP client (tests use CloseIdle).
+func (p *Provider) Client() *providers.Client { return p.client }
+
+// Capabilities of a Pix PSP: no idempotency keys (the id in the path is the
+// key, R20), lookup by reference, webhooks and statements. Charges and
+// refunds need the standard API's base URL, sends the send API's.
+func (p *Provider) Capabilities() providers.Capabilities {
+	c := providers.Capabilities{
+		IdempotencyKeys:   false,
+		LookupByReference: true,
+		ConsistencyWindow: p.cfg.ConsistencyWindow,
+		Webhooks:          true,
+		Statements:        true,
+	}
+	if p.cfg.BaseURL != "" {
+		c.Operations = append(c.Operations, providers.OpPixCharge, providers.OpRefund)
+	}
+	if p.cfg.SendBaseURL != "" {
+		c.Operations = append(c.Operations, providers.OpPixTransfer, providers.OpBankPayout)
+	}
+	return c
+}
+
+// envelope is what EncodePayload returns and the attempt stores: the path
+// of the PUT (relative to the API's base URL) and the exact body bytes. A
+// refund's path holds the endToEndId of the Pix it returns, which is in no
+// body, so the path is stored with the body. Submit sends Body byte for
+// byte (R5).
+type envelope struct {
+	Path string          `json:"path"`
+	Body json.RawMessage `json:"body"`
+}
+
+// EncodePayload builds the request of one operation, a pure function of in
+// and reference:
+//
+//   - pix_charge: PUT /cob/{txid} with calendario.expiracao, valor.original,
+//     chave (the receiving key), devedor (when the payer's tax id AND name
+//     are known: the standard requires both) and solicitacaoPagador;
+//   - refund: PUT /pix/{e2eid}/devolucao/{id} with valor, natureza ORIGINAL
+//     and descricao; the e2eid is in.ChargeProviderID (a paid cob's
+//     provider id is the endToEndId of the Pix that paid it);
+//   - pix_transfer, bank_payout: the SendAPI's PUT.
+//
+// Metadata is never sent: what a cob carries is shown to the payer.
+func (p *Provider) EncodePayload(in providers.OperationInput, reference string) ([]byte, error) {
+	if !p.Capabilities().Supports(in.Operation) {
+		return nil, fmt.Errorf("%w: %s", providers.ErrUnsupported, in.Operation)
+	}
+	invalid := func(err error) error { return fmt.Errorf("%w: %w", providers.ErrInvalidInput, err) }
+	if in.Operation != providers.OpPixCharge && (in.ExpiresIn != 0 || in.PayerName != "" || in.PayerTaxID != "") {
+		return nil, invalid(errors.New("expiry and payer only apply to pix_charge"))
+	}
+	var env envelope
+	var err error
+	switch in.Operation {
+	case providers.OpPixCharge:
+		if !txidRe.MatchString(reference) {
+			return nil, invalid(fmt.Errorf("a txid is 26-35 letters or digits, got %q", reference))
+		}
+		env.Path = "/cob/" + reference
+		env.Body, err = p.encodeCob(in)
+	case providers.OpRefund:
+		if !idRe.MatchString(reference) {
+			return nil, invalid(fmt.Errorf("a devolucao id is 1-35 letters or digits, got %q", reference))
+		}
+		if !e2eRe.MatchString(in.ChargeProviderID) {
+			return nil, invalid(fmt.Errorf("a Pix refund needs the endToEndId of the paid Pix (32 letters or digits) as the charge's provider id, got %q",
+				in.ChargeProviderID))
+		}
+		env.Path = "/pix/" + in.ChargeProviderID + "/devolucao/" + reference
+		env.Body, err = encodeDevolucao(in)
+	case providers.OpPixTransfer, providers.OpBankPayout:
+		if !idRe.MatchString(reference) {
+			return nil, invalid(fmt.Errorf("an idEnvio is 1-35 letters or digits, got %q", reference))
+		}
+		env.Path = p.cfg.Send.SendPath(reference)
+		env.Body, err = p.cfg.Send.EncodeSend(in, p.cfg.PayerKey)
+	}
+	if err != nil {
+		return nil, invalid(err)
+	}
+	if in.Operation == providers.OpRefund {
+		p.remember(reference, in.ChargeProviderID)
+	}
+	return json.Marshal(env)
+}
+
+func (p *Provider) encodeCob(in providers.OperationInput) ([]byte, error) {
+	v, err := valor(in.Amount, in.Currency)
+	if err != nil {
+		return nil, err
+	}
+	if in.ExpiresIn < 0 {
+		return nil, errors.New("negative cob expiry")
+	}
+	if err := text("description", in.Description, 140); err != nil {
+		return nil, err
+	}
+	exp := int64((in.ExpiresIn + time.Second - 1) / time.Second)
+	if exp == 0 {
+		exp = 86400 // the standard's default, written out so the expiry is ours
+	}
+	if exp > 1<<31-1 {
+		return nil, errors.New("cob expiry too long")
+	}
+	body := cobRequest{Calendario: cobCalendario{Expiracao: exp}, Valor: cobValor{Original: v}, Chave: p.cfg.ReceivingKey,
+		SolicitacaoPagador: in.Description}
+	if in.PayerTaxID != "" && in.PayerName != "" {
+		cpf, cnpj, err := taxID(in.PayerTaxID)
+		if err != nil {
+			return nil, fmt.Errorf("payer_tax_id: %w", err)
+		}
+		if err := text("payer_name", in.PayerName, 200); err != nil {
+			return nil, err
+		}
+		body.Devedor = &pessoa{CPF: cpf, CNPJ: cnpj, Nome: in.PayerName}
+	}
+	return json.Marshal(body)
+}
+
+func encodeDevolucao(in providers.OperationInput) ([]byte, error) {
+	v, err := valor(in.Amount, in.Currency)
+	if err != nil {
+		return nil, err
+	}
+	if err := text("description", in.Description, 140); err != nil {
+		return nil, err
+	}
+	if in.Destination != nil {
+		return nil, errors.New("a refund goes back to the payer: no destination")
+	}
+	return json.Marshal(devolucaoRequest{Valor: v, Natureza: "ORIGINAL", Descricao: in.Description})
+}
+
+func (p *Provider) remember(reference, e2e string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refunds[reference] = e2e
+}
+
+func (p *Provider) remembered(reference string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.refunds[reference]
+}
+
+func (p *Provider) base(op providers.Operation) string {
+	if op == providers.OpPixTransfer || op == providers.OpBankPayout {
+		return p.cfg.SendBaseURL
+	}
+	return p.cfg.BaseURL
+}
+
+// do makes one exchange with a bearer token. The token comes first and is
+// not part of the exchange: when it cannot be had, the returned Exchange
+// has no connection, nothing written and the token error, which the
+// classifier reads as not sent. A 401 drops the token and the request is
+// sent once more with a fresh one (a 401 proves nothing was processed);
+// the second exchange is returned, with both counted in WireCalls.
+func (p *Provider) do(ctx context.Context, method, u string, body []byte) providers.Exchange {
+	tok, err := p.tokens.token(ctx)
+	if err != nil {
+		now := time.Now()
+		return providers.Exchange{Method: method, URL: u, Err: err, Started: now, Ended: now}
+	}
+	ex := p.client.Do(ctx, method, u, bearer(tok), body)
+	if ex.StatusCode != http.StatusUnauthorized || ex.Err != nil {
+		return ex
+	}
+	p.tokens.invalidate(tok)
+	tok2, err := p.tokens.token(ctx)
+	if err != nil {
+		return ex // the 401 stands: nothing was processed
+	}
+	ex2 := p.client.Do(ctx, method, u, bearer(tok2), body)
+	ex2.WireCalls += ex.WireCalls
+	ex2.Started = ex.Started
+	return ex2
+}
+
+func bearer(tok string) http.Header {
+	h := http.Header{}
+	h.Set("Authorization", "Bearer "+tok)
+	h.Set("Accept", "application/json")
+	return h
+}
+
+// Submit sends the stored request once (PUT, no idempotency header: the id
+// in the path is the key) and reads the answer:
+//
+//   - 2xx: the operation's status (cob ATIVA: created, which is what Submit
+//     reports for pix_charge; devolucao and send: EM_PROCESSAMENTO
+//     processing, DEVOLVIDO / REALIZADO succeeded, NAO_REALIZADO failed).
+//     An answer that names another id, or no status saldo knows, has no
+//     state: unknown;
+//   - 409, or a 4xx saying the id is already used: duplicate, resolved by
+//     lookup, never a new id;
+//   - 400 (violacoes) and 422 (insufficient funds, refused): failed, with
+//     the problem's type and the violated fields as the failure;
+//   - 429: rate limited; 5xx, 408, cuts after the write: unknown.
+func (p *Provider) Submit(ctx context.Context, req providers.SubmitRequest) providers.SubmitResult {
+	var env envelope
+	if err := json.Unmarshal(req.Payload, &env); err != nil || env.Path == "" || len(env.Body) == 0 {
+		now := time.Now()
+		return providers.SubmitResult{Exchange: providers.Exchange{Method: http.MethodPut, Err: fmt.Errorf(
+			"pix: stored payload is not this adapter's: %v", err), Started: now, Ended: now}}
+	}
+	if !strings.HasSuffix(env.Path, "/"+req.Reference) {
+		now := time.Now()
+		return providers.SubmitResult{Exchange: providers.Exchange{Method: http.MethodPut, Err: fmt.Errorf(
+			"pix: stored path %q does not end with the reference %q", env.Path, req.Reference), Started: now, Ended: now}}
+	}
+	if req.Operation == providers.OpRefund {
+		if e2e := refundE2E(env.Path); e2e != "" {
+			p.remember(req.Reference, e2e)
+		}
+	}
+	ex := p.do(ctx, http.MethodPut, p.base(req.Operation)+env.Path, env.Body)
+	res := providers.SubmitResult{Exchange: ex}
+	if ex.StatusCode == 0 || ex.Err != nil {
+		if ex.StatusCode == http.StatusTooManyRequests {
+			res.Refinement = providers.RefineRateLimited
+		}
+		return res
+	}
+	if ex.StatusCode >= 200 && ex.StatusCode < 300 {
+		var r read
+		switch req.Operation {
+		case providers.OpPixCharge:
+			r = p.readCob(ex.Body, req.Reference, true)
+		case providers.OpRefund:
+			r = readDevolucao(ex.Body, req.Reference)
+		default:
+			r = p.readSend(ex.Body, req.Reference)
+		}
+		if r.ok {
+			res.ProviderID, res.State, res.Data = r.providerID, r.state, r.data
+			res.FailureCode, res.FailureReason = r.failureCode, r.failureReason
+		}
+		return res
+	}
+	prob, _ := parseProblem(ex.Body)
+	res.FailureCode, res.FailureReason = prob.code(), prob.reason()
+	if res.FailureCode == "" {
+		res.FailureCode = "http_" + strconv.Itoa(ex.StatusCode)
+	}
+	switch {
+	case ex.StatusCode == http.StatusTooManyRequests:
+		res.Refinement = providers.RefineRateLimited
+	case ex.StatusCode == http.StatusConflict:
+		res.Refinement = providers.RefineDuplicate
+	case ex.StatusCode >= 400 && ex.StatusCode < 500 && prob.duplicate():
+		// The standard answers a devolucao id used before with a 400, and a
+		// cob that exists and is no longer ATIVA with a 400 too: the
+		// operation exists, query it.
+		res.Refinement = providers.RefineDuplicate
+	case ex.StatusCode == http.StatusBadRequest || ex.StatusCode == http.StatusUnprocessableEntity:
+		res.Refinement = providers.RefineDeclined
+	}
+	return res
+}
+
+// refundE2E reads the e2eid out of /pix/{e2eid}/devolucao/{id}.
+func refundE2E(path string) string {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	if len(parts) == 4 && parts[0] == "pix" && parts[2] == "devolucao" {
+		return parts[1]
+	}
+	return ""
+}
+
+// read is what an answer body says about an operation.
+type read struct {
+	ok            bool
+	providerID    string
+	state         providers.State
+	failureCode   string
+	failureReason string
+	amount        string
+	data          []byte
+}
+
+// CobData is a pix_charge's Data, in the shape package charges reads
+// (txid, status, expires_at, location, pix_copia_e_cola, paid_at), plus
+// the endToEndId of the Pix that paid it.
+type CobData struct {
+	TxID       string    `json:"txid"`
+	Status     string    `json:"status"`
+	ExpiresAt  time.Time `json:"expires_at,omitzero"`
+	Location   string    `json:"location,omitempty"`
+	CopyPaste  string    `json:"pix_copia_e_cola,omitempty"`
+	PaidAt     time.Time `json:"paid_at,omitzero"`
+	EndToEndID string    `json:"end_to_end_id,omitempty"`
+}
+
+// readCob reads a cob. created: the answer to our PUT, where ATIVA means
+// "created" (succeeded, the Submit contract for pix_charge; the attempts
+// core keeps the attempt open). For a lookup ATIVA is processing until the
+// expiry (plus ExpiryGrace) has passed, then failed cob_expired; CONCLUIDA
+// is succeeded with the paying Pix's endToEndId as the provider id and its
+// valor as the amount; a removed cob is failed.
+func (p *Provider) readCob(body []byte, txid string, created bool) read {
+	var c cob
+	if err := json.Unmarshal(body, &c); err != nil || c.TxID != txid {
+		return read{}
+	}
+	d := CobData{TxID: c.TxID, Status: c.Status, Location: c.Location, CopyPaste: c.PixCopiaECola}
+	if c.Calendario.Criacao != nil {
+		d.ExpiresAt = c.Calendario.Criacao.Add(time.Duration(c.Calendario.Expiracao) * time.Second).UTC()
+	}
+	r := read{ok: true, amount: c.Valor.Original}
+	switch c.Status {
+	case CobAtiva:
+		switch {
+		case created:
+			r.state = providers.StateSucceeded
+		case !d.ExpiresAt.IsZero() && p.cfg.Now().After(d.ExpiresAt.Add(p.cfg.ExpiryGrace)):
+			r.state, r.failureCode = providers.StateFailed, FailureCobExpired
+			r.failureReason = "cob expired unpaid at " + d.ExpiresAt.Format(time.RFC3339)
+		default:
+			r.state = providers.StateProcessing
+		}
+	case CobConcluida:
+		r.state = providers.StateSucceeded
+		for _, px := range c.Pix {
+			if px.TxID == "" || px.TxID == txid {
+				r.providerID, r.amount = px.EndToEndID, px.Valor
+				d.EndToEndID, d.PaidAt = px.EndToEndID, px.Horario.UTC()
+				break
+			}
+		}
+	case CobRemovidaRecebedor, "REMOVIDO_PELO_USUARIO_RECEBEDOR":
+		r.state, r.failureCode, r.failureReason = providers.StateFailed, FailureCobRemoved, "cob removed by the receiver"
+	case CobRemovidaPSP, "REMOVIDO_PELO_PSP":
+		r.state, r.failureCode, r.failureReason = providers.StateFailed, FailureCobRemoved, "cob removed by the PSP"
+		if !d.ExpiresAt.IsZero() && p.cfg.Now().After(d.ExpiresAt) {
+			r.failureCode = FailureCobExpired
+		}
+	default:
+		return read{} // a status we do not know: no state, unknown
+	}
+	r.data, _ = json.Marshal(d)
+	return r
+}
+
+// RefundData is a refund's Data.
+type RefundData struct {
+	ID         string    `json:"id"`
+	RtrID      string    `json:"rtr_id,omitempty"`
+	EndToEndID string    `json:"end_to_end_id,omitempty"`
+	Status     string    `json:"status"`
+	Motivo     string    `json:"motivo,omitempty"`
+	SettledAt  time.Time `json:"settled_at,omitzero"`
+}
+
+func readDevolucao(body []byte, id string) read {
+	var d devolucao
+	if err := json.Unmarshal(body, &d); err != nil || d.ID != id {
+		return read{}
+	}
+	return devolucaoRead(d, "")
+}
+
+func devolucaoRead(d devolucao, e2e string) read {
+	r := read{ok: true, providerID: d.RtrID, amount: d.Valor}
+	switch d.Status {
+	case DevolucaoEmProcessamento:
+		r.state = providers.StateProcessing
+	case DevolucaoDevolvido:
+		r.state = providers.StateSucceeded
+	case DevolucaoNaoRealizado:
+		r.state, r.failureCode, r.failureReason = providers.StateFailed, FailureNaoRealizado, d.Motivo
+		if r.failureReason == "" {
+			r.failureReason = "devolucao NAO_REALIZADO"
+		}
+	default:
+		return read{}
+	}
+	rd := RefundData{ID: d.ID, RtrID: d.RtrID, EndToEndID: e2e, Status: d.Status, Motivo: d.Motivo}
+	if d.Horario.Liquidacao != nil {
+		rd.SettledAt = d.Horario.Liquidacao.UTC()
+	}
+	r.data, _ = json.Marshal(rd)
+	return r
+}
+
+// SendData is a send's Data.
+type SendData struct {
+	IDEnvio    string `json:"id_envio"`
+	EndToEndID string `json:"end_to_end_id,omitempty"`
+	Status     string `json:"status"`
+}
+
+func (p *Provider) readSend(body []byte, id string) read {
+	s, err := p.cfg.Send.ParseSend(body)
+	if err != nil || s.IDEnvio != id || s.State == "" {
+		return read{}
+	}
+	return sendRead(s)
+}
+
+func sendRead(s Send) read {
+	r := read{ok: true, providerID: s.EndToEndID, state: s.State, amount: s.Valor}
+	if s.State == providers.StateFailed {
+		r.failureCode, r.failureReason = FailureNaoRealizado, s.Motivo
+		if r.failureReason == "" {
+			r.failureReason = "send " + s.Status
+		}
+	}
+	r.data, _ = json.Marshal(SendData{IDEnvio: s.IDEnvio, EndToEndID: s.EndToEndID, Status: s.Status})
+	return r
+}
+
+// Lookup reads the operation by our reference with one GET:
+// GET /cob/{txid}, GET /pix/{e2eid}/devolucao/{id} or the SendAPI's
+// LookupPath. 200 is found; 404 is "not found" (Found false, no error:
+// proof of absence only after the consistency window, R16); anything else
+// is in the Exchange and proves nothing.
+//
+// A refund's path needs the endToEndId of the Pix it returns, which the
+// reference alone does not give. The adapter remembers it from the payload
+// (EncodePayload at open, Submit at every send); a process that saw
+// neither (a restart, another process) searches the received Pix of the
+// last RefundScan with devolucaoPresente=true page by page for the
+// devolucao with our id. That search is many exchanges; the Provider
+// interface passing the attempt's payload to Lookup would make it one.
+func (p *Provider) Lookup(ctx context.Context, op providers.Operation, reference string) (providers.LookupResult, error) {
+	if !p.Capabilities().Supports(op) {
+		return providers.LookupResult{}, fmt.Errorf("%w: lookup of %s", providers.ErrUnsupported, op)
+	}
+	var u string
+	switch op {
+	case providers.OpPixCharge:
+		u = p.cfg.BaseURL + "/cob/" + url.PathEscape(reference)
+	case providers.OpRefund:
+		e2e := p.remembered(reference)
+		if e2e == "" {
+			return p.scanRefund(ctx, reference), nil
+		}
+		u = p.cfg.BaseURL + "/pix/" + e2e + "/devolucao/" + url.PathEscape(reference)
+	default:
+		u = p.cfg.SendBaseURL + p.cfg.Send.LookupPath(url.PathEscape(reference))
+	}
+	ex := p.do(ctx, http.MethodGet, u, nil)
+	res := providers.LookupResult{Exchange: ex}
+	if ex.Err != nil || ex.StatusCode != http.StatusOK {
+		return res, nil
+	}
+	var r read
+	switch op {
+	case providers.OpPixCharge:
+		r = p.readCob(ex.Body, reference, false)
+	case providers.OpRefund:
+		var d devolucao
+		if json.Unmarshal(ex.Body, &d) == nil && d.ID == reference {
+			r = devolucaoRead(d, p.remembered(reference))
+		}
+	default:
+		r = p.readSend(ex.Body, reference)
+	}
+	if !r.ok {
+		res.Exchange.Err = fmt.Errorf("pix: lookup of %s %s: unreadable answer", op, reference)
+		return res, nil
+	}
+	return lookupResult(res.Exchange, r), nil
+}
+
+func lookupResult(ex providers.Exchange, r read) providers.LookupResult {
+	return providers.LookupResult{Exchange: ex, Found: true, ProviderID: r.providerID, State: r.state,
+		Amount: r.amount, Currency: "BRL", FailureCode: r.failureCode, FailureReason: r.failureReason, Data: r.data}
+}
+
+// maxPages bounds any paginated walk.
+const maxPages = 10000
+
+// scanRefund finds a devolucao by id among the received Pix of the last
+// RefundScan (GET /pix?devolucaoPresente=true, every page). A page that
+// fails ends the search with that page's exchange (proves nothing); a full
+// walk that finds nothing answers "not found" with the last page's 200.
+func (p *Provider) scanRefund(ctx context.Context, id string) providers.LookupResult {
+	now := p.cfg.Now().UTC()
+	var last providers.Exchange
+	for page := 0; page < maxPages; page++ {
+		list, ex, err := p.pixPage(ctx, now.Add(-p.cfg.RefundScan), now, page, true)
+		last = ex
+		if err != nil {
+			return providers.LookupResult{Exchange: ex}
+		}
+		for _, px := range list.Pix {
+			for _, d := range px.Devolucoes {
+				if d.ID == id {
+					p.remember(id, px.EndToEndID)
+					if r := devolucaoRead(d, px.EndToEndID); r.ok {
+						return lookupResult(ex, r)
+					}
+					ex.Err = fmt.Errorf("pix: devolucao %s has unknown status %q", id, d.Status)
+					return providers.LookupResult{Exchange: ex}
+				}
+			}
+		}
+		if list.Parametros.Paginacao.PaginaAtual+1 >= list.Parametros.Paginacao.QuantidadeDePaginas {
+			break
+		}
+	}
+	return providers.LookupResult{Exchange: last}
+}
+
+// pixPage fetches one page of GET /pix. err is set (and in ex.Err) for any
+// answer but a readable 200.
+func (p *Provider) pixPage(ctx context.Context, from, to time.Time, page int, withRefunds bool) (pixList, providers.Exchange, error) {
+	q := url.Values{}
+	q.Set("inicio", from.UTC().Format(time.RFC3339Nano))
+	q.Set("fim", to.UTC().Format(time.RFC3339Nano))
+	if withRefunds {
+		q.Set("devolucaoPresente", "true")
+	}
+	q.Set("paginacao.paginaAtual", strconv.Itoa(page))
+	q.Set("paginacao.itensPorPagina", strconv.Itoa(p.cfg.PageSize))
+	ex := p.do(ctx, http.MethodGet, p.cfg.BaseURL+"/pix?"+q.Encode(), nil)
+	var l pixList
+	if ex.Err == nil && ex.StatusCode != http.StatusOK {
+		ex.Err = fmt.Errorf("pix: GET /pix: status %d", ex.StatusCode)
+	}
+	if ex.Err == nil {
+		if err := json.Unmarshal(ex.Body, &l); err != nil {
+			ex.Err = fmt.Errorf("pix: GET /pix: %w", err)
+		}
+	}
+	return l, ex, ex.Err
+}
+
+// ErrStatement is returned (wrapped) when a statement could not be fetched.
+var ErrStatement = errors.New("pix: statement unavailable")
+
+// Statement lists the UTC day that contains day: the Pix received
+// (GET /pix?inicio&fim, every page: pix_charge entries, reference = txid,
+// provider id = endToEndId; Pix without a txid are listed with an empty
+// reference), the devolucoes of those Pix (refund entries, reference = our
+// id), and the sends (the SendAPI's list: pix_transfer or bank_payout by
+// the destination it names, reference = idEnvio). A devolucao of a Pix
+// received on an earlier day is listed on that Pix's day only: the
+// standard lists Pix by when they were received.
+func (p *Provider) Statement(ctx context.Context, day time.Time) ([]providers.StatementEntry, error) {
+	from := time.Date(day.UTC().Year(), day.UTC().Month(), day.UTC().Day(), 0, 0, 0, 0, time.UTC)
+	to := from.Add(24*time.Hour - time.Nanosecond)
+	date := from.Format(time.DateOnly)
+	var out []providers.StatementEntry
+	if p.cfg.BaseURL != "" {
+		for page := 0; page < maxPages; page++ {
+			list, _, err := p.pixPage(ctx, from, to, page, false)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %s: received page %d: %w", ErrStatement, date, page, err)
+			}
+			for _, px := range list.Pix {
+				out = append(out, providers.StatementEntry{Operation: providers.OpPixCharge, Reference: px.TxID,
+					ProviderID: px.EndToEndID, State: providers.StateSucceeded, Amount: px.Valor, Currency: "BRL", At: px.Horario})
+				for _, d := range px.Devolucoes {
+					r := devolucaoRead(d, px.EndToEndID)
+					at := px.Horario
+					if d.Horario.Liquidacao != nil {
+						at = *d.Horario.Liquidacao
+					} else if d.Horario.Solicitacao != nil {
+						at = *d.Horario.Solicitacao
+					}
+					out = append(out, providers.StatementEntry{Operation: providers.OpRefund, Reference: d.ID,
+						ProviderID: d.RtrID, State: r.state, Amount: d.Valor, Currency: "BRL", At: at})
+				}
+			}
+			if list.Parametros.Paginacao.PaginaAtual+1 >= list.Parametros.Paginacao.QuantidadeDePaginas {
+				break
+			}
+		}
+	}
+	if p.cfg.SendBaseURL != "" {
+		for page := 0; page < maxPages; page++ {
+			q := url.Values{}
+			q.Set("inicio", from.Format(time.RFC3339Nano))
+			q.Set("fim", to.Format(time.RFC3339Nano))
+			q.Set("paginacao.paginaAtual", strconv.Itoa(page))
+			q.Set("paginacao.itensPorPagina", strconv.Itoa(p.cfg.PageSize))
+			ex := p.do(ctx, http.MethodGet, p.cfg.SendBaseURL+p.cfg.Send.ListPath()+"?"+q.Encode(), nil)
+			if ex.Err != nil {
+				return nil, fmt.Errorf("%w: %s: sends page %d: %w", ErrStatement, date, page, ex.Err)
+			}
+			if ex.StatusCode != http.StatusOK {
+				return nil, fmt.Errorf("%w: %s: sends page %d: status %d", ErrStatement, date, page, ex.StatusCode)
+			}
+			sends, pg, err := p.cfg.Send.ParseSendList(ex.Body)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %s: sends page %d: %w", ErrStatement, date, page, err)
+			}
+			for _, s := range sends {
+				op := s.Operation
+				if op == "" {
+					op = providers.OpPixTransfer
+				}
+				at := s.Liquidacao
+				if at.IsZero() {
+					at = s.Solicitacao
+				}
+				out = append(out, providers.StatementEntry{Operation: op, Reference: s.IDEnvio, ProviderID: s.EndToEndID,
+					State: s.State, Amount: s.Valor, Currency: "BRL", At: at})
+			}
+			if pg.Atual+1 >= pg.Paginas {
+				break
+			}
+		}
+	}
+	return out, nil
+}
