@@ -63,7 +63,7 @@ func (p *Provider) Lookup(ctx context.Context, op providers.Operation, reference
 		return providers.LookupResult{}, fmt.Errorf("%w: lookup of %s at stripe", providers.ErrUnsupported, op)
 	}
 	ex := p.client.Do(ctx, http.MethodGet, p.baseURL+path+"?"+q.Encode(), p.headers(), nil)
-	ex.Err = p.redactErr(ex.Err)
+	ex.Err, ex.Body = p.redactErr(ex.Err), p.redactBody(ex.Body)
 	res := providers.LookupResult{Exchange: ex}
 	if ex.Err != nil || ex.StatusCode != http.StatusOK {
 		return res, nil

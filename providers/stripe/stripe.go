@@ -18,6 +18,7 @@
 package stripe
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -201,4 +202,13 @@ func (p *Provider) redactErr(err error) error {
 		return err
 	}
 	return errors.New(p.redact(err.Error()))
+}
+
+// redactBody removes the key from an answer that echoes it (stripe-mock's
+// 401 quotes the Authorization header verbatim; Stripe masks it).
+func (p *Provider) redactBody(b []byte) []byte {
+	if p.key == "" || !bytes.Contains(b, []byte(p.key)) {
+		return b
+	}
+	return bytes.ReplaceAll(b, []byte(p.key), []byte("[redacted]"))
 }

@@ -68,6 +68,7 @@ func (p *Provider) Submit(ctx context.Context, req providers.SubmitRequest) prov
 func (p *Provider) readSubmit(op providers.Operation, ex providers.Exchange) providers.SubmitResult {
 	res := providers.SubmitResult{Exchange: ex}
 	res.Exchange.Err = p.redactErr(ex.Err)
+	res.Exchange.Body = p.redactBody(ex.Body)
 	if ex.StatusCode == 0 {
 		return res
 	}
