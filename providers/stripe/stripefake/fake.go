@@ -146,7 +146,6 @@ func (s *Server) Close() {
 	s.srv.Close()
 }
 
-
 // Now is the fake's clock.
 func (s *Server) Now() time.Time {
 	s.mu.Lock()
