@@ -1,0 +1,157 @@
+package engine_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/audit"
+	"github.com/saldo/saldo/charges"
+	"github.com/saldo/saldo/internal/engine"
+	"github.com/saldo/saldo/internal/testdb"
+	"github.com/saldo/saldo/merchants"
+	"github.com/saldo/saldo/money"
+	"github.com/saldo/saldo/payouts"
+	"github.com/saldo/saldo/providers"
+	"github.com/saldo/saldo/providers/pix"
+	"github.com/saldo/saldo/providers/pix/pixtest"
+)
+
+// Issue 15 end to end: the Pix adapter against a fake PSP over mutual TLS,
+// routed by the engine. A Pix transfer to a key, one to a bank account, a
+// cob paid and then refunded in part: each call hangs after the PSP
+// committed it, the attempt goes unknown, and the lookup resolves it. No
+// PUT is ever sent twice (R14, R20: Pix has no keys, the id in the path is
+// the key), and the audit is clean.
+func TestPixEndToEndHangAfterCommitResolvedByLookup_R14_R20(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t)
+	certs, err := pixtest.NewCerts(t.TempDir())
+	require.NoError(t, err)
+	const key = "7d9f0335-8dcc-4054-9bf9-0dbd61d36906"
+	srv := pixtest.NewServer(certs, pixtest.Options{ClientID: "saldo", ClientSecret: "s3cret", ReceivingKey: key})
+	t.Cleanup(srv.Close)
+	prov, err := pix.New(pix.Config{BaseURL: srv.StandardURL(), SendBaseURL: srv.SendURL(), TokenURL: srv.TokenURL(),
+		ClientID: "saldo", ClientSecret: "s3cret", CertFile: certs.ClientCertFile, KeyFile: certs.ClientKeyFile,
+		CAFile: certs.CAFile, ReceivingKey: key, WebhookSecret: "w", ConsistencyWindow: 100 * time.Millisecond,
+		HTTP: providers.HTTPSettings{ConnectTimeout: time.Second, ReadTimeout: 300 * time.Millisecond}})
+	require.NoError(t, err)
+	routes, err := providers.ParseRoutes("pix_charge=pix,pix_transfer=pix,bank_payout=pix")
+	require.NoError(t, err)
+	e, err := engine.New(engine.Config{Pool: pool, Providers: []providers.Provider{prov}, Routes: routes,
+		Attempts: attempts.Config{ResolveSchedule: []time.Duration{time.Millisecond}}})
+	require.NoError(t, err)
+
+	brl := func(s string) money.Amount { return money.MustParse(s, "BRL") }
+	_, err = merchants.Create(ctx, pool, "m1", "Loja")
+	require.NoError(t, err)
+	_, err = merchants.Fund(ctx, pool, merchants.Funding{MerchantID: "m1", Amount: brl("500.00"), Key: "seed",
+		Reason: "test", Actor: "test"})
+	require.NoError(t, err)
+
+	// hangThenExecute: the PSP commits the PUT and never answers; the
+	// attempt is unknown, never failed, the reserve held.
+	hangThenExecute := func(id *uuid.UUID) attempts.Attempt {
+		t.Helper()
+		require.NotNil(t, id)
+		srv.HangAfterCommit(1)
+		res, err := e.Attempts.Execute(ctx, *id)
+		require.NoError(t, err)
+		require.Equal(t, attempts.StatusUnknown, res.Attempt.Status, "a cut after the write is unknown")
+		require.Equal(t, "pix", res.Attempt.Provider)
+		return res.Attempt
+	}
+	resolve := func(a attempts.Attempt, want attempts.Status) attempts.Attempt {
+		t.Helper()
+		var got attempts.Attempt
+		require.Eventually(t, func() bool {
+			res, err := e.Attempts.Resolve(ctx, a.ID)
+			require.NoError(t, err)
+			got = res.Attempt
+			return got.Status == want
+		}, 5*time.Second, 5*time.Millisecond, "attempt %s reaches %s", a.ID, want)
+		return got
+	}
+	// Executing an unknown attempt again sends nothing (R14).
+	executeAgainSendsNothing := func(a attempts.Attempt) {
+		t.Helper()
+		res, err := e.Attempts.Execute(ctx, a.ID)
+		require.NoError(t, err)
+		require.False(t, res.Sent)
+	}
+
+	// A Pix transfer to a key.
+	tr, err := e.Payouts.CreatePayout(ctx, payouts.PayoutRequest{MerchantID: "m1", Operation: providers.OpPixTransfer,
+		Amount: brl("25.00"), Destination: &providers.Destination{PixKey: &providers.PixKey{Type: "email", Value: "ana@example.com"}}})
+	require.NoError(t, err)
+	require.Equal(t, "pix", tr.Provider)
+	a := hangThenExecute(tr.CurrentAttemptID)
+	executeAgainSendsNothing(a)
+	a = resolve(a, attempts.StatusUnknown) // found EM_PROCESSAMENTO: still open
+	require.Equal(t, string(providers.StateProcessing), a.ProviderState)
+	require.NoError(t, srv.SettleSend(a.Reference, true))
+	a = resolve(a, attempts.StatusSucceeded)
+	require.Equal(t, 1, srv.Count(http.MethodPut, "/v2/gn/pix/"+a.Reference), "sent once")
+	v, err := e.Payouts.Get(ctx, "m1", tr.ID)
+	require.NoError(t, err)
+	require.Equal(t, payouts.StatusSucceeded, v.Status)
+
+	// One to a bank account, refused by the receiving bank.
+	bp, err := e.Payouts.CreatePayout(ctx, payouts.PayoutRequest{MerchantID: "m1", Operation: providers.OpBankPayout,
+		Amount: brl("40.00"), Destination: &providers.Destination{BankAccount: &providers.BankAccount{ISPB: "60701190",
+			Branch: "0001", Account: "12345-6", Type: "checking"}, HolderName: "Maria da Silva", HolderTaxID: "12345678909"}})
+	require.NoError(t, err)
+	a = hangThenExecute(bp.CurrentAttemptID)
+	executeAgainSendsNothing(a)
+	require.NoError(t, srv.SettleSend(a.Reference, false))
+	a = resolve(a, attempts.StatusFailed)
+	require.Equal(t, pix.FailureNaoRealizado, a.FailureCode)
+	require.Equal(t, 1, srv.Count(http.MethodPut, "/v2/gn/pix/"+a.Reference), "sent once")
+	v, err = e.Payouts.Get(ctx, "m1", bp.ID)
+	require.NoError(t, err)
+	require.Equal(t, payouts.StatusFailed, v.Status)
+
+	// A cob: created under a hang, found ATIVA (still open), paid, found
+	// CONCLUIDA: the charge is paid and credited once.
+	ch, err := e.Charges.Create(ctx, charges.ChargeRequest{MerchantID: "m1", Kind: charges.KindPix, Amount: brl("30.00"),
+		PayerName: "Fulano", PayerTaxID: "12345678909", Description: "Pedido 7"})
+	require.NoError(t, err)
+	require.Equal(t, "pix", ch.Provider)
+	a = hangThenExecute(ch.AttemptID)
+	executeAgainSendsNothing(a)
+	a = resolve(a, attempts.StatusUnknown)
+	require.Equal(t, string(providers.StateProcessing), a.ProviderState)
+	e2e, err := srv.PayCob(a.Reference)
+	require.NoError(t, err)
+	a = resolve(a, attempts.StatusSucceeded)
+	require.Equal(t, e2e, a.ProviderID)
+	require.Equal(t, 1, srv.Count(http.MethodPut, pixtest.StandardPrefix+"/cob/"+a.Reference), "sent once")
+	c, err := e.Charges.Get(ctx, "m1", ch.ID)
+	require.NoError(t, err)
+	require.Equal(t, charges.StatusPaid, c.Status)
+	require.Equal(t, e2e, c.ProviderID)
+
+	// Refunded in part: the devolucao is made under a hang too.
+	rf, err := e.Payouts.CreateRefund(ctx, payouts.RefundRequest{MerchantID: "m1", ChargeID: ch.ID, Amount: brl("12.00")})
+	require.NoError(t, err)
+	require.Equal(t, "pix", rf.Provider)
+	a = hangThenExecute(rf.CurrentAttemptID)
+	executeAgainSendsNothing(a)
+	require.NoError(t, srv.SettleRefund(a.Reference, true))
+	a = resolve(a, attempts.StatusSucceeded)
+	require.Equal(t, "DEVOLVIDO", srv.RefundStatus(a.Reference))
+	require.Equal(t, 1, srv.Count(http.MethodPut, pixtest.StandardPrefix+"/pix/"+e2e+"/devolucao/"+a.Reference), "sent once")
+	v, err = e.Payouts.Get(ctx, "m1", rf.ID)
+	require.NoError(t, err)
+	require.Equal(t, payouts.StatusSucceeded, v.Status)
+
+	res, err := audit.Run(ctx, pool)
+	require.NoError(t, err)
+	require.True(t, res.OK(), res.Summary())
+}
