@@ -82,6 +82,11 @@ func TestUnknownKeepsProviderAck_R16_R18_R22(t *testing.T) {
 			require.NotNil(t, got.AcknowledgedAt, "the acknowledgement is kept")
 			require.Contains(t, got.Acknowledgement, fmt.Sprintf("HTTP %d", tc.code))
 			require.True(t, got.Acknowledged())
+			// Evidence: the database refuses to forget or rewrite it.
+			_, err = h.pool.Exec(h.ctx, `UPDATE attempts SET acknowledged_at = NULL, acknowledgement = NULL WHERE id = $1`, a.ID)
+			require.ErrorContains(t, err, "never changed once recorded")
+			_, err = h.pool.Exec(h.ctx, `UPDATE attempts SET acknowledgement = 'nothing' WHERE id = $1`, a.ID)
+			require.ErrorContains(t, err, "never changed once recorded")
 
 			for i := range 10 {
 				h.clock.Advance(time.Hour) // far past the 2-minute consistency window
