@@ -27,7 +27,7 @@ import (
 // path, one transaction each.
 //
 // A batch whose COMMIT was sent but not answered (a cut connection) may
-// have committed (PITFALLS): so each request's payout id is made once,
+// have committed (docs/pitfalls.md): so each request's payout id is made once,
 // before its first try, and every try uses it. A try after such an error
 // first looks for that payout (and any error is followed by a look too):
 // what committed is answered, never created again (issue 13, R22).

@@ -120,7 +120,7 @@ func NewClient(s HTTPSettings) *Client {
 	}
 	return &Client{settings: s, http: &http.Client{
 		Transport: tr,
-		// No Timeout here: it would hide which phase failed (PITFALLS).
+		// No Timeout here: it would hide which phase failed (docs/pitfalls.md).
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}}
 }
@@ -160,7 +160,7 @@ func (c *Client) Do(ctx context.Context, method, url string, header http.Header,
 		},
 	}
 	// The read budget covers the head AND the body: a 200 whose body never
-	// arrives is unknown, not success (PITFALLS). The connect phase has its
+	// arrives is unknown, not success (docs/pitfalls.md). The connect phase has its
 	// own dialer timeout, so the overall deadline is connect + read.
 	ctx, cancel := context.WithTimeout(ctx, c.settings.ConnectTimeout+c.settings.TLSHandshakeTimeout+c.settings.ReadTimeout)
 	defer cancel()
