@@ -292,7 +292,7 @@ func (s *Service) recordedAfterAll(ctx context.Context, reqs []recordReq, idx []
 // order; materialized, so a nested loop never locks them again) and gives
 // their status before the statement: from_status, and moves (whether this
 // statement makes the transition).
-var recordSQL = `WITH o AS (SELECT id, status, provider_id FROM attempts WHERE id = ANY ($1::uuid[]) ORDER BY id FOR UPDATE)
+var recordSQL = `WITH o AS MATERIALIZED (SELECT id, status, provider_id FROM attempts WHERE id = ANY ($1::uuid[]) ORDER BY id FOR UPDATE)
 	UPDATE attempts a SET calls_recorded = GREATEST(a.calls_recorded, m.call_no),
 		call_ended_at = $9, last_error = m.err, updated_at = $9,
 		status = CASE WHEN m.moves THEN m.to_status ELSE a.status END,

@@ -26,7 +26,8 @@ type Metrics struct {
 	Mismatches *prometheus.CounterVec
 	// OldestUnknownAge is the age in seconds of the oldest unknown attempt.
 	OldestUnknownAge prometheus.Gauge
-	// ReviewQueueSize is the number of open attempts in review.
+	// ReviewQueueSize is the number of attempts in review: open ones, and
+	// failed ones a provider later reported succeeded (diverged).
 	ReviewQueueSize prometheus.Gauge
 	// ResolverLag is how overdue, in seconds, the most overdue lookup is.
 	ResolverLag prometheus.Gauge
@@ -52,7 +53,7 @@ func NewMetrics() *Metrics {
 		OldestUnknownAge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "saldo_attempts_oldest_unknown_age_seconds",
 			Help: "Age of the oldest unknown attempt, refreshed by the sweeper."}),
 		ReviewQueueSize: prometheus.NewGauge(prometheus.GaugeOpts{Name: "saldo_attempts_review_queue_size",
-			Help: "Open attempts waiting for human review, refreshed by the sweeper."}),
+			Help: "Attempts waiting for human review (open, or failed and diverged), refreshed by the sweeper."}),
 		ResolverLag: prometheus.NewGauge(prometheus.GaugeOpts{Name: "saldo_attempts_resolver_lag_seconds",
 			Help: "How overdue the most overdue lookup is, refreshed by the sweeper."}),
 	}

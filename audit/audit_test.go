@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/saldo/saldo/attempts"
@@ -124,4 +125,14 @@ func TestRunReportsDivergence_R19_R22(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "failed", string(got.Status), "the final status stays (R9)")
 	require.True(t, got.Attempts[len(got.Attempts)-1].Review, "the attempt is in the review queue")
+	require.True(t, got.NeedsAttention, "a diverged payout needs a human, though it is final")
+
+	// The review-queue gauge counts it too.
+	m := attempts.NewMetrics()
+	att2, err := attempts.New(attempts.Config{Pool: pool, Clock: clock, Metrics: m,
+		Providers: map[string]providers.Provider{prov.Name(): prov}})
+	require.NoError(t, err)
+	_, err = att2.Sweep(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1.0, testutil.ToFloat64(m.ReviewQueueSize))
 }

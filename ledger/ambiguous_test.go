@@ -54,6 +54,7 @@ func TestPosterAmbiguousCommitPostsOnce(t *testing.T) {
 			}
 			wg.Wait()
 			require.Equal(t, 1, proxy.Cuts())
+			require.Equal(t, int64(1), p.Stats().Fallbacks, "the fallback is counted")
 			posted := 0
 			for i := range n {
 				if errs[i] != nil {

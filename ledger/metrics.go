@@ -25,9 +25,17 @@ var posterBatchSize = prometheus.NewHistogram(prometheus.HistogramOpts{
 	Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128},
 })
 
+// posterFallbacks counts Poster batches that failed as a whole and were
+// posted one transaction at a time (their idempotency keys replay any that
+// committed). Expected zero: a silent fallback would hide a bug.
+var posterFallbacks = prometheus.NewCounter(prometheus.CounterOpts{
+	Name: "saldo_ledger_poster_fallbacks_total",
+	Help: "ledger.Poster batches that failed as a whole and were posted one transaction at a time.",
+})
+
 // Collectors returns the ledger's Prometheus collectors, for a registry.
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{postDuration, posterBatchSize}
+	return []prometheus.Collector{postDuration, posterBatchSize, posterFallbacks}
 }
 
 // observePost records one write's latency and outcome.

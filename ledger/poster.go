@@ -46,11 +46,12 @@ type Poster struct {
 	wg       sync.WaitGroup
 	// mu orders Post's enqueue against Close: once closed is set no
 	// request enters reqs, so the flushers' final drain answers them all.
-	mu       sync.RWMutex
-	closed   bool
-	batches  atomic.Int64
-	setBased atomic.Int64
-	written  atomic.Int64
+	mu        sync.RWMutex
+	closed    bool
+	batches   atomic.Int64
+	setBased  atomic.Int64
+	written   atomic.Int64
+	fallbacks atomic.Int64
 }
 
 // PosterStats counts what a Poster has committed.
@@ -60,11 +61,16 @@ type PosterStats struct {
 	Batches      int64
 	SetBased     int64 // batches written by the ledger_post_batch fast path
 	Transactions int64 // transactions answered (posted, replayed or refused)
+	// Fallbacks counts batches that failed as a whole (a database error, a
+	// failed or unanswered COMMIT) and were posted transaction by
+	// transaction (saldo_ledger_poster_fallbacks_total). Expected zero.
+	Fallbacks int64
 }
 
 // Stats returns the counts so far.
 func (p *Poster) Stats() PosterStats {
-	return PosterStats{Batches: p.batches.Load(), SetBased: p.setBased.Load(), Transactions: p.written.Load()}
+	return PosterStats{Batches: p.batches.Load(), SetBased: p.setBased.Load(), Transactions: p.written.Load(),
+		Fallbacks: p.fallbacks.Load()}
 }
 
 // PosterOptions configure a Poster. Zero values take the defaults.
@@ -217,6 +223,8 @@ func (p *Poster) flush(batch []*posterRequest) {
 		// did commit into a replay of the original.
 		p.batches.Add(int64(len(live)))
 		p.written.Add(int64(len(live)))
+		p.fallbacks.Add(1)
+		posterFallbacks.Inc()
 		for _, r := range live {
 			tx, err := post(r.ctx, p.pool, r.in, 0)
 			r.done <- posterResult{tx: tx, err: err}

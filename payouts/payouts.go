@@ -614,8 +614,10 @@ func (s *Service) Get(ctx context.Context, merchantID, id string) (View, error) 
 			ProviderID: a.ProviderID, FailureCode: a.FailureCode, FailureReason: a.FailureReason,
 			CallCount: a.CallCount, Review: a.Review, CreatedAt: a.CreatedAt, ResolvedAt: a.ResolvedAt, Events: evs})
 		// In review and still open: a resolved attempt keeps its review flag
-		// as history, but needs nobody's attention any more.
-		if p.CurrentAttemptID != nil && a.ID == *p.CurrentAttemptID && a.Review && a.Status.Open() {
+		// as history, but needs nobody's attention any more. A diverged
+		// attempt (the provider paid after it was resolved failed) needs it
+		// whichever attempt it is: money left that the ledger says did not.
+		if (p.CurrentAttemptID != nil && a.ID == *p.CurrentAttemptID && a.Review && a.Status.Open()) || a.DivergedAt != nil {
 			v.NeedsAttention = true
 		}
 	}
