@@ -1,0 +1,46 @@
+// Package reconcile compares each day of each provider's statement with
+// saldo's attempts and ledger (docs/rules.md R19, issue 16): the last
+// safety net, after lookups, webhooks and the review queue.
+//
+// A run (Service.Run; the daily River job; `saldo reconcile`) reads
+// Provider.Statement(day) and matches its lines to attempts by our
+// reference, then by the provider's id. What it finds is a Divergence,
+// stored once per (provider, kind, fingerprint) whatever the number of
+// runs that see it, with both sides (the statement's lines and the
+// attempt):
+//
+//   - resolved_by_reconciliation (info): the statement names an operation
+//     whose attempt is still open (pending or unknown). It is resolved
+//     through attempts.ResolveByReference, the same conditional transition
+//     webhooks and the resolver use (source reconciliation, the run id as
+//     actor, the statement line in the reason), so its owner settles or
+//     credits exactly once; the divergence is stored resolved.
+//   - paid_but_failed (critical): the provider moved money, our attempt is
+//     failed. The attempts core records the divergence on the attempt and
+//     puts it in the review queue; nothing moves in the ledger.
+//   - unknown_to_us (critical): the provider moved money under a
+//     reference or id no attempt has. Nothing moves in the ledger.
+//   - double_payment (critical): two money-moving provider operations for
+//     one reference, or for one intent (two attempts of one payout or
+//     charge both paid).
+//   - missing_at_provider (high): our attempt succeeded and the provider
+//     lists no successful operation for it on that day, the day before
+//     or the day after. Judged only once the next day has closed; until
+//     then it is counted as deferred.
+//   - amount_mismatch (high): the statement's amount, currency or
+//     operation differs from the attempt's (an open attempt then goes to
+//     review through ResolveByReference, which moves nothing).
+//   - ledger_totals (high): per currency and direction, the ledger's
+//     settled (payout_settle) and credited (charge_credit) sums of the
+//     provider's attempts resolved that day differ from the statement's
+//     succeeded totals. Resolved by reconciliation when a re-run finds them
+//     equal.
+//   - stale_open (medium): an attempt of the provider unknown, or open and
+//     in review, for longer than Config.StaleAfter (the age report).
+//     Resolved by reconciliation once the attempt is final.
+//
+// Critical divergences raise an ERROR log and Config.OnAlert, and
+// `saldo audit verify` reports every open one (Verify). Operators resolve a
+// divergence with a reason (Resolve); a resolved divergence stays resolved
+// (a trigger refuses any change to it).
+package reconcile

@@ -1,0 +1,87 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/riverqueue/river"
+)
+
+// RunArgs is the daily job of one provider's day.
+type RunArgs struct {
+	Provider string `json:"provider"`
+	// Day is YYYY-MM-DD (UTC).
+	Day string `json:"day"`
+}
+
+// Kind implements river.JobArgs.
+func (RunArgs) Kind() string { return "reconcile.run" }
+
+// RunWorker runs one reconciliation. A statement the provider cannot
+// serve fails the job and River retries it with its backoff; re-running a
+// day is idempotent.
+type RunWorker struct {
+	river.WorkerDefaults[RunArgs]
+	svc *Service
+}
+
+// Timeout implements river.Worker.
+func (w *RunWorker) Timeout(*river.Job[RunArgs]) time.Duration { return w.svc.cfg.JobTimeout }
+
+// Work implements river.Worker.
+func (w *RunWorker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
+	day, err := time.Parse(time.DateOnly, job.Args.Day)
+	if err != nil {
+		return river.JobCancel(fmt.Errorf("reconcile: bad day %q: %w", job.Args.Day, err))
+	}
+	_, err = w.svc.Run(ctx, job.Args.Provider, day, RunOptions{TriggeredBy: fmt.Sprintf("job:%d", job.ID)})
+	if errors.Is(err, ErrUnknownProvider) || errors.Is(err, ErrNoStatements) {
+		return river.JobCancel(err)
+	}
+	if errors.Is(err, ErrDayNotClosed) {
+		return river.JobSnooze(w.svc.cfg.SettleMargin)
+	}
+	return err
+}
+
+// AddWorkers registers the run worker.
+func (s *Service) AddWorkers(w *river.Workers) {
+	river.AddWorker(w, &RunWorker{svc: s})
+}
+
+// dailySchedule fires every day at 00:00 UTC plus the settle margin.
+type dailySchedule struct{ margin time.Duration }
+
+func (d dailySchedule) Next(current time.Time) time.Time {
+	offset := d.margin % (24 * time.Hour)
+	next := Day(current).Add(offset)
+	for !next.After(current) {
+		next = next.Add(24 * time.Hour)
+	}
+	return next
+}
+
+// DayToReconcile is the day a daily run started at now reconciles: the
+// last UTC day that ended at least margin ago.
+func DayToReconcile(now time.Time, margin time.Duration) time.Time {
+	return Day(now.Add(-margin)).AddDate(0, 0, -1)
+}
+
+// PeriodicJobs returns one daily job per configured provider that
+// publishes statements: at 00:00 UTC plus SettleMargin it reconciles the
+// day that closed (unique per provider and day, also on start, so a
+// restarted leader catches up on the last day).
+func (s *Service) PeriodicJobs() []*river.PeriodicJob {
+	var out []*river.PeriodicJob
+	for _, name := range s.Providers() {
+		out = append(out, river.NewPeriodicJob(dailySchedule{s.cfg.SettleMargin},
+			func() (river.JobArgs, *river.InsertOpts) {
+				day := DayToReconcile(s.clock.Now(), s.cfg.SettleMargin)
+				return RunArgs{Provider: name, Day: day.Format(time.DateOnly)},
+					&river.InsertOpts{Queue: s.cfg.Queue, UniqueOpts: river.UniqueOpts{ByArgs: true}}
+			}, &river.PeriodicJobOpts{ID: "reconcile.run:" + name, RunOnStart: true}))
+	}
+	return out
+}

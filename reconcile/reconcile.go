@@ -1,0 +1,991 @@
+package reconcile
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/shopspring/decimal"
+
+	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/providers"
+)
+
+// Kind is a kind of divergence.
+type Kind string
+
+// The kinds (see the package documentation).
+const (
+	KindResolved          Kind = "resolved_by_reconciliation"
+	KindPaidButFailed     Kind = "paid_but_failed"
+	KindUnknownToUs       Kind = "unknown_to_us"
+	KindDoublePayment     Kind = "double_payment"
+	KindMissingAtProvider Kind = "missing_at_provider"
+	KindAmountMismatch    Kind = "amount_mismatch"
+	KindLedgerTotals      Kind = "ledger_totals"
+	KindStaleOpen         Kind = "stale_open"
+)
+
+// Kinds lists every kind, in the order reports show them.
+var Kinds = []Kind{KindPaidButFailed, KindUnknownToUs, KindDoublePayment, KindMissingAtProvider,
+	KindAmountMismatch, KindLedgerTotals, KindStaleOpen, KindResolved}
+
+// Valid reports whether k is a known kind.
+func (k Kind) Valid() bool {
+	_, ok := severities[k]
+	return ok
+}
+
+// Severity of a divergence. Critical is the highest: money moved that the
+// ledger says did not, or moved twice.
+type Severity string
+
+// Severities.
+const (
+	SeverityCritical Severity = "critical"
+	SeverityHigh     Severity = "high"
+	SeverityMedium   Severity = "medium"
+	SeverityInfo     Severity = "info"
+)
+
+var severities = map[Kind]Severity{
+	KindResolved: SeverityInfo, KindPaidButFailed: SeverityCritical, KindUnknownToUs: SeverityCritical,
+	KindDoublePayment: SeverityCritical, KindMissingAtProvider: SeverityHigh, KindAmountMismatch: SeverityHigh,
+	KindLedgerTotals: SeverityHigh, KindStaleOpen: SeverityMedium,
+}
+
+// Severity of k.
+func (k Kind) Severity() Severity { return severities[k] }
+
+// Errors.
+var (
+	// ErrUnknownProvider: no provider of that name is configured.
+	ErrUnknownProvider = errors.New("reconcile: unknown provider")
+	// ErrNoStatements: the provider does not publish statements.
+	ErrNoStatements = errors.New("reconcile: provider has no statements")
+	// ErrDayNotClosed: the day has not ended (plus the settle margin).
+	ErrDayNotClosed = errors.New("reconcile: the day has not closed yet")
+	// ErrNotFound: no divergence or run with that id.
+	ErrNotFound = errors.New("reconcile: not found")
+	// ErrInvalid: bad input (filter, cursor, reason).
+	ErrInvalid = errors.New("reconcile: invalid input")
+)
+
+// Config configures a Service.
+type Config struct {
+	Pool     *pgxpool.Pool
+	Attempts *attempts.Service
+	// Providers whose statements are reconciled, by name.
+	Providers map[string]providers.Provider
+	Clock     attempts.Clock
+	Logger    *slog.Logger
+	// SettleMargin: a day is reconciled this long after it ended (UTC),
+	// so late statement lines are in. Default 2h.
+	SettleMargin time.Duration
+	// StaleAfter: an attempt unknown, or open and in review, longer than
+	// this is reported (stale_open). Default 24h.
+	StaleAfter time.Duration
+	// OnAlert, optional, is called after a run stored a new critical
+	// divergence.
+	OnAlert func(Divergence)
+	// Queue of the daily job; default River's default queue.
+	Queue string
+	// JobTimeout bounds one run made by the job. Default 30 minutes.
+	JobTimeout time.Duration
+}
+
+// Service reconciles statements.
+type Service struct {
+	cfg   Config
+	pool  *pgxpool.Pool
+	att   *attempts.Service
+	clock attempts.Clock
+	log   *slog.Logger
+}
+
+// New builds a Service.
+func New(cfg Config) (*Service, error) {
+	if cfg.Pool == nil || cfg.Attempts == nil {
+		return nil, errors.New("reconcile: Config.Pool and Config.Attempts are required")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = attempts.SystemClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.SettleMargin <= 0 {
+		cfg.SettleMargin = 2 * time.Hour
+	}
+	if cfg.StaleAfter <= 0 {
+		cfg.StaleAfter = 24 * time.Hour
+	}
+	if cfg.JobTimeout <= 0 {
+		cfg.JobTimeout = 30 * time.Minute
+	}
+	if cfg.Providers == nil {
+		cfg.Providers = map[string]providers.Provider{}
+	}
+	return &Service{cfg: cfg, pool: cfg.Pool, att: cfg.Attempts, clock: cfg.Clock, log: cfg.Logger}, nil
+}
+
+// Providers lists the names of the configured providers that publish
+// statements, sorted.
+func (s *Service) Providers() []string {
+	var out []string
+	for n, p := range s.cfg.Providers {
+		if p.Capabilities().Statements {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// RunOptions tunes one run.
+type RunOptions struct {
+	// TriggeredBy is stored on the run: job, cli, test, an operator id.
+	TriggeredBy string
+	// Progress, optional, is called as statement lines are processed.
+	Progress func(done, total int)
+}
+
+// Totals is the ledger side of one currency and direction of a day.
+type Totals struct {
+	Currency  string `json:"currency"`
+	Direction string `json:"direction"` // out (settled) or in (credited)
+	Statement string `json:"statement"`
+	Ledger    string `json:"ledger"`
+	Lines     int    `json:"lines"`
+}
+
+// Run is one persisted reconciliation run.
+type Run struct {
+	ID             string
+	Provider       string
+	Day            time.Time
+	Status         string // running, succeeded, failed
+	TriggeredBy    string
+	StartedAt      time.Time
+	FinishedAt     *time.Time
+	StatementLines int
+	Matched        int
+	Resolved       int
+	Divergences    int
+	NewDivergences int
+	Deferred       int
+	Totals         []Totals
+	Error          string
+	// ByKind counts the divergences this run saw, by kind.
+	ByKind map[Kind]int
+}
+
+// Day is the UTC calendar day containing t, at 00:00 UTC.
+func Day(t time.Time) time.Time {
+	u := t.UTC()
+	return time.Date(u.Year(), u.Month(), u.Day(), 0, 0, 0, 0, time.UTC)
+}
+
+func newID(prefix string) string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// line is one statement line with its amount parsed.
+type line struct {
+	providers.StatementEntry
+	amount decimal.Decimal
+	ok     bool // amount parsed
+}
+
+func (l line) moved() bool { return l.State == providers.StateSucceeded }
+
+func (l line) side() map[string]any {
+	return map[string]any{"operation": l.Operation, "reference": l.Reference, "provider_id": l.ProviderID,
+		"state": l.State, "amount": l.Amount, "currency": l.Currency, "at": l.At.UTC().Format(time.RFC3339Nano)}
+}
+
+func linesSide(ls []line) map[string]any {
+	out := make([]map[string]any, 0, len(ls))
+	for _, l := range ls {
+		out = append(out, l.side())
+	}
+	return map[string]any{"lines": out}
+}
+
+// ours is what saldo says about one attempt.
+type ours struct {
+	ID          uuid.UUID
+	Kind        attempts.Kind
+	Direction   string
+	SubjectID   string
+	Provider    string
+	Operation   string
+	Reference   string
+	Status      attempts.Status
+	ProviderID  string
+	Review      bool
+	Diverged    bool
+	ResolvedAt  *time.Time
+	ResolvedBy  string
+	UnknownAt   *time.Time
+	ReviewAt    *time.Time
+	CreatedAt   time.Time
+	Amount      decimal.Decimal
+	HasAmount   bool
+	Currency    string
+	AmountText  string
+	SubjectDesc string
+}
+
+func (o ours) side() map[string]any {
+	m := map[string]any{"attempt_id": o.ID.String(), "kind": o.Kind, "subject_id": o.SubjectID,
+		"provider": o.Provider, "operation": o.Operation, "reference": o.Reference, "status": o.Status,
+		"provider_id": o.ProviderID, "review": o.Review, "created_at": o.CreatedAt.UTC().Format(time.RFC3339Nano)}
+	if o.HasAmount {
+		m["amount"], m["currency"] = o.Amount.String(), o.Currency
+	}
+	if o.ResolvedAt != nil {
+		m["resolved_at"], m["resolved_by"] = o.ResolvedAt.UTC().Format(time.RFC3339Nano), o.ResolvedBy
+	}
+	return m
+}
+
+const oursColumns = `a.id, a.kind, a.direction, a.subject_id, a.provider, a.operation, a.reference, a.status,
+	coalesce(a.provider_id, ''), a.review, a.diverged_at IS NOT NULL, a.resolved_at, coalesce(a.resolved_by, ''),
+	a.unknown_at, a.review_at, a.created_at, coalesce(p.amount, c.amount)::text, coalesce(p.currency, c.currency, '')`
+
+// oursFrom joins an attempt to the amount of its payout or charge (the
+// tables' own, read-only).
+const oursFrom = ` FROM attempts a
+	LEFT JOIN payouts p ON a.direction = 'out' AND p.id = a.subject_id
+	LEFT JOIN charges c ON a.direction = 'in' AND c.id = a.subject_id `
+
+func scanOurs(rows pgx.Rows) (ours, error) {
+	var o ours
+	var amount *string
+	err := rows.Scan(&o.ID, &o.Kind, &o.Direction, &o.SubjectID, &o.Provider, &o.Operation, &o.Reference, &o.Status,
+		&o.ProviderID, &o.Review, &o.Diverged, &o.ResolvedAt, &o.ResolvedBy, &o.UnknownAt, &o.ReviewAt, &o.CreatedAt,
+		&amount, &o.Currency)
+	if err != nil {
+		return o, err
+	}
+	if amount != nil {
+		if d, err := decimal.NewFromString(*amount); err == nil {
+			o.Amount, o.HasAmount = d, true
+		}
+	}
+	return o, nil
+}
+
+func (s *Service) queryOurs(ctx context.Context, where string, args ...any) ([]ours, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+oursColumns+oursFrom+where, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []ours
+	for rows.Next() {
+		o, err := scanOurs(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, o)
+	}
+	return out, rows.Err()
+}
+
+const chunk = 1000
+
+// byReference loads the attempts with these references.
+func (s *Service) byReference(ctx context.Context, refs []string) (map[string]ours, error) {
+	out := map[string]ours{}
+	for i := 0; i < len(refs); i += chunk {
+		list, err := s.queryOurs(ctx, `WHERE a.reference = ANY ($1)`, refs[i:min(i+chunk, len(refs))])
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range list {
+			out[o.Reference] = o
+		}
+	}
+	return out, nil
+}
+
+// byProviderID loads the attempts of provider with these provider ids.
+func (s *Service) byProviderID(ctx context.Context, provider string, ids []string) (map[string]ours, error) {
+	out := map[string]ours{}
+	for i := 0; i < len(ids); i += chunk {
+		list, err := s.queryOurs(ctx, `WHERE a.provider = $1 AND a.provider_id = ANY ($2)`, provider, ids[i:min(i+chunk, len(ids))])
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range list {
+			out[o.ProviderID] = o
+		}
+	}
+	return out, nil
+}
+
+// finding is one divergence a run saw, before it is stored.
+type finding struct {
+	kind        Kind
+	day         time.Time
+	fingerprint string
+	reference   string
+	providerID  string
+	attempt     *ours
+	currency    string
+	detail      string
+	provider    any
+	our         any
+	// resolvedReason: stored already resolved by reconciliation.
+	resolvedReason string
+}
+
+// runState is what one run accumulates.
+type runState struct {
+	run        Run
+	prov       providers.Provider
+	statements map[time.Time][]line
+}
+
+// Run reconciles provider's statement of the UTC day containing day. The
+// day must have ended at least SettleMargin ago. The run is persisted; a
+// failure (statement unavailable, database) is stored on it and returned.
+func (s *Service) Run(ctx context.Context, provider string, day time.Time, opts RunOptions) (Run, error) {
+	prov, ok := s.cfg.Providers[provider]
+	if !ok {
+		if p, found := s.att.Provider(provider); found {
+			prov, ok = p, true
+		}
+	}
+	if !ok {
+		return Run{}, fmt.Errorf("%w: %q", ErrUnknownProvider, provider)
+	}
+	if !prov.Capabilities().Statements {
+		return Run{}, fmt.Errorf("%w: %s", ErrNoStatements, provider)
+	}
+	d := Day(day)
+	now := s.clock.Now()
+	if closes := d.Add(24 * time.Hour).Add(s.cfg.SettleMargin); now.Before(closes) {
+		return Run{}, fmt.Errorf("%w: %s of %s can be reconciled from %s (settle margin %s)", ErrDayNotClosed,
+			d.Format(time.DateOnly), provider, closes.Format(time.RFC3339), s.cfg.SettleMargin)
+	}
+	if opts.TriggeredBy == "" {
+		opts.TriggeredBy = "unknown"
+	}
+	st := &runState{prov: prov, statements: map[time.Time][]line{},
+		run: Run{ID: newID("rr_"), Provider: provider, Day: d, Status: "running", TriggeredBy: opts.TriggeredBy,
+			StartedAt: now, ByKind: map[Kind]int{}}}
+	if _, err := s.pool.Exec(ctx, `INSERT INTO reconcile_runs (id, provider, day, status, triggered_by, started_at)
+		VALUES ($1, $2, $3, 'running', $4, $5)`, st.run.ID, provider, d, truncate(opts.TriggeredBy, 200), now); err != nil {
+		return st.run, fmt.Errorf("reconcile: record run: %w", err)
+	}
+	s.log.InfoContext(ctx, "reconcile: run started", "run_id", st.run.ID, "provider", provider, "day", d.Format(time.DateOnly))
+	err := s.run(ctx, st, opts)
+	fctx := context.WithoutCancel(ctx)
+	fin := s.clock.Now()
+	st.run.FinishedAt = &fin
+	st.run.Status = "succeeded"
+	errText := ""
+	if err != nil {
+		st.run.Status, errText = "failed", truncate(err.Error(), 2000)
+		st.run.Error = errText
+	}
+	totals, _ := json.Marshal(st.run.Totals)
+	if st.run.Totals == nil {
+		totals = []byte("[]")
+	}
+	if _, ferr := s.pool.Exec(fctx, `UPDATE reconcile_runs SET status = $2, finished_at = $3, statement_lines = $4,
+		matched = $5, resolved = $6, divergences = $7, new_divergences = $8, deferred = $9, totals = $10, error = $11
+		WHERE id = $1`, st.run.ID, st.run.Status, fin, st.run.StatementLines, st.run.Matched, st.run.Resolved,
+		st.run.Divergences, st.run.NewDivergences, st.run.Deferred, totals, nullable(errText)); ferr != nil {
+		err = errors.Join(err, fmt.Errorf("reconcile: finish run: %w", ferr))
+	}
+	if err != nil {
+		s.log.ErrorContext(ctx, "reconcile: run failed", "run_id", st.run.ID, "provider", provider,
+			"day", d.Format(time.DateOnly), "error", err)
+		return st.run, err
+	}
+	s.log.InfoContext(ctx, "reconcile: run finished", "run_id", st.run.ID, "provider", provider,
+		"day", d.Format(time.DateOnly), "lines", st.run.StatementLines, "matched", st.run.Matched,
+		"resolved", st.run.Resolved, "divergences", st.run.Divergences, "new", st.run.NewDivergences,
+		"deferred", st.run.Deferred)
+	return st.run, nil
+}
+
+// statement fetches (once per run) the statement of day d.
+func (s *Service) statement(ctx context.Context, st *runState, d time.Time) ([]line, error) {
+	if ls, ok := st.statements[d]; ok {
+		return ls, nil
+	}
+	entries, err := st.prov.Statement(ctx, d)
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: statement of %s for %s: %w", st.run.Provider, d.Format(time.DateOnly), err)
+	}
+	ls := make([]line, 0, len(entries))
+	for _, e := range entries {
+		l := line{StatementEntry: e}
+		if a, err := decimal.NewFromString(e.Amount); err == nil {
+			l.amount, l.ok = a, true
+		}
+		ls = append(ls, l)
+	}
+	st.statements[d] = ls
+	return ls, nil
+}
+
+func (s *Service) run(ctx context.Context, st *runState, opts RunOptions) error {
+	d := st.run.Day
+	lines, err := s.statement(ctx, st, d)
+	if err != nil {
+		return err
+	}
+	st.run.StatementLines = len(lines)
+	var findings []finding
+	progress := func(done int) {
+		if opts.Progress != nil {
+			opts.Progress(done, len(lines))
+		}
+	}
+	progress(0)
+
+	// Group the lines: by our reference, else by the provider's id.
+	type group struct {
+		key   string
+		lines []line
+	}
+	var groups []*group
+	byKey := map[string]*group{}
+	var refs []string
+	for _, l := range lines {
+		key := "ref:" + l.Reference
+		if l.Reference == "" {
+			key = "id:" + l.ProviderID
+		}
+		g := byKey[key]
+		if g == nil {
+			g = &group{key: key}
+			byKey[key] = g
+			groups = append(groups, g)
+			if l.Reference != "" {
+				refs = append(refs, l.Reference)
+			}
+		}
+		g.lines = append(g.lines, l)
+	}
+	found, err := s.byReference(ctx, refs)
+	if err != nil {
+		return err
+	}
+	var ids []string
+	for _, g := range groups {
+		if _, ok := found[g.lines[0].Reference]; ok && g.lines[0].Reference != "" {
+			continue
+		}
+		for _, l := range g.lines {
+			if l.ProviderID != "" {
+				ids = append(ids, l.ProviderID)
+			}
+		}
+	}
+	byID, err := s.byProviderID(ctx, st.run.Provider, ids)
+	if err != nil {
+		return err
+	}
+
+	// intents: per (direction, subject), the references whose lines moved money.
+	type intent struct {
+		refs  map[string]bool
+		lines []line
+		att   []ours
+	}
+	intents := map[string]*intent{}
+	var ledgerIDs []uuid.UUID
+	done := 0
+	for _, g := range groups {
+		var a *ours
+		if o, ok := found[g.lines[0].Reference]; ok && g.lines[0].Reference != "" {
+			a = &o
+		} else {
+			for _, l := range g.lines {
+				if o, ok := byID[l.ProviderID]; ok && l.ProviderID != "" {
+					a = &o
+					break
+				}
+			}
+		}
+		fs, resolved, err := s.matchGroup(ctx, st, g.lines, a)
+		if err != nil {
+			return err
+		}
+		findings = append(findings, fs...)
+		if resolved {
+			st.run.Resolved++
+		}
+		if a != nil {
+			st.run.Matched++
+			ledgerIDs = append(ledgerIDs, a.ID)
+			var moved []line
+			for _, l := range g.lines {
+				if l.moved() {
+					moved = append(moved, l)
+				}
+			}
+			if len(moved) > 0 {
+				k := a.Direction + ":" + a.SubjectID
+				in := intents[k]
+				if in == nil {
+					in = &intent{refs: map[string]bool{}}
+					intents[k] = in
+				}
+				if !in.refs[a.Reference] {
+					in.att = append(in.att, *a)
+				}
+				in.refs[a.Reference] = true
+				in.lines = append(in.lines, moved...)
+			}
+		}
+		done += len(g.lines)
+		progress(done)
+	}
+	intentKeys := make([]string, 0, len(intents))
+	for k := range intents {
+		intentKeys = append(intentKeys, k)
+	}
+	sort.Strings(intentKeys)
+	for _, k := range intentKeys {
+		in := intents[k]
+		if len(in.refs) < 2 {
+			continue
+		}
+		refs := make([]string, 0, len(in.refs))
+		var atts []map[string]any
+		for _, a := range in.att {
+			refs = append(refs, a.Reference)
+			atts = append(atts, a.side())
+		}
+		sort.Strings(refs)
+		first := in.att[0]
+		findings = append(findings, finding{kind: KindDoublePayment, day: d, fingerprint: "intent:" + k,
+			attempt: &first, currency: first.Currency,
+			detail: fmt.Sprintf("%s %s was paid by %d provider operations under %d of its attempts' references (%s): a double payment",
+				first.Kind, first.SubjectID, len(in.lines), len(in.refs), strings.Join(refs, ", ")),
+			provider: linesSide(in.lines), our: map[string]any{"attempts": atts}})
+	}
+
+	ms, err := s.missing(ctx, st)
+	if err != nil {
+		return err
+	}
+	findings = append(findings, ms...)
+	for _, f := range ms {
+		if f.day.Equal(d) && f.attempt != nil {
+			ledgerIDs = append(ledgerIDs, f.attempt.ID)
+		}
+	}
+	ss, err := s.stale(ctx, st)
+	if err != nil {
+		return err
+	}
+	findings = append(findings, ss...)
+	ts, err := s.ledgerTotals(ctx, st, lines, ledgerIDs)
+	if err != nil {
+		return err
+	}
+	findings = append(findings, ts...)
+
+	stored := map[string]bool{}
+	for _, f := range findings {
+		if k := string(f.kind) + "|" + f.fingerprint; stored[k] {
+			continue // seen twice by this run (a line listed failed, and no success on any day)
+		} else {
+			stored[k] = true
+		}
+		if err := s.store(ctx, st, f); err != nil {
+			return err
+		}
+	}
+	return s.autoResolve(ctx, st)
+}
+
+// matchGroup handles the statement lines of one reference (or one provider
+// id without a reference) and the attempt they match, nil when none. It
+// reports the divergences and whether it resolved the attempt.
+func (s *Service) matchGroup(ctx context.Context, st *runState, ls []line, a *ours) ([]finding, bool, error) {
+	d := st.run.Day
+	var out []finding
+	var moved []line
+	movedIDs := map[string]bool{}
+	for _, l := range ls {
+		if l.moved() {
+			moved = append(moved, l)
+			movedIDs[l.ProviderID] = true
+		}
+	}
+	ref := ls[0].Reference
+	key := "ref:" + ref
+	if ref == "" {
+		key = "id:" + ls[0].ProviderID
+	}
+	var our any = map[string]any{}
+	var att *ours
+	if a != nil {
+		our, att = a.side(), a
+	}
+	if len(movedIDs) > 1 {
+		out = append(out, finding{kind: KindDoublePayment, day: d, fingerprint: key, reference: ref,
+			providerID: moved[0].ProviderID, attempt: att, currency: moved[0].Currency,
+			detail: fmt.Sprintf("%d provider operations moved money under one reference %q: a double payment", len(movedIDs), ref),
+			provider: linesSide(moved), our: our})
+	}
+	if a == nil {
+		if len(moved) > 0 {
+			out = append(out, finding{kind: KindUnknownToUs, day: d, fingerprint: key, reference: ref,
+				providerID: moved[0].ProviderID, currency: moved[0].Currency,
+				detail: fmt.Sprintf("the provider moved money (%s %s %s, id %s, reference %q) that no attempt of saldo knows: "+
+					"the ledger says it did not; never moved automatically", moved[0].Operation, moved[0].Amount, moved[0].Currency,
+					moved[0].ProviderID, ref),
+				provider: linesSide(ls), our: our})
+		}
+		return out, false, nil
+	}
+	// The line that speaks for the operation: a success if any.
+	l := ls[0]
+	if len(moved) > 0 {
+		l = moved[0]
+	}
+	if field, said, want := mismatch(l, *a); field != "" {
+		out = append(out, finding{kind: KindAmountMismatch, day: d, fingerprint: key, reference: a.Reference,
+			providerID: l.ProviderID, attempt: a, currency: a.Currency,
+			detail: fmt.Sprintf("the statement says %s %q for %s %s (reference %s), saldo says %q", field, said,
+				a.Kind, a.SubjectID, a.Reference, want),
+			provider: linesSide(ls), our: our})
+		if a.Status.Open() && !a.Review {
+			// The attempts core checks the report too: it flags the
+			// attempt for review and moves nothing.
+			_, err := s.report(ctx, st, *a, l)
+			if err != nil && !errors.Is(err, attempts.ErrReportMismatch) && !errors.Is(err, attempts.ErrProviderIDMismatch) {
+				return nil, false, err
+			}
+		}
+		return out, false, nil
+	}
+	switch {
+	case a.Status.Open():
+		if l.State != providers.StateSucceeded && l.State != providers.StateFailed {
+			return out, false, nil
+		}
+		res, err := s.report(ctx, st, *a, l)
+		switch {
+		case errors.Is(err, attempts.ErrReportMismatch), errors.Is(err, attempts.ErrProviderIDMismatch):
+			out = append(out, finding{kind: KindAmountMismatch, day: d, fingerprint: key, reference: a.Reference,
+				providerID: l.ProviderID, attempt: a, currency: a.Currency,
+				detail: fmt.Sprintf("the attempts core refused the statement's word for %s %s: %v (sent to review, nothing moved)",
+					a.Kind, a.SubjectID, err),
+				provider: linesSide(ls), our: our})
+			return out, false, nil
+		case err != nil:
+			return nil, false, err
+		}
+		if res.Transitioned {
+			na := *a
+			na.Status, na.ResolvedBy = res.Attempt.Status, res.Attempt.ResolvedBy
+			na.ResolvedAt, na.ProviderID = res.Attempt.ResolvedAt, res.Attempt.ProviderID
+			out = append(out, finding{kind: KindResolved, day: d, fingerprint: "att:" + a.ID.String(), reference: a.Reference,
+				providerID: l.ProviderID, attempt: a, currency: a.Currency,
+				detail: fmt.Sprintf("%s %s was %s; the statement says %s: resolved %s by reconciliation run %s",
+					a.Kind, a.SubjectID, a.Status, l.State, res.Attempt.Status, st.run.ID),
+				provider: linesSide(ls), our: map[string]any{"before": a.side(), "after": na.side()},
+				resolvedReason: fmt.Sprintf("resolved %s through the attempts core by run %s (statement of %s)",
+					res.Attempt.Status, st.run.ID, d.Format(time.DateOnly))})
+			return out, true, nil
+		}
+	case a.Status == attempts.StatusFailed && len(moved) > 0:
+		out = append(out, finding{kind: KindPaidButFailed, day: d, fingerprint: key, reference: a.Reference,
+			providerID: l.ProviderID, attempt: a, currency: a.Currency,
+			detail: fmt.Sprintf("the provider moved %s %s for %s %s (operation %s) but saldo resolved its attempt failed "+
+				"(by %s) and released or never credited the money: a human settles it; nothing moves automatically",
+				l.Amount, l.Currency, a.Kind, a.SubjectID, l.ProviderID, a.ResolvedBy),
+			provider: linesSide(ls), our: our})
+		if !a.Diverged {
+			// The attempts core records the divergence on the attempt and
+			// puts it in the review queue; its final status and the
+			// ledger stay as they are (R9).
+			if _, err := s.report(ctx, st, *a, l); err != nil && !errors.Is(err, attempts.ErrReportMismatch) &&
+				!errors.Is(err, attempts.ErrProviderIDMismatch) {
+				return nil, false, err
+			}
+		}
+	case a.Status == attempts.StatusSucceeded && len(moved) == 0:
+		out = append(out, finding{kind: KindMissingAtProvider, day: d, fingerprint: "att:" + a.ID.String(),
+			reference: a.Reference, providerID: l.ProviderID, attempt: a, currency: a.Currency,
+			detail: fmt.Sprintf("saldo's attempt for %s %s succeeded; the provider's statement lists it %s", a.Kind,
+				a.SubjectID, l.State),
+			provider: linesSide(ls), our: our})
+	}
+	return out, false, nil
+}
+
+// report gives the attempts core the statement line l as the provider's
+// word about a, through the conditional transition (R10, R17).
+func (s *Service) report(ctx context.Context, st *runState, a ours, l line) (attempts.ResolveResult, error) {
+	return s.att.ResolveByReference(ctx, attempts.ResolveInput{Reference: a.Reference, Provider: st.run.Provider,
+		Operation: l.Operation, Amount: l.Amount, Currency: l.Currency, State: l.State, ProviderID: l.ProviderID,
+		Source: attempts.SourceReconciliation, Actor: st.run.ID,
+		Reason: fmt.Sprintf("reconciliation run %s: the %s statement of %s lists %s %s %s %s %s (id %s, at %s)",
+			st.run.ID, st.run.Provider, st.run.Day.Format(time.DateOnly), l.Operation, l.Reference, l.State, l.Amount,
+			l.Currency, l.ProviderID, l.At.UTC().Format(time.RFC3339))})
+}
+
+// mismatch compares a line with the attempt: the first field that differs,
+// what the line says and what saldo says.
+func mismatch(l line, a ours) (field, said, want string) {
+	switch {
+	case l.Operation != "" && string(l.Operation) != a.Operation:
+		return "operation", string(l.Operation), a.Operation
+	case !a.HasAmount:
+		return "", "", ""
+	case !l.ok || !l.amount.Equal(a.Amount):
+		return "amount", l.Amount, a.Amount.String()
+	case l.Currency != "" && !strings.EqualFold(l.Currency, a.Currency):
+		return "currency", l.Currency, a.Currency
+	}
+	return "", "", ""
+}
+
+// missing finds our succeeded attempts that no statement lists on the day
+// they succeeded, the day before or the day after. It judges the attempts
+// that succeeded the day before the run's day (whose next day, the run's,
+// has closed) and, when the day after the run's has closed too, those of
+// the run's day; otherwise it counts them as deferred.
+func (s *Service) missing(ctx context.Context, st *runState) ([]finding, error) {
+	d := st.run.Day
+	days := []time.Time{d.AddDate(0, 0, -1)}
+	next := d.AddDate(0, 0, 1)
+	if !s.clock.Now().Before(next.Add(24 * time.Hour).Add(s.cfg.SettleMargin)) {
+		days = append(days, d)
+	} else {
+		var n int
+		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM attempts WHERE provider = $1 AND status = 'succeeded'
+			AND resolved_at >= $2 AND resolved_at < $3`, st.run.Provider, d, next).Scan(&n); err != nil {
+			return nil, err
+		}
+		st.run.Deferred = n
+	}
+	var out []finding
+	for _, x := range days {
+		seenRef, seenID := map[string]bool{}, map[string]bool{}
+		for _, sd := range []time.Time{x.AddDate(0, 0, -1), x, x.AddDate(0, 0, 1)} {
+			ls, err := s.statement(ctx, st, sd)
+			if err != nil {
+				return nil, err
+			}
+			for _, l := range ls {
+				if l.moved() {
+					seenRef[l.Reference], seenID[l.ProviderID] = true, true
+				}
+			}
+		}
+		// Streamed in id order pages: never all of a day's attempts at once.
+		after := uuid.Nil
+		for {
+			list, err := s.queryOurs(ctx, `WHERE a.provider = $1 AND a.status = 'succeeded' AND a.resolved_at >= $2
+				AND a.resolved_at < $3 AND a.id > $4 ORDER BY a.id LIMIT $5`, st.run.Provider, x, x.AddDate(0, 0, 1), after, chunk)
+			if err != nil {
+				return nil, err
+			}
+			for _, a := range list {
+				if seenRef[a.Reference] || (a.ProviderID != "" && seenID[a.ProviderID]) {
+					continue
+				}
+				a := a
+				out = append(out, finding{kind: KindMissingAtProvider, day: x, fingerprint: "att:" + a.ID.String(),
+					reference: a.Reference, providerID: a.ProviderID, attempt: &a, currency: a.Currency,
+					detail: fmt.Sprintf("saldo's attempt for %s %s succeeded on %s; the provider lists no successful operation "+
+						"for reference %s or id %q on %s, %s or %s", a.Kind, a.SubjectID, x.Format(time.DateOnly), a.Reference,
+						a.ProviderID, x.AddDate(0, 0, -1).Format(time.DateOnly), x.Format(time.DateOnly),
+						x.AddDate(0, 0, 1).Format(time.DateOnly)),
+					provider: map[string]any{"lines": []any{}, "statements": []string{x.AddDate(0, 0, -1).Format(time.DateOnly),
+						x.Format(time.DateOnly), x.AddDate(0, 0, 1).Format(time.DateOnly)}},
+					our: a.side()})
+			}
+			if len(list) < chunk {
+				break
+			}
+			after = list[len(list)-1].ID
+		}
+	}
+	return out, nil
+}
+
+// stale is the age report: attempts of the provider unknown, or open and in
+// review, for longer than StaleAfter.
+func (s *Service) stale(ctx context.Context, st *runState) ([]finding, error) {
+	cut := s.clock.Now().Add(-s.cfg.StaleAfter)
+	var out []finding
+	after := uuid.Nil
+	for {
+		list, err := s.queryOurs(ctx, `WHERE a.provider = $1 AND a.status IN ('pending', 'unknown')
+			AND ((a.status = 'unknown' AND coalesce(a.unknown_at, a.created_at) < $2) OR (a.review AND a.review_at < $2))
+			AND a.id > $3 ORDER BY a.id LIMIT $4`, st.run.Provider, cut, after, chunk)
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range list {
+			a := a
+			since, what := a.CreatedAt, "unknown"
+			if a.UnknownAt != nil {
+				since = *a.UnknownAt
+			}
+			if a.Review && a.ReviewAt != nil && (a.Status != attempts.StatusUnknown || a.ReviewAt.Before(since)) {
+				since, what = *a.ReviewAt, "in review"
+			}
+			out = append(out, finding{kind: KindStaleOpen, day: st.run.Day, fingerprint: "att:" + a.ID.String(),
+				reference: a.Reference, providerID: a.ProviderID, attempt: &a, currency: a.Currency,
+				detail: fmt.Sprintf("%s %s has been %s since %s (more than %s): its money is held until a human or the provider decides",
+					a.Kind, a.SubjectID, what, since.UTC().Format(time.RFC3339), s.cfg.StaleAfter),
+				provider: map[string]any{}, our: a.side()})
+		}
+		if len(list) < chunk {
+			break
+		}
+		after = list[len(list)-1].ID
+	}
+	return out, nil
+}
+
+func outgoing(op providers.Operation) bool {
+	switch op {
+	case providers.OpCardCharge, providers.OpPixCharge:
+		return false
+	}
+	return true
+}
+
+// ledgerTotals compares, per currency and direction, the statement's
+// succeeded totals with what the ledger settled (payout_settle) and credited
+// (charge_credit, gross) for the attempts the day's lines name, plus the
+// attempts that succeeded that day and that no statement lists (missing at
+// the provider). Keyed by the statement's lines rather than by when saldo
+// resolved each attempt, so an attempt resolved the next day (by a lookup,
+// or by this run) is not a timing difference.
+func (s *Service) ledgerTotals(ctx context.Context, st *runState, lines []line, ids []uuid.UUID) ([]finding, error) {
+	d := st.run.Day
+	type key struct{ cur, dir string }
+	stmt := map[key]decimal.Decimal{}
+	count := map[key]int{}
+	for _, l := range lines {
+		if !l.moved() || !l.ok {
+			continue
+		}
+		dir := "in"
+		if outgoing(l.Operation) {
+			dir = "out"
+		}
+		k := key{strings.ToUpper(l.Currency), dir}
+		stmt[k] = stmt[k].Add(l.amount)
+		count[k]++
+	}
+	texts := make([]string, len(ids))
+	for i, id := range ids {
+		texts[i] = id.String()
+	}
+	led := map[key]decimal.Decimal{}
+	rows, err := s.pool.Query(ctx, `
+		SELECT p.currency, 'out', sum(p.amount)::text
+		FROM ledger_transactions t
+		JOIN ledger_postings p ON p.transaction_id = t.id AND p.amount > 0
+		WHERE t.cause_kind = 'payout_settle' AND t.cause_id = ANY ($1::text[])
+		GROUP BY p.currency
+		UNION ALL
+		SELECT p.currency, 'in', (-sum(p.amount))::text
+		FROM ledger_transactions t
+		JOIN ledger_postings p ON p.transaction_id = t.id AND p.amount < 0
+		WHERE t.cause_kind = 'charge_credit'
+			AND t.cause_id IN (SELECT DISTINCT subject_id FROM attempts WHERE id = ANY ($2::uuid[]) AND direction = 'in')
+		GROUP BY p.currency`, texts, ids)
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: ledger totals: %w", err)
+	}
+	for rows.Next() {
+		var cur, dir, sum string
+		if err := rows.Scan(&cur, &dir, &sum); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		v, err := decimal.NewFromString(sum)
+		if err != nil {
+			rows.Close()
+			return nil, err
+		}
+		led[key{cur, dir}] = v
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	keys := map[key]bool{}
+	for k := range stmt {
+		keys[k] = true
+	}
+	for k := range led {
+		keys[k] = true
+	}
+	sorted := make([]key, 0, len(keys))
+	for k := range keys {
+		sorted = append(sorted, k)
+	}
+	sort.Slice(sorted, func(i, j int) bool {
+		if sorted[i].cur != sorted[j].cur {
+			return sorted[i].cur < sorted[j].cur
+		}
+		return sorted[i].dir > sorted[j].dir
+	})
+	var out []finding
+	st.run.Totals = []Totals{}
+	for _, k := range sorted {
+		t := Totals{Currency: k.cur, Direction: k.dir, Statement: stmt[k].String(), Ledger: led[k].String(), Lines: count[k]}
+		st.run.Totals = append(st.run.Totals, t)
+		if stmt[k].Equal(led[k]) {
+			continue
+		}
+		what := "settled outgoing"
+		if k.dir == "in" {
+			what = "credited incoming"
+		}
+		out = append(out, finding{kind: KindLedgerTotals, day: d,
+			fingerprint: d.Format(time.DateOnly) + ":" + k.cur + ":" + k.dir, currency: k.cur,
+			detail: fmt.Sprintf("%s %s on %s: the statement says %s (%d lines), the ledger %s (difference %s)",
+				what, k.cur, d.Format(time.DateOnly), stmt[k].String(), count[k], led[k].String(), stmt[k].Sub(led[k]).String()),
+			provider: map[string]any{"currency": k.cur, "direction": k.dir, "amount": stmt[k].String(), "lines": count[k]},
+			our:      map[string]any{"currency": k.cur, "direction": k.dir, "amount": led[k].String(), "attempts": len(ids)}})
+	}
+	return out, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
