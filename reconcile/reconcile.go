@@ -648,7 +648,7 @@ func (s *Service) matchGroup(ctx context.Context, st *runState, ls []line, a *ou
 	if len(movedIDs) > 1 {
 		out = append(out, finding{kind: KindDoublePayment, day: d, fingerprint: key, reference: ref,
 			providerID: moved[0].ProviderID, attempt: att, currency: moved[0].Currency,
-			detail: fmt.Sprintf("%d provider operations moved money under one reference %q: a double payment", len(movedIDs), ref),
+			detail:   fmt.Sprintf("%d provider operations moved money under one reference %q: a double payment", len(movedIDs), ref),
 			provider: linesSide(moved), our: our})
 	}
 	if a == nil {
