@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 
@@ -29,16 +31,29 @@ type webhookAck struct {
 	Outcome  string `json:"outcome"`
 }
 
+// RequestWebhookParser is implemented by a provider whose webhooks need
+// more than the headers, or carry several events in one POST: the Pix PSP
+// (providers/pix) authenticates by a secret in the registered URL's query
+// string (?hmac=...) and groups Pix in one {"pix": [...]}. The webhook
+// route prefers it to Provider.ParseWebhook.
+type RequestWebhookParser interface {
+	ParseWebhookRequest(r *http.Request, body []byte, now time.Time) ([]providers.WebhookEvent, error)
+}
+
 // webhook receives POST /v1/webhooks/{provider}: verify the signature and
 // timestamp with the provider's ParseWebhook (401 when either fails, so a
 // forged or replayed event changes nothing), skip an event id seen before,
 // then hand the event to the WebhookHandlers and else to the attempts core
-// by reference (R17), which moves an attempt only when the event comes from
-// its provider and names its operation, amount and currency (otherwise:
-// review with an alert, outcome "review"). The resolution is a conditional transition, so a
+// by reference (R17). The resolution is a conditional transition, so a
 // duplicate or out-of-order event (a "processing" after "succeeded") never
 // downgrades a final status. A failure to process is 500 so the provider
 // retries; the event is recorded as seen only once processed.
+//
+// A RequestWebhookParser may give several events (or none saldo can use)
+// for one POST: each is deduplicated and processed in turn, and the
+// answer names them all (event_id: their ids joined by commas; outcome:
+// the most telling of theirs, see mergeOutcome). An error part way is 500:
+// the provider's redelivery skips the events already recorded.
 func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 	name := chi.URLParam(r, "provider")
 	prov, ok := s.cfg.Providers[name]
@@ -51,27 +66,64 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, err)
 		return
 	}
-	ev, err := prov.ParseWebhook(r.Header, body, s.clock.Now())
+	var evs []providers.WebhookEvent
+	if rp, ok := prov.(RequestWebhookParser); ok {
+		evs, err = rp.ParseWebhookRequest(r, body, s.clock.Now())
+	} else {
+		var ev providers.WebhookEvent
+		ev, err = prov.ParseWebhook(r.Header, body, s.clock.Now())
+		evs = []providers.WebhookEvent{ev}
+	}
 	if err != nil {
 		s.log.WarnContext(r.Context(), "api: webhook refused", "provider", name, "error", err)
 		s.problem(w, r, err)
 		return
 	}
-	ctx := r.Context()
+	ack := webhookAck{Received: true, Outcome: WebhookUnmatched}
+	ids := make([]string, 0, len(evs))
+	for i, ev := range evs {
+		outcome, err := s.processWebhookEvent(r.Context(), name, ev)
+		if err != nil {
+			s.problem(w, r, err)
+			return
+		}
+		ids = append(ids, ev.ID)
+		if i == 0 {
+			ack.Outcome = outcome
+		} else {
+			ack.Outcome = mergeOutcome(ack.Outcome, outcome)
+		}
+	}
+	ack.EventID = strings.Join(ids, ",")
+	writeJSON(w, http.StatusOK, ack)
+}
+
+// outcomeWeight orders outcomes by how much a human wants to hear of them.
+var outcomeWeight = map[string]int{WebhookReview: 5, WebhookTransitioned: 4, WebhookHandled: 3, WebhookUnchanged: 2,
+	WebhookUnmatched: 1, WebhookDuplicate: 0}
+
+// mergeOutcome is the more telling of two events' outcomes.
+func mergeOutcome(a, b string) string {
+	if outcomeWeight[b] > outcomeWeight[a] {
+		return b
+	}
+	return a
+}
+
+// processWebhookEvent deduplicates one verified event, processes it and
+// records it as seen.
+func (s *Server) processWebhookEvent(ctx context.Context, name string, ev providers.WebhookEvent) (string, error) {
 	var seen bool
 	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM webhook_events WHERE provider = $1 AND event_id = $2)`,
 		name, ev.ID).Scan(&seen); err != nil {
-		s.problem(w, r, err)
-		return
+		return "", err
 	}
 	if seen {
-		writeJSON(w, http.StatusOK, webhookAck{Received: true, EventID: ev.ID, Outcome: WebhookDuplicate})
-		return
+		return WebhookDuplicate, nil
 	}
 	outcome, err := s.handleProviderEvent(ctx, name, ev)
 	if err != nil {
-		s.problem(w, r, err)
-		return
+		return "", err
 	}
 	if _, err := s.pool.Exec(context.WithoutCancel(ctx), `INSERT INTO webhook_events
 		(provider, event_id, type, operation, reference, state, outcome, received_at)
@@ -82,7 +134,7 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.InfoContext(ctx, "api: webhook", "provider", name, "event_id", ev.ID, "type", ev.Type,
 		"reference", ev.Reference, "state", ev.State, "outcome", outcome)
-	writeJSON(w, http.StatusOK, webhookAck{Received: true, EventID: ev.ID, Outcome: outcome})
+	return outcome, nil
 }
 
 func (s *Server) handleProviderEvent(ctx context.Context, provider string, ev providers.WebhookEvent) (string, error) {

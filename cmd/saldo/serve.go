@@ -89,6 +89,7 @@ func runServe(ctx context.Context, args []string) error {
 	maxWorkers := fs.Int("max-workers", env.int("SALDO_MAX_WORKERS", defaultMaxWorkers), "River workers ($SALDO_MAX_WORKERS)")
 	simURL := fs.String("sim-url", os.Getenv("SALDO_SIM_URL"), "base URL of a simulated PSP (saldo sim-provider) ($SALDO_SIM_URL)")
 	simName := fs.String("sim-name", envOr("SALDO_SIM_NAME", "sim"), "provider name of the simulated PSP ($SALDO_SIM_NAME)")
+	pixf := registerPixFlags(fs, env)
 	routeSpec := fs.String("route", os.Getenv("SALDO_ROUTES"), "provider of each operation, as operation=provider pairs "+
 		"separated by commas, e.g. card_charge=stripe,pix_charge=pix,pix_transfer=pix; operations without a route go to "+
 		"the only configured provider; refunds always go to their charge's provider ($SALDO_ROUTES)")
@@ -142,8 +143,16 @@ func runServe(ctx context.Context, args []string) error {
 	if *simURL != "" {
 		configured = append(configured, *simName)
 	}
+	if pixf.enabled() {
+		configured = append(configured, *pixf.name)
+		problems = append(problems, pixf.problems()...)
+		if *simURL != "" && *simName == *pixf.name {
+			problems = append(problems, "--sim-name and --pix-name must differ")
+		}
+	}
 	if len(configured) == 0 {
-		problems = append(problems, "no provider configured: pass --sim-url (or SALDO_SIM_URL) of a saldo sim-provider")
+		problems = append(problems, "no provider configured: pass --sim-url (or SALDO_SIM_URL) of a saldo sim-provider, "+
+			"or --pix-base-url / --pix-send-base-url of a Pix PSP")
 	}
 	if *connect <= 0 || *read <= 0 {
 		problems = append(problems, "provider timeouts must be positive")
@@ -179,6 +188,13 @@ func runServe(ctx context.Context, args []string) error {
 		}
 		provs = append(provs, sim.NewProvider(*simURL, sim.WithName(*simName), sim.WithHTTPSettings(settings),
 			sim.WithCapabilities(caps), sim.WithWebhookSecret(secret)))
+	}
+	if pixf.enabled() {
+		p, err := pixf.build(settings, log)
+		if err != nil {
+			return fmt.Errorf("refusing to start: %w", err)
+		}
+		provs = append(provs, p)
 	}
 	byName := map[string]providers.Provider{}
 	for _, p := range provs {

@@ -2,13 +2,18 @@ package engine_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/saldo/saldo/api"
 	"github.com/saldo/saldo/attempts"
 	"github.com/saldo/saldo/audit"
 	"github.com/saldo/saldo/charges"
@@ -31,29 +36,8 @@ import (
 func TestPixEndToEndHangAfterCommitResolvedByLookup_R14_R20(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testdb.New(t)
-	certs, err := pixtest.NewCerts(t.TempDir())
-	require.NoError(t, err)
-	const key = "7d9f0335-8dcc-4054-9bf9-0dbd61d36906"
-	srv := pixtest.NewServer(certs, pixtest.Options{ClientID: "saldo", ClientSecret: "s3cret", ReceivingKey: key})
-	t.Cleanup(srv.Close)
-	prov, err := pix.New(pix.Config{BaseURL: srv.StandardURL(), SendBaseURL: srv.SendURL(), TokenURL: srv.TokenURL(),
-		ClientID: "saldo", ClientSecret: "s3cret", CertFile: certs.ClientCertFile, KeyFile: certs.ClientKeyFile,
-		CAFile: certs.CAFile, ReceivingKey: key, WebhookSecret: "w", ConsistencyWindow: 100 * time.Millisecond,
-		HTTP: providers.HTTPSettings{ConnectTimeout: time.Second, ReadTimeout: 300 * time.Millisecond}})
-	require.NoError(t, err)
-	routes, err := providers.ParseRoutes("pix_charge=pix,pix_transfer=pix,bank_payout=pix")
-	require.NoError(t, err)
-	e, err := engine.New(engine.Config{Pool: pool, Providers: []providers.Provider{prov}, Routes: routes,
-		Attempts: attempts.Config{ResolveSchedule: []time.Duration{time.Millisecond}}})
-	require.NoError(t, err)
-
+	e, srv, pool := newPixEngine(t)
 	brl := func(s string) money.Amount { return money.MustParse(s, "BRL") }
-	_, err = merchants.Create(ctx, pool, "m1", "Loja")
-	require.NoError(t, err)
-	_, err = merchants.Fund(ctx, pool, merchants.Funding{MerchantID: "m1", Amount: brl("500.00"), Key: "seed",
-		Reason: "test", Actor: "test"})
-	require.NoError(t, err)
 
 	// hangThenExecute: the PSP commits the PUT and never answers; the
 	// attempt is unknown, never failed, the reserve held.
@@ -150,6 +134,136 @@ func TestPixEndToEndHangAfterCommitResolvedByLookup_R14_R20(t *testing.T) {
 	v, err = e.Payouts.Get(ctx, "m1", rf.ID)
 	require.NoError(t, err)
 	require.Equal(t, payouts.StatusSucceeded, v.Status)
+
+	res, err := audit.Run(ctx, pool)
+	require.NoError(t, err)
+	require.True(t, res.OK(), res.Summary())
+}
+
+const pixKey = "7d9f0335-8dcc-4054-9bf9-0dbd61d36906"
+
+// newPixEngine: a fake Pix PSP (mutual TLS, OAuth2), the adapter built from
+// the certificate files, an engine routing Pix operations to it, and a
+// funded merchant m1.
+func newPixEngine(t *testing.T) (*engine.Engine, *pixtest.Server, *pgxpool.Pool) {
+	t.Helper()
+	ctx := context.Background()
+	pool := testdb.New(t)
+	certs, err := pixtest.NewCerts(t.TempDir())
+	require.NoError(t, err)
+	srv := pixtest.NewServer(certs, pixtest.Options{ClientID: "saldo", ClientSecret: "s3cret", ReceivingKey: pixKey})
+	t.Cleanup(srv.Close)
+	prov, err := pix.New(pix.Config{BaseURL: srv.StandardURL(), SendBaseURL: srv.SendURL(), TokenURL: srv.TokenURL(),
+		ClientID: "saldo", ClientSecret: "s3cret", CertFile: certs.ClientCertFile, KeyFile: certs.ClientKeyFile,
+		CAFile: certs.CAFile, ReceivingKey: pixKey, WebhookSecret: "w3bh00k", ConsistencyWindow: 100 * time.Millisecond,
+		HTTP: providers.HTTPSettings{ConnectTimeout: time.Second, ReadTimeout: 300 * time.Millisecond}})
+	require.NoError(t, err)
+	routes, err := providers.ParseRoutes("pix_charge=pix,pix_transfer=pix,bank_payout=pix")
+	require.NoError(t, err)
+	e, err := engine.New(engine.Config{Pool: pool, Providers: []providers.Provider{prov}, Routes: routes,
+		Attempts: attempts.Config{ResolveSchedule: []time.Duration{time.Millisecond}}})
+	require.NoError(t, err)
+	_, err = merchants.Create(ctx, pool, "m1", "Loja")
+	require.NoError(t, err)
+	_, err = merchants.Fund(ctx, pool, merchants.Funding{MerchantID: "m1", Amount: money.MustParse("500.00", "BRL"), Key: "seed",
+		Reason: "test", Actor: "test"})
+	require.NoError(t, err)
+	return e, srv, pool
+}
+
+// Webhooks through the API (issue 15, R17): POST /v1/webhooks/pix with the
+// secret in the query string (?hmac=, the PSP appending "/pix" to the
+// registered URL), several events in one body ({"pix": [...]}), each
+// deduplicated and applied by reference; a wrong secret changes nothing.
+func TestPixWebhooksThroughTheAPI_R17(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e, srv, pool := newPixEngine(t)
+	brl := func(s string) money.Amount { return money.MustParse(s, "BRL") }
+	apiSrv, err := api.New(api.Config{Pool: pool, Payouts: e.Payouts, Attempts: e.Attempts, Charges: e.Charges,
+		Providers: e.Providers})
+	require.NoError(t, err)
+	hs := httptest.NewServer(apiSrv)
+	t.Cleanup(hs.Close)
+	post := func(query, body string) (int, map[string]any) {
+		t.Helper()
+		res, err := http.Post(hs.URL+"/v1/webhooks/pix?"+query, "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		defer res.Body.Close()
+		var m map[string]any
+		_ = json.NewDecoder(res.Body).Decode(&m)
+		return res.StatusCode, m
+	}
+	execute := func(id *uuid.UUID) attempts.Attempt {
+		t.Helper()
+		res, err := e.Attempts.Execute(ctx, *id)
+		require.NoError(t, err)
+		require.Equal(t, attempts.StatusPending, res.Attempt.Status)
+		require.Equal(t, string(providers.StateProcessing), res.Attempt.ProviderState)
+		return res.Attempt
+	}
+	now := time.Now().UTC().Format(time.RFC3339Nano)
+
+	// A send, confirmed by Efí's notice.
+	tr, err := e.Payouts.CreatePayout(ctx, payouts.PayoutRequest{MerchantID: "m1", Operation: providers.OpPixTransfer,
+		Amount: brl("25.00"), Destination: &providers.Destination{PixKey: &providers.PixKey{Type: "email", Value: "ana@example.com"}}})
+	require.NoError(t, err)
+	a := execute(tr.CurrentAttemptID)
+	require.NoError(t, srv.SettleSend(a.Reference, true))
+	send := `{"pix":[{"endToEndId":"` + a.ProviderID + `","valor":"25.00","horario":"` + now + `","status":"REALIZADO",` +
+		`"tipo":"SOLICITACAO","chave":"` + pixKey + `","gnExtras":{"idEnvio":"` + a.Reference + `"}}]}`
+	code, _ := post("hmac=wrong", send)
+	require.Equal(t, http.StatusUnauthorized, code)
+	code, _ = post("", send)
+	require.Equal(t, http.StatusUnauthorized, code)
+	v, err := e.Payouts.Get(ctx, "m1", tr.ID)
+	require.NoError(t, err)
+	require.Equal(t, payouts.StatusProcessing, v.Status, "a refused webhook changes nothing")
+	code, ack := post("hmac=w3bh00k&ignorar=/pix", send)
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, api.WebhookTransitioned, ack["outcome"])
+	require.Equal(t, "envio:"+a.Reference+":REALIZADO", ack["event_id"])
+	v, err = e.Payouts.Get(ctx, "m1", tr.ID)
+	require.NoError(t, err)
+	require.Equal(t, payouts.StatusSucceeded, v.Status)
+	code, ack = post("hmac=w3bh00k", send)
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, api.WebhookDuplicate, ack["outcome"])
+
+	// A cob paid: the received Pix names the txid.
+	ch, err := e.Charges.Create(ctx, charges.ChargeRequest{MerchantID: "m1", Kind: charges.KindPix, Amount: brl("30.00")})
+	require.NoError(t, err)
+	a = execute(ch.AttemptID)
+	e2e, err := srv.PayCob(a.Reference)
+	require.NoError(t, err)
+	paid := `{"endToEndId":"` + e2e + `","txid":"` + a.Reference + `","valor":"30.00","horario":"` + now + `"}`
+	code, ack = post("hmac=w3bh00k/pix", `{"pix":[`+paid+`]}`)
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, api.WebhookHandled, ack["outcome"])
+	c, err := e.Charges.Get(ctx, "m1", ch.ID)
+	require.NoError(t, err)
+	require.Equal(t, charges.StatusPaid, c.Status)
+
+	// Refunded in part; the PSP's notice repeats the Pix with its
+	// devolucoes: the Pix is a duplicate, the devolucao resolves the refund.
+	rf, err := e.Payouts.CreateRefund(ctx, payouts.RefundRequest{MerchantID: "m1", ChargeID: ch.ID, Amount: brl("10.00")})
+	require.NoError(t, err)
+	a = execute(rf.CurrentAttemptID)
+	require.NoError(t, srv.SettleRefund(a.Reference, true))
+	withRefund := strings.TrimSuffix(paid, "}") + `,"devolucoes":[{"id":"` + a.Reference + `","rtrId":"` + a.ProviderID +
+		`","valor":"10.00","horario":{"solicitacao":"` + now + `","liquidacao":"` + now + `"},"status":"DEVOLVIDO"}]}`
+	code, ack = post("hmac=w3bh00k", `{"pix":[`+withRefund+`]}`)
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, api.WebhookTransitioned, ack["outcome"])
+	require.Equal(t, "pix:"+e2e+",devolucao:"+a.Reference+":DEVOLVIDO", ack["event_id"])
+	v, err = e.Payouts.Get(ctx, "m1", rf.ID)
+	require.NoError(t, err)
+	require.Equal(t, payouts.StatusSucceeded, v.Status)
+
+	// A Pix to the key without a txid is not saldo's: acknowledged.
+	code, ack = post("hmac=w3bh00k", `{"pix":[{"endToEndId":"E0000000020200909122100000000001","valor":"1.00","horario":"`+now+`"}]}`)
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, api.WebhookUnmatched, ack["outcome"])
 
 	res, err := audit.Run(ctx, pool)
 	require.NoError(t, err)

@@ -92,7 +92,9 @@ func (p *Provider) ParseWebhookEvents(secret string, body []byte, now time.Time)
 				at = now
 			}
 			out = append(out, providers.WebhookEvent{ID: "envio:" + s.IDEnvio + ":" + s.Status, Type: "pix.envio." + s.Status,
-				Operation: s.Operation, Reference: s.IDEnvio, ProviderID: s.EndToEndID, State: s.State,
+				// No operation: pix_transfer and bank_payout both send through
+				// this endpoint, and a notice need not say which.
+				Reference: s.IDEnvio, ProviderID: s.EndToEndID, State: s.State,
 				FailureCode: r.failureCode, FailureReason: r.failureReason, Amount: s.Valor, Currency: "BRL",
 				OccurredAt: at, Data: r.data})
 			continue
