@@ -8,7 +8,9 @@
 // statuses match attempts, one ledger effect per final attempt) and
 // charges' (every paid charge credited exactly once with the legs its fee
 // and splits say, nothing credited for an unpaid charge, at most one
-// succeeded attempt per charge, statuses match attempts).
+// succeeded attempt per charge, statuses match attempts) and
+// reconciliation's (no open divergence of the highest severity: money the
+// provider moved that the ledger does not show, or moved twice; R19).
 //
 // `saldo audit verify` prints it; tests run it after every concurrency,
 // crash and chaos scenario.
@@ -25,11 +27,12 @@ import (
 	"github.com/saldo/saldo/charges"
 	"github.com/saldo/saldo/ledger"
 	"github.com/saldo/saldo/payouts"
+	"github.com/saldo/saldo/reconcile"
 )
 
 // Violation is one broken invariant.
 type Violation struct {
-	Area   string // ledger, attempts, payouts, charges
+	Area   string // ledger, attempts, payouts, charges, reconcile
 	Check  string
 	Detail string
 }
@@ -92,6 +95,14 @@ var Checks = []Check{
 		out := make([]Violation, 0, len(vs))
 		for _, v := range vs {
 			out = append(out, Violation{"charges", v.Check, v.Detail})
+		}
+		return out, err
+	}},
+	{Area: "reconcile", Run: func(ctx context.Context, db *pgxpool.Pool) ([]Violation, error) {
+		vs, err := reconcile.Verify(ctx, db)
+		out := make([]Violation, 0, len(vs))
+		for _, v := range vs {
+			out = append(out, Violation{"reconcile", v.Check, v.Detail})
 		}
 		return out, err
 	}},
