@@ -22,7 +22,7 @@ import (
 // Defaults of Config.
 const (
 	DefaultName              = "pix"
-	DefaultConsistencyWindow = time.Minute
+	DefaultConsistencyWindow = 5 * time.Minute
 	DefaultExpiryGrace       = 10 * time.Minute
 	DefaultTokenRefresh      = time.Minute
 	DefaultRefundScan        = 90 * 24 * time.Hour
@@ -64,7 +64,9 @@ type Config struct {
 	// (?hmac=...). Empty: every webhook is refused.
 	WebhookSecret string
 	// ConsistencyWindow: how long a fresh operation may stay invisible to
-	// a lookup (R16). Default 1 minute.
+	// a lookup (R16). After it, a written request that a lookup does not
+	// find fails, and a failed send may be retried with a new id: too short
+	// a window against a lagging PSP pays twice. Default 5 minutes.
 	ConsistencyWindow time.Duration
 	// ExpiryGrace: how long after a cob's expiry an ATIVA cob is still
 	// taken as possibly being paid. Default 10 minutes.

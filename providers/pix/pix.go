@@ -24,9 +24,14 @@ type Provider struct {
 	// refunds remembers the endToEndId each refund reference returns
 	// (learned from the payload in EncodePayload and Submit), so its lookup
 	// is one GET. See Lookup for what happens without it.
-	mu      sync.Mutex
-	refunds map[string]string
+	mu         sync.Mutex
+	refunds    map[string]string
+	refundFIFO []string
 }
+
+// maxRemembered bounds the refunds remembered (the oldest are forgotten;
+// their lookups then search).
+const maxRemembered = 100_000
 
 var _ providers.Provider = (*Provider)(nil)
 
@@ -171,7 +176,15 @@ func encodeDevolucao(in providers.OperationInput) ([]byte, error) {
 func (p *Provider) remember(reference, e2e string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if _, ok := p.refunds[reference]; ok {
+		return
+	}
 	p.refunds[reference] = e2e
+	p.refundFIFO = append(p.refundFIFO, reference)
+	if len(p.refundFIFO) > maxRemembered {
+		delete(p.refunds, p.refundFIFO[0])
+		p.refundFIFO = p.refundFIFO[1:]
+	}
 }
 
 func (p *Provider) remembered(reference string) string {
@@ -458,8 +471,10 @@ func sendRead(s Send) read {
 // (EncodePayload at open, Submit at every send); a process that saw
 // neither (a restart, another process) searches the received Pix of the
 // last RefundScan with devolucaoPresente=true page by page for the
-// devolucao with our id. That search is many exchanges; the Provider
-// interface passing the attempt's payload to Lookup would make it one.
+// devolucao with our id; a search that finds nothing is inconclusive,
+// never "not found" (see scanRefund). That search is many exchanges; the
+// Provider interface passing the attempt's payload to Lookup would make it
+// one.
 func (p *Provider) Lookup(ctx context.Context, op providers.Operation, reference string) (providers.LookupResult, error) {
 	if !p.Capabilities().Supports(op) {
 		return providers.LookupResult{}, fmt.Errorf("%w: lookup of %s", providers.ErrUnsupported, op)
@@ -479,6 +494,14 @@ func (p *Provider) Lookup(ctx context.Context, op providers.Operation, reference
 	}
 	ex := p.do(ctx, http.MethodGet, u, nil)
 	res := providers.LookupResult{Exchange: ex}
+	if ex.Err == nil && ex.StatusCode == http.StatusNotFound {
+		if _, ok := parseProblem(ex.Body); !ok {
+			// A 404 that is not the API's problem (a proxy's page, a wrong
+			// path) says nothing about the operation.
+			res.Exchange.Err = fmt.Errorf("pix: lookup of %s %s: 404 without a problem body proves nothing", op, reference)
+		}
+		return res, nil
+	}
 	if ex.Err != nil || ex.StatusCode != http.StatusOK {
 		return res, nil
 	}
@@ -511,8 +534,12 @@ const maxPages = 10000
 
 // scanRefund finds a devolucao by id among the received Pix of the last
 // RefundScan (GET /pix?devolucaoPresente=true, every page). A page that
-// fails ends the search with that page's exchange (proves nothing); a full
-// walk that finds nothing answers "not found" with the last page's 200.
+// fails ends the search with that page's exchange. A full walk that finds
+// nothing proves nothing either (a list may lag or leave Pix out, and a
+// refund failed on it could be retried under a new id and paid twice): the
+// answer carries an error, so the attempts core never reads it as "not
+// found"; such a refund resolves by webhook, by a process that knows its
+// endToEndId, or in review.
 func (p *Provider) scanRefund(ctx context.Context, id string) providers.LookupResult {
 	now := p.cfg.Now().UTC()
 	var last providers.Exchange
@@ -538,6 +565,8 @@ func (p *Provider) scanRefund(ctx context.Context, id string) providers.LookupRe
 			break
 		}
 	}
+	last.Err = fmt.Errorf("pix: devolucao %s not among the received Pix of the last %s: that proves nothing without the Pix's endToEndId",
+		id, p.cfg.RefundScan)
 	return providers.LookupResult{Exchange: last}
 }
 

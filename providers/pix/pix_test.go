@@ -345,10 +345,20 @@ func TestRefundLookupWithoutTheEndToEndId(t *testing.T) {
 		!strings.HasSuffix(lr.Exchange.URL, "/devolucao/"+r) {
 		t.Fatalf("second lookup %s", lr.Exchange.URL)
 	}
-	// Not there at all: "not found" with the search's 200 (R16 decides).
+	// Not found by the search: inconclusive, never "not found" (a refund
+	// failed on it could be made again under a new id, R16).
 	lr, _ = e.adapter().Lookup(context.Background(), providers.OpRefund, ref(t))
-	if lr.Found || lr.Exchange.Err != nil || lr.Exchange.StatusCode != http.StatusOK {
+	if lr.Found || lr.Exchange.Err == nil {
 		t.Fatalf("absent refund %+v", lr)
+	}
+	// With the endToEndId known, 404 is "not found" (R16 decides).
+	other := ref(t)
+	if _, err := e.p.EncodePayload(providers.OperationInput{Operation: providers.OpRefund, Amount: "1.00", Currency: "BRL",
+		ChargeProviderID: e2e}, other); err != nil {
+		t.Fatal(err)
+	}
+	if lr := e.lookup(providers.OpRefund, other); lr.Found || lr.Exchange.Err != nil || lr.Exchange.StatusCode != http.StatusNotFound {
+		t.Fatalf("refund never sent %+v", lr)
 	}
 }
 
@@ -519,6 +529,12 @@ func TestLookupBeforeAndAfterConsistencyWindow_R16(t *testing.T) {
 		if lr := e.lookup(op, r); !lr.Found {
 			t.Fatalf("%s after the window: %+v", op, lr)
 		}
+	}
+	// A 404 that is not the API's problem+json (a proxy's page) proves
+	// nothing.
+	e.srv.FailNext(404, `<html>Not Found</html>`)
+	if lr := e.lookup(providers.OpPixTransfer, ref(t)); lr.Found || lr.Exchange.Err == nil {
+		t.Fatalf("bare 404 lookup %+v", lr)
 	}
 	// A lookup that fails proves nothing: the exchange says so.
 	e.srv.FailNext(503, `{"title":"x","status":503}`)
