@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"strings"
@@ -40,6 +41,10 @@ type Proxy struct {
 
 	cuts atomic.Int64
 	wg   sync.WaitGroup
+
+	// random is the random-cut mode (SetRandom); nil when off.
+	random     *randomState
+	randomCuts atomic.Int64
 }
 
 // rule loses the commit answer of the next n transactions that executed a
@@ -116,6 +121,96 @@ func (p *Proxy) Close() {
 	p.conns = nil // track refuses new connections
 	p.mu.Unlock()
 	p.wg.Wait()
+}
+
+// Random is the random-cut mode: CommitAnswerLoss is the probability that
+// a transaction's commit answer is lost (the transaction commits on the
+// server, its client's connection is cut instead of answered), on top of
+// the armed LoseCommitAnswer rules. Seed makes the draws repeatable for one
+// sequence of transactions. CutConnection (below) cuts a live connection at
+// any point, mid-query or idle.
+type Random struct {
+	CommitAnswerLoss float64
+	Seed             uint64
+}
+
+type randomState struct {
+	Random
+	rng *rand.Rand
+}
+
+// SetRandom turns the random-cut mode on (a zero CommitAnswerLoss turns it
+// off). It adds to LoseCommitAnswer; Disarm does not clear it.
+func (p *Proxy) SetRandom(r Random) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r.CommitAnswerLoss <= 0 {
+		p.random = nil
+		return
+	}
+	p.random = &randomState{Random: r, rng: rand.New(rand.NewPCG(r.Seed, 0x9C0))}
+}
+
+// RandomCuts is how many commit answers the random mode has lost (they are
+// also counted in Cuts).
+func (p *Proxy) RandomCuts() int { return int(p.randomCuts.Load()) }
+
+// Conns is the number of client connections open through the proxy.
+func (p *Proxy) Conns() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.conns) / 2
+}
+
+// CutConnection cuts one open connection, chosen with pick (an index in
+// [0, n)), at whatever point its conversation is: its client sees the
+// connection lost, mid-transaction, mid-query or idle. It reports whether
+// there was a connection to cut.
+func (p *Proxy) CutConnection(pick func(n int) int) bool {
+	p.mu.Lock()
+	var clients []net.Conn
+	for c := range p.conns {
+		if c.LocalAddr().String() == p.ln.Addr().String() { // accepted side
+			clients = append(clients, c)
+		}
+	}
+	p.mu.Unlock()
+	if len(clients) == 0 {
+		return false
+	}
+	// Map iteration order is random; sort-free pick is fine for a fault.
+	clients[pick(len(clients))].Close()
+	return true
+}
+
+// CutAll cuts every open connection (as a server restart or a network
+// partition would) and returns how many it cut.
+func (p *Proxy) CutAll() int {
+	p.mu.Lock()
+	var all []net.Conn
+	for c := range p.conns {
+		all = append(all, c)
+	}
+	p.mu.Unlock()
+	for _, c := range all {
+		c.Close()
+	}
+	return len(all) / 2
+}
+
+// takeRandom draws whether a finished transaction loses its commit answer
+// in the random mode.
+func (p *Proxy) takeRandom() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.random == nil {
+		return false
+	}
+	if p.random.rng.Float64() < p.random.CommitAnswerLoss {
+		p.randomCuts.Add(1)
+		return true
+	}
+	return false
 }
 
 // take reports whether a transaction that executed stmts must lose its
@@ -276,7 +371,7 @@ func (s *session) fromClient() {
 			end = !inTx && len(stmts) > 0
 		}
 		if end {
-			if s.p.take(stmts) {
+			if s.p.take(stmts) || s.p.takeRandom() {
 				s.cutting.Store(true)
 			}
 			stmts = nil

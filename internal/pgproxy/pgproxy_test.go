@@ -83,3 +83,35 @@ func TestLostCommitAnswerImplicitTransaction(t *testing.T) {
 	require.Equal(t, 2, p.Cuts())
 	require.Equal(t, 3, count(t, direct))
 }
+
+// The random mode loses commit answers at the given rate (every one at
+// rate 1), and CutConnection cuts a live connection: its client sees an
+// error, the pool reconnects and later statements pass.
+func TestRandomCommitLossAndCutConnection(t *testing.T) {
+	t.Parallel()
+	direct, proxied, p := setup(t)
+	ctx := context.Background()
+	p.SetRandom(pgproxy.Random{CommitAnswerLoss: 1, Seed: 7})
+	_, err := proxied.Exec(ctx, `INSERT INTO proxied (id) VALUES ($1)`, 1)
+	require.Error(t, err)
+	require.Equal(t, 1, p.RandomCuts())
+	require.Equal(t, 1, p.Cuts())
+	require.Equal(t, 1, count(t, direct), "the transaction committed on the server")
+	p.SetRandom(pgproxy.Random{}) // off
+	_, err = proxied.Exec(ctx, `INSERT INTO proxied (id) VALUES ($1)`, 2)
+	require.NoError(t, err)
+
+	conn, err := proxied.Acquire(ctx)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, p.Conns(), 1)
+	require.True(t, p.CutConnection(func(n int) int { return 0 }))
+	for p.Conns() > 0 && p.CutConnection(func(int) int { return 0 }) {
+	}
+	_, err = conn.Exec(ctx, `SELECT 1`)
+	require.Error(t, err, "a cut connection fails its next statement")
+	conn.Release()
+	_, err = proxied.Exec(ctx, `INSERT INTO proxied (id) VALUES ($1)`, 3)
+	require.NoError(t, err, "the pool reconnects through the proxy")
+	require.Equal(t, 3, count(t, direct))
+	require.GreaterOrEqual(t, p.CutAll(), 1)
+}

@@ -50,6 +50,18 @@ func (p *Provider) Oracle(ctx context.Context, reference string) ([]Operation, e
 	return body.Operations, nil
 }
 
+// AllOperations lists every operation the sim executed, in execution order,
+// each with whether it moved money (GET /sim/operations).
+func (p *Provider) AllOperations(ctx context.Context) ([]OracleOperation, error) {
+	var body struct {
+		Operations []OracleOperation `json:"operations"`
+	}
+	if err := p.adminGet(ctx, "/sim/operations", &body); err != nil {
+		return nil, err
+	}
+	return body.Operations, nil
+}
+
 // Duplicates lists the references with more than one money-moving operation
 // (GET /sim/duplicates). Empty is the goal.
 func (p *Provider) Duplicates(ctx context.Context) ([]string, error) {

@@ -44,3 +44,22 @@ func TestAdminClient(t *testing.T) {
 	require.Equal(t, []string{a.ref}, dups)
 	require.Equal(t, srv.Duplicates(), dups)
 }
+
+// GET /sim/operations lists every operation, in execution order, with
+// money_moving as Duplicates counts it.
+func TestAdminClientAllOperations(t *testing.T) {
+	t.Parallel()
+	srv, p := setup(t, sim.Config{NoIdempotency: true})
+	ctx := t.Context()
+	a := open(t, p, transfer("2.00"))
+	a.send(p)
+	a.send(p) // no keys: a second payment
+	all, err := p.AllOperations(ctx)
+	require.NoError(t, err)
+	require.Len(t, all, 2)
+	for i, op := range srv.AllOperations() {
+		require.Equal(t, op.ID, all[i].ID)
+		require.Equal(t, a.ref, all[i].Reference)
+		require.True(t, all[i].MoneyMoving)
+	}
+}

@@ -28,6 +28,7 @@
 //	GET  /sim/oracle/{reference}        every operation executed for a reference,
 //	                                    no lag, with idempotency keys
 //	GET  /sim/duplicates                references with more than one money-moving operation
+//	GET  /sim/operations                every operation executed, with money_moving
 //	GET  /sim/balances                  platform balance per currency
 //	POST /sim/cobs/{txid}/pay           play a payer paying a Pix cob (fires a webhook)
 //	POST /sim/faults                    add fault rules (one object or an array)

@@ -146,6 +146,7 @@ func NewServer(cfg Config) *Server {
 	s.mux.HandleFunc("GET /v1/capabilities", s.handleCapabilities)
 	s.mux.HandleFunc("GET /sim/oracle/{reference}", s.handleOracle)
 	s.mux.HandleFunc("GET /sim/duplicates", s.handleDuplicates)
+	s.mux.HandleFunc("GET /sim/operations", s.handleAllOperations)
 	s.mux.HandleFunc("GET /sim/balances", s.handleBalances)
 	s.mux.HandleFunc("POST /sim/cobs/{txid}/pay", s.handlePay)
 	s.mux.HandleFunc("POST /sim/faults", s.handleFaults)
@@ -911,6 +912,25 @@ func (s *Server) handleOracle(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"reference": ref, "operations": ops, "money_moving": n})
+}
+
+// handleAllOperations is GET /sim/operations: the oracle for every
+// reference at once (AllOperations), each operation with money_moving.
+func (s *Server) handleAllOperations(w http.ResponseWriter, _ *http.Request) {
+	ops := s.AllOperations()
+	out := make([]OracleOperation, 0, len(ops))
+	for i := range ops {
+		out = append(out, OracleOperation{Operation: ops[i], MoneyMoving: ops[i].moneyMoving()})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"operations": out})
+}
+
+// OracleOperation is one operation in GET /sim/operations: the operation
+// and whether it moved money (outgoing: succeeded or processing; incoming:
+// succeeded), as Duplicates counts it.
+type OracleOperation struct {
+	Operation
+	MoneyMoving bool `json:"money_moving"`
 }
 
 func (s *Server) handleDuplicates(w http.ResponseWriter, _ *http.Request) {
