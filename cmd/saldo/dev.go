@@ -18,6 +18,7 @@ import (
 
 	"github.com/saldo/saldo/api"
 	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/console"
 	"github.com/saldo/saldo/internal/engine"
 	"github.com/saldo/saldo/internal/pgcluster"
 	"github.com/saldo/saldo/merchants"
@@ -146,7 +147,7 @@ func runDev(ctx context.Context, args []string) error {
 	return runProcess(ctx, processConfig{
 		DatabaseURL: dbURL, Listen: addr, RunAPI: true, RunWorkers: true,
 		Providers: []providers.Provider{prov}, PayoutProvider: prov.Name(), ChargeProvider: prov.Name(),
-		MaxWorkers: 20, Logger: log,
+		MaxWorkers: 20, Logger: log, ConsoleInsecure: true,
 		// Demo pace: unknown attempts are looked up after 5s, then 10s, 30s...
 		Attempts: attempts.Config{ResolveSchedule: []time.Duration{5 * time.Second, 10 * time.Second,
 			30 * time.Second, time.Minute, 5 * time.Minute}, StaleCallAfter: time.Minute},
@@ -167,16 +168,25 @@ func seedDemo(ctx context.Context, e *engine.Engine, base, simURL string) error 
 		return err
 	}
 	keys := map[api.Role]string{}
+	var operatorKeyID string
 	for _, role := range []api.Role{api.RoleMerchant, api.RoleAdmin, api.RoleAuditor, api.RoleOperator} {
 		m := ""
 		if role == api.RoleMerchant {
 			m = "demo"
 		}
-		_, secret, err := api.CreateKey(ctx, e.Pool, role, m, "saldo dev "+string(role), time.Now())
+		k, secret, err := api.CreateKey(ctx, e.Pool, role, m, "saldo dev "+string(role), time.Now())
 		if err != nil {
 			return err
 		}
 		keys[role] = secret
+		if role == api.RoleOperator {
+			operatorKeyID = k.ID
+		}
+	}
+	// A one-time login link into the console for the demo operator.
+	link, err := console.CreateLoginLink(ctx, e.Pool, operatorKeyID, 24*time.Hour, time.Now())
+	if err != nil {
+		return err
 	}
 	fmt.Printf(`
 saldo dev is running. Everything is throwaway: Ctrl-C stops it and removes the database.
@@ -185,6 +195,8 @@ saldo dev is running. Everything is throwaway: Ctrl-C stops it and removes the d
   simulated PSP  %[2]s
   metrics        %[1]s/metrics
   River UI       %[1]s/ops/river   (user: anything, password: the operator key)
+  console        %[1]s/console/   (sign in with any key below)
+                 %[1]s/console/login/link?t=%[7]s   (one-time login link for the demo operator)
 
 Demo merchant "demo" has 10000.00 BRL. Keys (shown once):
   export MERCHANT_KEY=%[3]s
@@ -212,6 +224,6 @@ The balance (available and reserved):
 The ledger entries, as an auditor:
   curl -s %[1]s/v1/ledger/transactions -H "Authorization: Bearer $AUDITOR_KEY"
 
-`, base, simURL, keys[api.RoleMerchant], keys[api.RoleAdmin], keys[api.RoleAuditor], keys[api.RoleOperator])
+`, base, simURL, keys[api.RoleMerchant], keys[api.RoleAdmin], keys[api.RoleAuditor], keys[api.RoleOperator], link)
 	return nil
 }

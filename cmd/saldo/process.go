@@ -22,6 +22,7 @@ import (
 
 	"github.com/saldo/saldo/api"
 	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/console"
 	"github.com/saldo/saldo/internal/engine"
 	"github.com/saldo/saldo/internal/groupcommit"
 	"github.com/saldo/saldo/ledger"
@@ -55,6 +56,9 @@ type processConfig struct {
 	Attempts          attempts.Config
 	ShutdownTimeout   time.Duration
 	Logger            *slog.Logger
+	// ConsoleInsecure serves the console's cookies without Secure (saldo
+	// dev, plain http on loopback).
+	ConsoleInsecure bool
 	// Ready, optional, is called once the API listens (and workers run),
 	// with the engine and the API's base URL.
 	Ready func(ctx context.Context, e *engine.Engine, baseURL string) error
@@ -152,7 +156,7 @@ func runProcess(ctx context.Context, pc processConfig) error {
 		// process of a fleet can be scraped.
 		var handler http.Handler
 		if pc.RunAPI {
-			handler, err = buildHTTP(e, reg, log, pc.MetricsListen == "", !pc.NotifyDenyPrivate)
+			handler, err = buildHTTP(e, reg, log, pc.MetricsListen == "", !pc.NotifyDenyPrivate, pc.ConsoleInsecure)
 			if err != nil {
 				return err
 			}
@@ -230,10 +234,12 @@ func runProcess(ctx context.Context, pc processConfig) error {
 	return errors.Join(errs...)
 }
 
-// buildHTTP mounts the API, /metrics (unless it has a listener of its own)
-// and the River UI (operators only). allowPrivate lets merchants register
-// notification URLs on loopback and private addresses (saldo dev).
-func buildHTTP(e *engine.Engine, reg *prometheus.Registry, log *slog.Logger, serveMetrics, allowPrivate bool) (http.Handler, error) {
+// buildHTTP mounts the API, /metrics (unless it has a listener of its own),
+// the River UI (operators only) and the console (/console, package console).
+// allowPrivate lets merchants register notification URLs on loopback and
+// private addresses (saldo dev); consoleInsecure drops Secure from the
+// console's cookies (saldo dev).
+func buildHTTP(e *engine.Engine, reg *prometheus.Registry, log *slog.Logger, serveMetrics, allowPrivate, consoleInsecure bool) (http.Handler, error) {
 	apiSrv, err := api.New(api.Config{Pool: e.Pool, Payouts: e.Payouts, Attempts: e.Attempts, Charges: e.Charges,
 		Providers: e.Providers, Logger: log, AllowPrivateNotificationURLs: allowPrivate})
 	if err != nil {
@@ -274,6 +280,13 @@ func buildHTTP(e *engine.Engine, reg *prometheus.Registry, log *slog.Logger, ser
 	}
 	r.Handle("/ops/river", apiSrv.RequireRoles(ui, api.RoleOperator, api.RoleAdmin))
 	r.Handle("/ops/river/*", apiSrv.RequireRoles(ui, api.RoleOperator, api.RoleAdmin))
+	con, err := console.New(console.Config{Pool: e.Pool, Attempts: e.Attempts, Payouts: e.Payouts, Charges: e.Charges,
+		Logger: log.With("component", "console"), Insecure: consoleInsecure})
+	if err != nil {
+		return nil, err
+	}
+	r.Handle(console.Prefix, con)
+	r.Handle(console.Prefix+"/*", con)
 	r.Handle("/*", apiSrv)
 	return r, nil
 }

@@ -1,0 +1,318 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/ledger"
+	"github.com/saldo/saldo/money"
+	"github.com/saldo/saldo/payouts"
+)
+
+// home sends each role where it works: merchants to their balances,
+// operators to the review queue, auditors and admins to the overview.
+func (c *Console) home(w http.ResponseWriter, r *http.Request, s *Session) {
+	switch s.Role {
+	case RoleMerchant:
+		http.Redirect(w, r, Prefix+"/merchants/"+s.MerchantID, http.StatusSeeOther)
+		return
+	case RoleOperator:
+		http.Redirect(w, r, Prefix+"/review", http.StatusSeeOther)
+		return
+	}
+	queue, err := c.queue(r.Context())
+	if err != nil {
+		c.internal(w, r, s, err)
+		return
+	}
+	last, err := c.lastAudit(r.Context())
+	if err != nil {
+		c.internal(w, r, s, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "home", view{S: s, Title: "Overview", Data: map[string]any{
+		"Queue": len(queue), "Audit": last}})
+}
+
+// queueRow is one line of the review queue.
+type queueRow struct {
+	A        attempts.Attempt
+	Amount   string
+	Since    time.Time
+	Why      string
+	Flagged  bool
+	Subject  string // console link to the subject, "" when none
+	Merchant string
+}
+
+// maxQueue bounds the queue page: the first 500 flagged and 500 unknown.
+const maxQueue = 500
+
+// queue is the review queue: attempts flagged for review (and divergences),
+// as attempts.ReviewQueue lists them, plus unknown attempts older than
+// Config.UnknownAfter that are not flagged; oldest first.
+func (c *Console) queue(ctx context.Context) ([]queueRow, error) {
+	flagged, _, err := c.att.ReviewQueue(ctx, c.pool, attempts.ReviewQueueParams{Limit: maxQueue})
+	if err != nil {
+		return nil, err
+	}
+	var rows []queueRow
+	for _, a := range flagged {
+		why := a.ReviewReason
+		if a.DivergedAt != nil {
+			why = "divergence: " + a.Divergence
+		}
+		since := a.CreatedAt
+		if a.ReviewAt != nil {
+			since = *a.ReviewAt
+		}
+		rows = append(rows, queueRow{A: a, Since: since, Why: why, Flagged: true})
+	}
+	cut := c.clock.Now().Add(-c.cfg.UnknownAfter)
+	idRows, err := c.pool.Query(ctx, `SELECT id FROM attempts WHERE status = 'unknown' AND NOT review
+		AND coalesce(unknown_at, created_at) < $1 ORDER BY coalesce(unknown_at, created_at), id LIMIT $2`, cut, maxQueue)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := pgx.CollectRows(idRows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range ids {
+		a, err := c.att.Get(ctx, c.pool, id)
+		if err != nil {
+			return nil, err
+		}
+		since := a.CreatedAt
+		if a.UnknownAt != nil {
+			since = *a.UnknownAt
+		}
+		why := "unknown for longer than " + fmtDuration(c.cfg.UnknownAfter) + "; " +
+			plural(a.LookupCount, "lookup", "lookups") + " so far"
+		if a.NextLookupAt != nil {
+			why += ", next lookup at " + a.NextLookupAt.UTC().Format("15:04:05")
+		}
+		if a.LastError != "" {
+			why += "; last error: " + limitText(a.LastError, 120)
+		}
+		rows = append(rows, queueRow{A: a, Since: since, Why: why})
+	}
+	for i := range rows {
+		rows[i].Amount = c.amountOf(ctx, rows[i].A)
+		rows[i].Subject, rows[i].Merchant = c.subjectLink(ctx, rows[i].A)
+	}
+	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Since.Before(rows[j].Since) })
+	return rows, nil
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
+}
+
+// amountOf is the amount of the attempt's subject, as its owner reports it
+// to the attempts core (payouts.AttemptAmount, charges.AttemptAmount).
+func (c *Console) amountOf(ctx context.Context, a attempts.Attempt) string {
+	var owner attempts.AmountOwner = c.pay
+	if a.Kind == attempts.KindCardCharge || a.Kind == attempts.KindPixCharge {
+		if c.ch == nil {
+			return ""
+		}
+		owner = c.ch
+	}
+	d, code, err := owner.AttemptAmount(ctx, c.pool, a)
+	if err != nil {
+		c.log.WarnContext(ctx, "console: amount of attempt", "attempt_id", a.ID, "error", err)
+		return ""
+	}
+	cur, err := money.LookupCurrency(code)
+	if err != nil {
+		return d.String() + " " + code
+	}
+	return d.StringFixed(cur.MinorUnits()) + " " + code
+}
+
+// subjectLink is the console page of an attempt's subject (a payout or a
+// charge) and its merchant.
+func (c *Console) subjectLink(ctx context.Context, a attempts.Attempt) (string, string) {
+	table, page := "payouts", "payouts"
+	if a.Kind == attempts.KindCardCharge || a.Kind == attempts.KindPixCharge {
+		table, page = "charges", "charges"
+	}
+	var mid string
+	if err := c.pool.QueryRow(ctx, `SELECT merchant_id FROM `+table+` WHERE id = $1`, a.SubjectID).Scan(&mid); err != nil {
+		return "", ""
+	}
+	return Prefix + "/merchants/" + mid + "/" + page + "/" + a.SubjectID, mid
+}
+
+func (c *Console) reviewQueue(w http.ResponseWriter, r *http.Request, s *Session) {
+	rows, err := c.queue(r.Context())
+	if err != nil {
+		c.internal(w, r, s, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "review", view{S: s, Title: "Review queue", Nav: "review", Data: map[string]any{
+		"Rows": rows, "UnknownAfter": fmtDuration(c.cfg.UnknownAfter)}})
+}
+
+// ---- the attempt page ----
+
+type attemptView struct {
+	A        attempts.Attempt
+	Events   []attempts.Event
+	Amount   string
+	Subject  string
+	Merchant string
+	Txs      []ledger.Transaction
+	// Form: the resolve form's values when it is shown again.
+	Status, Reason, Evidence string
+	CanResolve               bool
+}
+
+func (c *Console) loadAttempt(ctx context.Context, s *Session, id uuid.UUID) (attemptView, error) {
+	a, err := c.att.Get(ctx, c.pool, id)
+	if err != nil {
+		return attemptView{}, err
+	}
+	evs, err := c.att.Events(ctx, c.pool, id)
+	if err != nil {
+		return attemptView{}, err
+	}
+	v := attemptView{A: a, Events: evs, Amount: c.amountOf(ctx, a)}
+	v.Subject, v.Merchant = c.subjectLink(ctx, a)
+	v.CanResolve = s.Can(RoleOperator) && a.Status.Open()
+	if s.Can(RoleAuditor, RoleAdmin) {
+		if v.Txs, err = c.attemptTransactions(ctx, a); err != nil {
+			return v, err
+		}
+	}
+	return v, nil
+}
+
+// attemptTransactions: the ledger transactions an attempt caused (a
+// payout's reserve, settle and release name the attempt as their cause).
+func (c *Console) attemptTransactions(ctx context.Context, a attempts.Attempt) ([]ledger.Transaction, error) {
+	var out []ledger.Transaction
+	for _, kind := range []string{payouts.CauseReserve, payouts.CauseSettle, payouts.CauseRelease} {
+		pg, err := ledger.ListTransactions(ctx, c.pool, ledger.TransactionFilter{CauseKind: kind, CauseID: a.ID.String()},
+			ledger.PageRequest{Limit: 10})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, pg.Transactions...)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+func (c *Console) attemptPage(w http.ResponseWriter, r *http.Request, s *Session) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		c.notFound(w, r, s)
+		return
+	}
+	v, err := c.loadAttempt(r.Context(), s, id)
+	if errors.Is(err, attempts.ErrNotFound) {
+		c.notFound(w, r, s)
+		return
+	}
+	if err != nil {
+		c.internal(w, r, s, err)
+		return
+	}
+	flash := ""
+	switch r.URL.Query().Get("done") {
+	case "transitioned":
+		flash = "Recorded: the attempt is now " + string(v.A.Status) + "."
+	case "unchanged":
+		flash = "The attempt was already " + string(v.A.Status) + "; nothing changed."
+	}
+	c.render(w, r, http.StatusOK, "attempt", view{S: s, Title: "Attempt " + v.A.Reference, Nav: "review", Flash: flash, Data: v})
+}
+
+// maxReason is the API's bound on a resolution reason.
+const maxReason = 2000
+
+// resolve is an operator's manual resolution: attempts.ResolveManually,
+// as POST /v1/attempts/{id}/resolution calls it, with the operator's key
+// id recorded. Whatever the core refuses is shown on the attempt page.
+func (c *Console) resolve(w http.ResponseWriter, r *http.Request, s *Session) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		c.notFound(w, r, s)
+		return
+	}
+	st := attempts.Status(r.PostForm.Get("status"))
+	reason := strings.TrimSpace(r.PostForm.Get("reason"))
+	evidence := strings.TrimSpace(r.PostForm.Get("evidence"))
+	again := func(status int, msg string) {
+		v, err := c.loadAttempt(r.Context(), s, id)
+		if errors.Is(err, attempts.ErrNotFound) {
+			c.notFound(w, r, s)
+			return
+		}
+		if err != nil {
+			c.internal(w, r, s, err)
+			return
+		}
+		v.Status, v.Reason, v.Evidence = string(st), reason, evidence
+		c.render(w, r, status, "attempt", view{S: s, Title: "Attempt " + v.A.Reference, Nav: "review", Error: msg, Data: v})
+	}
+	if !st.Final() {
+		again(http.StatusUnprocessableEntity, "Choose succeeded or failed.")
+		return
+	}
+	if reason == "" || len(reason) > maxReason {
+		again(http.StatusUnprocessableEntity, "A reason is required (up to 2000 characters): it is kept with the decision.")
+		return
+	}
+	var ev json.RawMessage
+	if evidence != "" {
+		if !json.Valid([]byte(evidence)) {
+			again(http.StatusUnprocessableEntity, "Evidence must be JSON (or left empty).")
+			return
+		}
+		ev = json.RawMessage(evidence)
+	}
+	res, err := c.att.ResolveManually(r.Context(), id, st, s.KeyID, reason, ev)
+	var refused *attempts.ManualFailRefusedError
+	switch {
+	case err == nil:
+	case errors.Is(err, attempts.ErrNotFound):
+		c.notFound(w, r, s)
+		return
+	case errors.As(err, &refused):
+		again(http.StatusConflict, "Refused: "+refused.Reason)
+		return
+	case errors.Is(err, attempts.ErrTransition):
+		again(http.StatusConflict, "Refused: the attempt is already final ("+err.Error()+"); a final status never changes (R9).")
+		return
+	case errors.Is(err, attempts.ErrInvalid):
+		again(http.StatusUnprocessableEntity, "Refused: "+err.Error())
+		return
+	default:
+		c.log.ErrorContext(r.Context(), "console: manual resolution failed", "attempt_id", id, "error", err)
+		again(http.StatusInternalServerError, "The resolution could not be recorded: "+err.Error())
+		return
+	}
+	c.log.InfoContext(r.Context(), "console: manual resolution", "attempt_id", id, "reference", res.Attempt.Reference,
+		"provider", res.Attempt.Provider, "status", st, "operator", s.KeyID, "transitioned", res.Transitioned)
+	done := "unchanged"
+	if res.Transitioned {
+		done = "transitioned"
+	}
+	http.Redirect(w, r, Prefix+"/attempts/"+id.String()+"?done="+done, http.StatusSeeOther)
+}
