@@ -30,7 +30,8 @@ import (
 // Issue 15 end to end: the Pix adapter against a fake PSP over mutual TLS,
 // routed by the engine. A Pix transfer to a key, one to a bank account, a
 // cob paid and then refunded in part: each call hangs after the PSP
-// committed it, the attempt goes unknown, and the lookup resolves it. No
+// committed it, the attempt goes unknown, and the lookup resolves it; a
+// send the PSP never made fails only after the consistency window. No
 // PUT is ever sent twice (R14, R20: Pix has no keys, the id in the path is
 // the key), and the audit is clean.
 func TestPixEndToEndHangAfterCommitResolvedByLookup_R14_R20(t *testing.T) {
@@ -135,6 +136,31 @@ func TestPixEndToEndHangAfterCommitResolvedByLookup_R14_R20(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, payouts.StatusSucceeded, v.Status)
 
+	// A send lost before the PSP made it: written, no answer, unknown. The
+	// lookup's 404 proves nothing inside the consistency window (the
+	// attempt stays unknown, the reserve held); after it, the attempt fails
+	// and the reserve is released (R16, R22). Still one PUT.
+	lost, err := e.Payouts.CreatePayout(ctx, payouts.PayoutRequest{MerchantID: "m1", Operation: providers.OpPixTransfer,
+		Amount: brl("7.00"), Destination: &providers.Destination{PixKey: &providers.PixKey{Type: "email", Value: "bia@example.com"}}})
+	require.NoError(t, err)
+	srv.LoseNext(1)
+	ex, err := e.Attempts.Execute(ctx, *lost.CurrentAttemptID)
+	require.NoError(t, err)
+	a = ex.Attempt
+	require.Equal(t, attempts.StatusUnknown, a.Status)
+	time.Sleep(2 * time.Millisecond)
+	rr, err := e.Attempts.Resolve(ctx, a.ID)
+	require.NoError(t, err)
+	require.Equal(t, attempts.StatusUnknown, rr.Attempt.Status, "not found inside the window proves nothing")
+	require.Positive(t, rr.Attempt.LookupCount)
+	time.Sleep(time.Second) // the window
+	a = resolve(a, attempts.StatusFailed)
+	require.Equal(t, 1, srv.Count(http.MethodPut, "/v2/gn/pix/"+a.Reference), "sent once")
+	require.Empty(t, srv.SendStatus(a.Reference))
+	v, err = e.Payouts.Get(ctx, "m1", lost.ID)
+	require.NoError(t, err)
+	require.Equal(t, payouts.StatusFailed, v.Status)
+
 	res, err := audit.Run(ctx, pool)
 	require.NoError(t, err)
 	require.True(t, res.OK(), res.Summary())
@@ -155,7 +181,7 @@ func newPixEngine(t *testing.T) (*engine.Engine, *pixtest.Server, *pgxpool.Pool)
 	t.Cleanup(srv.Close)
 	prov, err := pix.New(pix.Config{BaseURL: srv.StandardURL(), SendBaseURL: srv.SendURL(), TokenURL: srv.TokenURL(),
 		ClientID: "saldo", ClientSecret: "s3cret", CertFile: certs.ClientCertFile, KeyFile: certs.ClientKeyFile,
-		CAFile: certs.CAFile, ReceivingKey: pixKey, WebhookSecret: "w3bh00k", ConsistencyWindow: 100 * time.Millisecond,
+		CAFile: certs.CAFile, ReceivingKey: pixKey, WebhookSecret: "w3bh00k", ConsistencyWindow: time.Second,
 		HTTP: providers.HTTPSettings{ConnectTimeout: time.Second, ReadTimeout: 300 * time.Millisecond}})
 	require.NoError(t, err)
 	routes, err := providers.ParseRoutes("pix_charge=pix,pix_transfer=pix,bank_payout=pix")

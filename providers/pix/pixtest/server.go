@@ -72,6 +72,7 @@ type Server struct {
 	tokens    map[string]bool
 	tokenReqs int
 	hang      int
+	lose      int
 	canned    []canned
 	cobs      map[string]*cobState
 	pix       map[string]*pixState // by e2e
@@ -197,6 +198,14 @@ func (s *Server) HangAfterCommit(n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.hang = n
+}
+
+// LoseNext makes the next n PUTs vanish: the request is read, nothing is
+// made, and no answer ever comes (the client times out after writing).
+func (s *Server) LoseNext(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lose = n
 }
 
 // FailNext answers the next API request with status and body
@@ -394,6 +403,19 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	if !valid {
 		problem(w, http.StatusUnauthorized, "AcessoNegado", "Não autorizado", "token de acesso inválido ou expirado")
+		return
+	}
+	s.mu.Lock()
+	lost := r.Method == http.MethodPut && s.lose > 0
+	if lost {
+		s.lose--
+	}
+	s.mu.Unlock()
+	if lost {
+		select {
+		case <-r.Context().Done():
+		case <-time.After(30 * time.Second):
+		}
 		return
 	}
 	if c != nil {
