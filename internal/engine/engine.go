@@ -1,7 +1,8 @@
 // Package engine wires saldo's packages into one running system: the
 // database pool, the providers, the attempts core, payouts (with refunds),
-// charges, outbound notifications, and the River client whose workers
-// submit and resolve attempts, poll Pix charges and deliver notifications. `saldo serve`, `saldo
+// charges, outbound notifications, daily reconciliation, and the River
+// client whose workers submit and resolve attempts, poll Pix charges,
+// deliver notifications and reconcile each provider's day. `saldo serve`, `saldo
 // dev`, the benchmarks and end-to-end tests all build it the same way.
 package engine
 
@@ -23,6 +24,7 @@ import (
 	"github.com/saldo/saldo/charges"
 	"github.com/saldo/saldo/payouts"
 	"github.com/saldo/saldo/providers"
+	"github.com/saldo/saldo/reconcile"
 )
 
 // Config configures an Engine.
@@ -71,6 +73,10 @@ type Config struct {
 	Attempts attempts.Config
 	// Metrics for attempts, optional.
 	Metrics *attempts.Metrics
+	// Reconcile tunes daily reconciliation (R19): SettleMargin, StaleAfter,
+	// OnAlert; Pool, Attempts, Providers, Clock and Logger are filled in by
+	// the engine. A daily job per provider that publishes statements.
+	Reconcile reconcile.Config
 	// Register, optional, adds more workers (charges, notifications) and is
 	// called with the built services before the River client is created.
 	Register func(e *Engine, w *river.Workers) error
@@ -87,6 +93,7 @@ type Engine struct {
 	Payouts   *payouts.Service
 	Charges   *charges.Service
 	Notifier  *api.Notifier
+	Reconcile *reconcile.Service
 	Providers map[string]providers.Provider
 	River     *river.Client[pgx.Tx]
 	Logger    *slog.Logger
@@ -145,15 +152,23 @@ func New(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{Pool: cfg.Pool, Attempts: att, Payouts: po, Charges: ch, Notifier: notifier, Providers: byName,
-		Logger: cfg.Logger, Clock: cfg.Clock}
+	rcfg := cfg.Reconcile
+	rcfg.Pool, rcfg.Attempts, rcfg.Providers, rcfg.Clock, rcfg.Logger = cfg.Pool, att, byName, cfg.Clock, cfg.Logger
+	rec, err := reconcile.New(rcfg)
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{Pool: cfg.Pool, Attempts: att, Payouts: po, Charges: ch, Notifier: notifier, Reconcile: rec,
+		Providers: byName, Logger: cfg.Logger, Clock: cfg.Clock}
 
 	workers := river.NewWorkers()
 	att.AddWorkers(workers)
 	ch.AddWorkers(workers)
 	notifier.AddWorkers(workers)
 	api.AddWorkers(workers, cfg.Pool, cfg.Logger)
+	rec.AddWorkers(workers)
 	e.Periodic = append(e.Periodic, api.PeriodicJobs(IdempotencyRetention)...)
+	e.Periodic = append(e.Periodic, rec.PeriodicJobs()...)
 	if cfg.Register != nil {
 		if err := cfg.Register(e, workers); err != nil {
 			return nil, err
