@@ -201,8 +201,8 @@ func (s *Server) createPayout(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	op := providers.Operation(req.Operation)
-	if op != providers.OpBankPayout && op != providers.OpPixTransfer {
-		s.problem(w, r, invalidField("operation", "must be bank_payout or pix_transfer"))
+	if op != providers.OpBankPayout && op != providers.OpPixTransfer && op != providers.OpAccountTransfer {
+		s.problem(w, r, invalidField("operation", "must be bank_payout, pix_transfer or account_transfer"))
 		return
 	}
 	s.doCreatePayout(w, r, op, req.Amount, req.Currency, req.Destination, req.Description, req.Metadata)

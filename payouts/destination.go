@@ -130,7 +130,9 @@ func ValidateBankAccount(field string, a providers.BankAccount) (providers.BankA
 }
 
 // ValidateDestination checks a destination for op: a Pix transfer takes a Pix
-// key or a bank account; a bank payout takes a bank account only.
+// key or a bank account; a bank payout takes a bank account only; an
+// account transfer takes a Stripe connected account (stripe_account
+// "acct_...", issue 14) and nothing else.
 func ValidateDestination(op providers.Operation, d *providers.Destination) (*providers.Destination, error) {
 	if d == nil {
 		return nil, invalid("destination", "required")
@@ -146,9 +148,17 @@ func ValidateDestination(op providers.Operation, d *providers.Destination) (*pro
 		}
 		out.HolderTaxID = t
 	}
+	kinds := 0
+	for _, set := range []bool{d.PixKey != nil, d.BankAccount != nil, d.StripeAccount != ""} {
+		if set {
+			kinds++
+		}
+	}
 	switch {
-	case d.PixKey != nil && d.BankAccount != nil:
-		return nil, invalid("destination", "give either pix_key or bank_account, not both")
+	case kinds > 1:
+		return nil, invalid("destination", "give exactly one of pix_key, bank_account or stripe_account")
+	case op == providers.OpAccountTransfer && d.StripeAccount == "":
+		return nil, invalid("destination", "an account_transfer needs a stripe_account")
 	case d.PixKey != nil:
 		if op != providers.OpPixTransfer {
 			return nil, invalid("destination.pix_key", "a bank payout needs a bank_account")
@@ -164,11 +174,22 @@ func ValidateDestination(op providers.Operation, d *providers.Destination) (*pro
 			return nil, err
 		}
 		out.BankAccount = &a
+	case d.StripeAccount != "":
+		if op != providers.OpAccountTransfer {
+			return nil, invalid("destination.stripe_account", "a connected account is paid by an account_transfer")
+		}
+		if !stripeAccountRe.MatchString(d.StripeAccount) {
+			return nil, invalid("destination.stripe_account", "not a Stripe connected account id (acct_ followed by letters and digits)")
+		}
+		out.StripeAccount = d.StripeAccount
 	default:
-		return nil, invalid("destination", "needs a pix_key or a bank_account")
+		return nil, invalid("destination", "needs a pix_key, a bank_account or a stripe_account")
 	}
 	return out, nil
 }
+
+// stripeAccountRe is a Stripe connected account id.
+var stripeAccountRe = regexp.MustCompile(`^acct_[A-Za-z0-9]{1,250}$`)
 
 func stripPunct(s, cut string) string {
 	return strings.Map(func(r rune) rune {

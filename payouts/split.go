@@ -22,7 +22,7 @@ const MaxSplitLegs = 100
 
 // SplitLeg is one recipient of a split payout.
 type SplitLeg struct {
-	Operation   providers.Operation // pix_transfer or bank_payout
+	Operation   providers.Operation // pix_transfer, bank_payout or account_transfer
 	Amount      money.Amount
 	Destination *providers.Destination
 	Description string
@@ -108,8 +108,11 @@ func (s *Service) CreateSplit(ctx context.Context, req SplitRequest) (Split, err
 	legProviders := make([]string, len(req.Legs))
 	for i, l := range req.Legs {
 		field := fmt.Sprintf("legs[%d]", i)
-		if l.Operation != providers.OpPixTransfer && l.Operation != providers.OpBankPayout {
-			return Split{}, invalid(field+".operation", "must be pix_transfer or bank_payout")
+		if !payoutOperation(l.Operation) {
+			return Split{}, invalid(field+".operation", "must be pix_transfer, bank_payout or account_transfer")
+		}
+		if !attempts.KindSplitLeg.Allows(l.Operation) {
+			return Split{}, invalid(field+".operation", "%s cannot realise a split leg here", l.Operation)
 		}
 		if err := validateCommon(l.Amount, l.Description, nil); err != nil {
 			fe := err.(*FieldError)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -113,8 +114,13 @@ func join(prefix, field string) string {
 	return prefix + "." + field
 }
 
-// payoutOperations are the operations a payout or split leg may carry.
-var payoutOperations = []providers.Operation{providers.OpPixTransfer, providers.OpBankPayout}
+// payoutOperations are the operations a payout or split leg may carry:
+// account_transfer pays an account held at the provider (a Stripe
+// connected account, issue 14).
+var payoutOperations = []providers.Operation{providers.OpPixTransfer, providers.OpBankPayout, providers.OpAccountTransfer}
+
+// payoutOperation reports whether op is one of payoutOperations.
+func payoutOperation(op providers.Operation) bool { return slices.Contains(payoutOperations, op) }
 
 // providerFor is the provider that takes op: its route, else the default
 // provider. With neither, the request is refused naming field.

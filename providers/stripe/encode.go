@@ -45,7 +45,11 @@ var (
 	amountRe   = regexp.MustCompile(`^(0|[1-9][0-9]{0,17})(\.[0-9]{1,8})?$`)
 	accountRe  = regexp.MustCompile(`^acct_[A-Za-z0-9]{1,250}$`)
 	piRe       = regexp.MustCompile(`^pi_[A-Za-z0-9]{1,250}$`)
-	pmRe       = regexp.MustCompile(`^(pm|card|src)_[A-Za-z0-9_]{1,250}$`)
+	// pmRe: a PaymentMethod id (pm_...) or, for saldo's tokenised cards
+	// (charges takes "tok_..."), a legacy card token, Card or Source id,
+	// which PaymentIntents take in payment_method for backward
+	// compatibility (Stripe is ending support for tokens: prefer pm_).
+	pmRe = regexp.MustCompile(`^(pm|tok|card|src)_[A-Za-z0-9_]{1,250}$`)
 )
 
 // exponent is the number of decimal places Stripe's minor unit stands for.
@@ -167,7 +171,7 @@ func (p *Provider) EncodePayload(in providers.OperationInput, reference string) 
 			return nil, fmt.Errorf("%w: a card charge has no destination or charge", providers.ErrInvalidInput)
 		}
 		if !pmRe.MatchString(in.CardToken) {
-			return nil, fmt.Errorf("%w: card_token: want a Stripe PaymentMethod id (pm_...)", providers.ErrInvalidInput)
+			return nil, fmt.Errorf("%w: card_token: want a Stripe PaymentMethod id (pm_...) or card token (tok_...)", providers.ErrInvalidInput)
 		}
 		md, err := metadata(in.Metadata, reference, nil)
 		if err != nil {
