@@ -286,6 +286,22 @@ func TestPixWebhooksThroughTheAPI_R17(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, payouts.StatusSucceeded, v.Status)
 
+	// A send notice naming our idEnvio with another amount moves nothing:
+	// the attempt goes to review (the amount must match the attempt).
+	odd, err := e.Payouts.CreatePayout(ctx, payouts.PayoutRequest{MerchantID: "m1", Operation: providers.OpPixTransfer,
+		Amount: brl("8.00"), Destination: &providers.Destination{PixKey: &providers.PixKey{Type: "email", Value: "ana@example.com"}}})
+	require.NoError(t, err)
+	a = execute(odd.CurrentAttemptID)
+	wrong := `{"pix":[{"endToEndId":"` + a.ProviderID + `","valor":"80.00","horario":"` + now + `","status":"REALIZADO",` +
+		`"tipo":"SOLICITACAO","gnExtras":{"idEnvio":"` + a.Reference + `"}}]}`
+	code, ack = post("hmac=w3bh00k", wrong)
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, api.WebhookReview, ack["outcome"])
+	got, err := e.Attempts.Get(ctx, pool, a.ID)
+	require.NoError(t, err)
+	require.Equal(t, attempts.StatusPending, got.Status)
+	require.True(t, got.Review)
+
 	// A Pix to the key without a txid is not saldo's: acknowledged.
 	code, ack = post("hmac=w3bh00k", `{"pix":[{"endToEndId":"E0000000020200909122100000000001","valor":"1.00","horario":"`+now+`"}]}`)
 	require.Equal(t, http.StatusOK, code)
