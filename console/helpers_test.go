@@ -127,8 +127,7 @@ func (e *env) stuckPayout(amount string) (payouts.Payout, attempts.Attempt) {
 	e.t.Helper()
 	require.NoError(e.t, e.srv.AddFault(sim.FaultRule{Kind: sim.FaultHangAfter, Times: 1}))
 	p, err := e.e.Payouts.CreatePayout(e.ctx, payouts.PayoutRequest{MerchantID: "m1", Operation: providers.OpPixTransfer,
-		Amount: money.MustParse(amount, "BRL"), Destination: &providers.Destination{PixKey: &providers.PixKey{
-			Type: payouts.PixKeyEmail, Value: "joao@example.com"}}})
+		Amount: money.MustParse(amount, "BRL"), Destination: pixDestination()})
 	require.NoError(e.t, err)
 	res, err := e.e.Attempts.Execute(e.ctx, *p.CurrentAttemptID)
 	require.NoError(e.t, err)
@@ -197,4 +196,8 @@ func (c *client) signIn(secret string) string {
 	}
 	require.Equal(c.t, http.StatusOK, res.StatusCode, body)
 	return csrfOf(c.t, body)
+}
+
+func pixDestination() *providers.Destination {
+	return &providers.Destination{PixKey: &providers.PixKey{Type: payouts.PixKeyEmail, Value: "joao@example.com"}}
 }
