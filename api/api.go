@@ -13,9 +13,11 @@
 //     notification endpoints. Another merchant's resources are 404, never
 //     403, so a key cannot probe which ids exist.
 //   - auditor: read-only, everything (merchants, balances, payouts, the
-//     ledger with CSV export, attempts, the review queue). Any POST is 403.
-//   - operator: attempts, the review queue and manual resolution (the
-//     operator id recorded is the key id).
+//     ledger with CSV export, attempts, the review queue, reconciliation
+//     divergences with CSV export). Any POST is 403.
+//   - operator: attempts, the review queue and manual resolution, and
+//     reconciliation divergences and their resolution (the operator id
+//     recorded is the key id).
 //   - admin: merchants, keys, funding adjustments, and anything a merchant
 //     key can do on any merchant.
 //
@@ -240,6 +242,12 @@ func (s *Server) routes() chi.Router {
 		r.With(ops).Get("/attempts/{attempt_id}", s.getAttempt)
 		r.With(ops).Get("/review-queue", s.reviewQueue)
 		r.With(s.allow(RoleOperator), s.idempotent(true)).Post("/attempts/{attempt_id}/resolution", s.resolveAttempt)
+
+		// Reconciliation divergences (handlers_reconcile.go; issue 16, R19).
+		r.With(ops).Get("/reconcile/divergences", s.listDivergences)
+		r.With(ops).Get("/reconcile/divergences.csv", s.exportDivergencesCSV)
+		r.With(ops).Get("/reconcile/divergences/{divergence_id}", s.getDivergence)
+		r.With(s.allow(RoleOperator), s.idempotent(false)).Post("/reconcile/divergences/{divergence_id}/resolution", s.resolveDivergence)
 	})
 	return r
 }

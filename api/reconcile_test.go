@@ -1,0 +1,151 @@
+package api_test
+
+import (
+	"encoding/csv"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/saldo/saldo/providers"
+	"github.com/saldo/saldo/providers/sim"
+	"github.com/saldo/saldo/reconcile"
+)
+
+// Issue 16 (R19): the divergences a lying statement causes are listed
+// (operators and auditors; filters by provider, day, kind, status; keyset
+// pages), exported as CSV, and resolved by an operator with a reason that
+// records the operator's key id; a resolved divergence stays resolved
+// across re-runs.
+func TestReconcileDivergencesAPI_R19(t *testing.T) {
+	t.Parallel()
+	e := setup(t, sim.Config{})
+	rec, err := reconcile.New(reconcile.Config{Pool: e.pool, Attempts: e.att,
+		Providers: map[string]providers.Provider{"sim": e.prov}, Clock: e.clock})
+	require.NoError(t, err)
+	day := reconcile.Day(e.clock.Now())
+	pays := map[string]string{}
+	for _, amount := range []string{"10.00", "11.00", "12.00", "13.00"} {
+		p := e.createPix(amount, "idem-"+amount)
+		a := e.attemptOf(p)
+		res, err := e.att.Execute(e.ctx, a.ID)
+		require.NoError(t, err)
+		require.Equal(t, "succeeded", string(res.Attempt.Status))
+		pays[amount] = a.Reference
+	}
+	require.NoError(t, e.srv.AddStatementLie(sim.StatementLie{Kind: sim.LieHide, Reference: pays["11.00"]}))
+	require.NoError(t, e.srv.AddStatementLie(sim.StatementLie{Kind: sim.LieDuplicate, Reference: pays["12.00"]}))
+	require.NoError(t, e.srv.AddStatementLie(sim.StatementLie{Kind: sim.LieAmount, Reference: pays["13.00"], Amount: "1.30"}))
+	require.NoError(t, e.srv.AddStatementLie(sim.StatementLie{Kind: sim.LieAdd, Reference: strings.Repeat("cd", 16),
+		Operation: providers.OpPixTransfer, Amount: "5.00", Currency: "BRL", At: day.Add(time.Hour)}))
+	e.clock.Set(day.Add(51 * time.Hour))
+	for range 2 { // a re-run stores nothing twice
+		_, err = rec.Run(e.ctx, "sim", day, reconcile.RunOptions{TriggeredBy: "test"})
+		require.NoError(t, err)
+	}
+
+	list := func(query, key string) []map[string]any {
+		t.Helper()
+		var out []map[string]any
+		cursor := ""
+		for {
+			q := query + "&limit=2"
+			if cursor != "" {
+				q += "&cursor=" + url.QueryEscape(cursor)
+			}
+			r := e.get("/v1/reconcile/divergences?"+q, key)
+			require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+			m := r.json(t)
+			for _, d := range m["data"].([]any) {
+				out = append(out, d.(map[string]any))
+			}
+			next, _ := m["next_cursor"].(string)
+			if next == "" {
+				return out
+			}
+			cursor = next
+		}
+	}
+	all := list("provider=sim&day="+day.Format(time.DateOnly), e.auditor)
+	kinds := map[string]map[string]any{}
+	for _, d := range all {
+		require.NotContains(t, kinds, d["kind"], "stored once")
+		kinds[d["kind"].(string)] = d
+	}
+	require.Len(t, all, 5)
+	for _, k := range []string{"missing_at_provider", "double_payment", "amount_mismatch", "unknown_to_us", "ledger_totals"} {
+		require.Contains(t, kinds, k)
+		require.Equal(t, float64(2), kinds[k]["seen_count"], k)
+	}
+	require.Equal(t, "critical", kinds["double_payment"]["severity"])
+	require.Len(t, kinds["double_payment"]["provider_side"].(map[string]any)["lines"], 2)
+	require.Equal(t, pays["12.00"], kinds["double_payment"]["our_side"].(map[string]any)["reference"])
+	require.Equal(t, "1.30", kinds["amount_mismatch"]["provider_side"].(map[string]any)["lines"].([]any)[0].(map[string]any)["amount"])
+
+	require.Len(t, list("kind=unknown_to_us", e.operator), 1)
+	require.Len(t, list("status=open", e.admin), 5)
+	require.Empty(t, list("provider=other", e.auditor))
+	require.Empty(t, list("day=2020-01-01", e.auditor))
+	require.Equal(t, "validation_failed", e.get("/v1/reconcile/divergences?kind=nope", e.auditor).code(t))
+	require.Equal(t, "validation_failed", e.get("/v1/reconcile/divergences?day=yesterday", e.auditor).code(t))
+	require.Equal(t, "validation_failed", e.get("/v1/reconcile/divergences?cursor=zz", e.auditor).code(t))
+	require.Equal(t, http.StatusForbidden, e.get("/v1/reconcile/divergences", e.m1).Status)
+	require.Equal(t, http.StatusUnauthorized, e.get("/v1/reconcile/divergences", "").Status)
+
+	one := e.get("/v1/reconcile/divergences/"+kinds["double_payment"]["id"].(string), e.operator)
+	require.Equal(t, http.StatusOK, one.Status)
+	require.Equal(t, kinds["double_payment"]["id"], one.json(t)["id"])
+	require.Equal(t, "not_found", e.get("/v1/reconcile/divergences/dv_nope", e.operator).code(t))
+
+	// CSV, in the list's order.
+	r := e.get("/v1/reconcile/divergences.csv?provider=sim", e.auditor)
+	require.Equal(t, http.StatusOK, r.Status)
+	require.Equal(t, "text/csv; charset=utf-8", r.Header.Get("Content-Type"))
+	rows, err := csv.NewReader(strings.NewReader(string(r.Body))).ReadAll()
+	require.NoError(t, err)
+	require.Len(t, rows, 6)
+	require.Equal(t, "id", rows[0][0])
+	for i, d := range all {
+		require.Equal(t, d["id"], rows[i+1][0])
+		require.Equal(t, d["kind"], rows[i+1][3])
+	}
+	r = e.get("/v1/reconcile/divergences.csv?kind=double_payment", e.operator)
+	rows, err = csv.NewReader(strings.NewReader(string(r.Body))).ReadAll()
+	require.NoError(t, err)
+	require.Len(t, rows, 2)
+	require.Equal(t, http.StatusForbidden, e.get("/v1/reconcile/divergences.csv", e.m1).Status)
+
+	// Operators resolve, with a reason; auditors cannot.
+	path := "/v1/reconcile/divergences/" + kinds["double_payment"]["id"].(string) + "/resolution"
+	require.Equal(t, http.StatusForbidden, e.post(path, e.auditor, "", map[string]any{"reason": "x"}).Status)
+	require.Equal(t, "validation_failed", e.post(path, e.operator, "", map[string]any{"reason": ""}).code(t))
+	require.Equal(t, "validation_failed", e.post(path, e.operator, "", map[string]any{"reason": "   "}).code(t))
+	res := e.post(path, e.operator, "res-1", map[string]any{"reason": "PSP reversed the copy, ticket 9"})
+	require.Equal(t, http.StatusOK, res.Status, string(res.Body))
+	m := res.json(t)
+	require.Equal(t, true, m["transitioned"])
+	dv := m["divergence"].(map[string]any)
+	require.Equal(t, "resolved", dv["status"])
+	require.Equal(t, e.operatorID, dv["resolved_by"])
+	require.Equal(t, "PSP reversed the copy, ticket 9", dv["resolution_reason"])
+	again := e.post(path, e.operator, "res-2", map[string]any{"reason": "again"})
+	require.Equal(t, http.StatusOK, again.Status)
+	require.Equal(t, false, again.json(t)["transitioned"])
+	require.Equal(t, "not_found", e.post("/v1/reconcile/divergences/dv_nope/resolution", e.operator, "",
+		map[string]any{"reason": "x"}).code(t))
+
+	_, err = rec.Run(e.ctx, "sim", day, reconcile.RunOptions{TriggeredBy: "test"})
+	require.NoError(t, err)
+	after := e.get("/v1/reconcile/divergences/"+kinds["double_payment"]["id"].(string), e.auditor).json(t)
+	require.Equal(t, "resolved", after["status"])
+	require.Equal(t, e.operatorID, after["resolved_by"])
+	require.Len(t, list("status=resolved", e.auditor), 1)
+
+	// The audit (run after the test) fails while a critical one is open.
+	res = e.post("/v1/reconcile/divergences/"+kinds["unknown_to_us"]["id"].(string)+"/resolution", e.operator, "",
+		map[string]any{"reason": "not ours: the PSP's test operation"})
+	require.Equal(t, http.StatusOK, res.Status, string(res.Body))
+}
