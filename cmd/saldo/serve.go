@@ -14,6 +14,7 @@ import (
 	"github.com/saldo/saldo/attempts"
 	"github.com/saldo/saldo/providers"
 	"github.com/saldo/saldo/providers/sim"
+	"github.com/saldo/saldo/providers/stripe"
 )
 
 func init() {
@@ -90,6 +91,7 @@ func runServe(ctx context.Context, args []string) error {
 	simURL := fs.String("sim-url", os.Getenv("SALDO_SIM_URL"), "base URL of a simulated PSP (saldo sim-provider) ($SALDO_SIM_URL)")
 	simName := fs.String("sim-name", envOr("SALDO_SIM_NAME", "sim"), "provider name of the simulated PSP ($SALDO_SIM_NAME)")
 	pixf := registerPixFlags(fs, env)
+	stripef := registerStripeFlags(fs, env)
 	routeSpec := fs.String("route", os.Getenv("SALDO_ROUTES"), "provider of each operation, as operation=provider pairs "+
 		"separated by commas, e.g. card_charge=stripe,pix_charge=pix,pix_transfer=pix; operations without a route go to "+
 		"the only configured provider; refunds always go to their charge's provider ($SALDO_ROUTES)")
@@ -150,9 +152,16 @@ func runServe(ctx context.Context, args []string) error {
 			problems = append(problems, "--sim-name and --pix-name must differ")
 		}
 	}
+	if stripef.enabled() {
+		configured = append(configured, stripe.Name)
+		problems = append(problems, stripef.problems()...)
+		if (*simURL != "" && *simName == stripe.Name) || (pixf.enabled() && *pixf.name == stripe.Name) {
+			problems = append(problems, fmt.Sprintf("--sim-name and --pix-name must not be %q with Stripe configured", stripe.Name))
+		}
+	}
 	if len(configured) == 0 {
 		problems = append(problems, "no provider configured: pass --sim-url (or SALDO_SIM_URL) of a saldo sim-provider, "+
-			"or --pix-base-url / --pix-send-base-url of a Pix PSP")
+			"--pix-base-url / --pix-send-base-url of a Pix PSP, or --stripe-api-key (SALDO_STRIPE_API_KEY)")
 	}
 	if *connect <= 0 || *read <= 0 {
 		problems = append(problems, "provider timeouts must be positive")
@@ -191,6 +200,13 @@ func runServe(ctx context.Context, args []string) error {
 	}
 	if pixf.enabled() {
 		p, err := pixf.build(settings, log)
+		if err != nil {
+			return fmt.Errorf("refusing to start: %w", err)
+		}
+		provs = append(provs, p)
+	}
+	if stripef.enabled() {
+		p, err := stripef.build(settings, log)
 		if err != nil {
 			return fmt.Errorf("refusing to start: %w", err)
 		}
