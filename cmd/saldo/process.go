@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 	"github.com/saldo/saldo/internal/groupcommit"
 	"github.com/saldo/saldo/ledger"
 	"github.com/saldo/saldo/providers"
+	"github.com/saldo/saldo/reconcile"
 )
 
 // processConfig is one saldo process: which roles it runs and with what.
@@ -117,15 +119,27 @@ func runProcess(ctx context.Context, pc processConfig) error {
 	reg.MustRegister(ledger.Collectors()...)
 	reg.MustRegister(groupcommit.Collectors()...)
 
+	// Daily reconciliation (R19): when a day is reconciled and when an open
+	// attempt is reported stale ($SALDO_RECONCILE_SETTLE_MARGIN, default 2h;
+	// $SALDO_RECONCILE_STALE_AFTER, default 24h).
+	renv := &envDefaults{}
+	rcfg := reconcile.Config{SettleMargin: renv.duration("SALDO_RECONCILE_SETTLE_MARGIN", 2*time.Hour),
+		StaleAfter: renv.duration("SALDO_RECONCILE_STALE_AFTER", 24*time.Hour)}
+	if len(renv.problems) > 0 {
+		return errors.New("refusing to start:\n  " + strings.Join(renv.problems, "\n  "))
+	}
 	e, err := engine.New(engine.Config{
 		Pool: pool, Providers: pc.Providers, PayoutProvider: pc.PayoutProvider, ChargeProvider: pc.ChargeProvider,
 		Routes: pc.Routes,
 		Logger: log, RunWorkers: pc.RunWorkers, MaxWorkers: pc.MaxWorkers, Attempts: pc.Attempts, Metrics: metrics,
 		Notifications: api.NotifierConfig{HTTP: providers.HTTPSettings{DenyPrivateNetworks: pc.NotifyDenyPrivate}},
+		Reconcile:     rcfg,
 	})
 	if err != nil {
 		return err
 	}
+	// saldo_reconcile_divergences{provider,kind}, counted at each scrape.
+	reg.MustRegister(e.Reconcile.Collector())
 	if pc.RunWorkers {
 		if err := e.Start(ctx); err != nil {
 			return fmt.Errorf("river: %w", err)
