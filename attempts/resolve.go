@@ -16,6 +16,11 @@ import (
 	"github.com/saldo/saldo/providers"
 )
 
+// FailureNotFound is the failure code of an attempt the resolver failed
+// because the provider had no operation with its reference past the
+// consistency window (R16): proof that the provider did nothing.
+const FailureNotFound = "not_found"
+
 // report is a provider's statement about one operation, from a lookup, a
 // webhook, a statement or an operator.
 type report struct {
@@ -310,7 +315,7 @@ func (s *Service) Resolve(ctx context.Context, id uuid.UUID) (ResolveResult, err
 				return nil
 			}
 			tr, err := s.transition(rctx, tx, after, la, change{To: StatusFailed, Actor: ActorResolver,
-				FailureCode: "not_found",
+				FailureCode: FailureNotFound,
 				Reason: fmt.Sprintf("lookup %d: not found %s after the last call (consistency window %s, R16)",
 					la.LookupCount, now.Sub(ref).Round(time.Second), caps.ConsistencyWindow),
 				FailureReason: "the provider has no operation with our reference after its consistency window"})

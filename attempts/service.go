@@ -268,6 +268,10 @@ type OpenParams struct {
 	SubjectID string
 	Provider  string
 	Input     providers.OperationInput
+	// SendAfter, when set, is the earliest time of the first call: the
+	// attempt's next_send_at and its submit job's schedule (a payout's
+	// next attempt after a transient failure waits out its backoff).
+	SendAfter time.Time
 }
 
 // Open creates an attempt inside the caller's transaction (phase 1, R11):
@@ -349,12 +353,16 @@ func (s *Service) tryOpen(ctx context.Context, tx pgx.Tx, p OpenParams, id uuid.
 	}
 	defer sp.Rollback(ctx) //nolint:errcheck // no-op after Commit
 
+	var sendAfter *time.Time
+	if p.SendAfter.After(now) {
+		sendAfter = &p.SendAfter
+	}
 	row := sp.QueryRow(ctx, `INSERT INTO attempts (id, kind, subject_id, provider, operation,
-		idempotency_key, reference, payload, payload_sha256, key_expires_at, created_at, updated_at)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$11)
+		idempotency_key, reference, payload, payload_sha256, key_expires_at, next_send_at, created_at, updated_at)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$12,$11,$11)
 		ON CONFLICT (direction, subject_id) WHERE status IN ('pending', 'unknown') DO NOTHING
 		RETURNING `+attemptColumns,
-		id, p.Kind, p.SubjectID, p.Provider, string(p.Input.Operation), key, ref, payload, sum, keyExpires, now)
+		id, p.Kind, p.SubjectID, p.Provider, string(p.Input.Operation), key, ref, payload, sum, keyExpires, now, sendAfter)
 	a, err := scanAttempt(row)
 	if errors.Is(err, ErrNotFound) {
 		if err := sp.Rollback(ctx); err != nil {
@@ -388,7 +396,11 @@ func (s *Service) tryOpen(ctx context.Context, tx pgx.Tx, p OpenParams, id uuid.
 		ToStatus: StatusPending, Reason: fmt.Sprintf("opened %s via %s (key and reference made before any I/O)", a.Operation, a.Provider)}); err != nil {
 		return Attempt{}, false, err
 	}
-	if _, err := s.riverClient(ctx).InsertTx(ctx, sp, SubmitAttemptArgs{AttemptID: a.ID}, s.submitOpts()); err != nil {
+	opts := s.submitOpts()
+	if sendAfter != nil {
+		opts.ScheduledAt = *sendAfter
+	}
+	if _, err := s.riverClient(ctx).InsertTx(ctx, sp, SubmitAttemptArgs{AttemptID: a.ID}, opts); err != nil {
 		return Attempt{}, false, fmt.Errorf("attempts: enqueue submit: %w", err)
 	}
 	if err := sp.Commit(ctx); err != nil {

@@ -369,10 +369,24 @@ func (s *Service) AttemptsFinal(ctx context.Context, tx pgx.Tx, as []attempts.At
 		return err
 	}
 	ins := make([]ledger.TransactionInput, n)
+	// goesOn: the payout got a next attempt (RetryPolicy), so it is not
+	// final and no final hook runs for it.
+	goesOn := make([]bool, n)
+	now := s.clock.Now()
 	for i, a := range as {
 		p, ok := final[a.SubjectID]
 		if !ok {
 			return fmt.Errorf("payouts: attempt %s names payout %s: %w", a.ID, a.SubjectID, ErrNotFound)
+		}
+		if p.Status == StatusFailed && p.CurrentAttemptID != nil && *p.CurrentAttemptID == a.ID {
+			if sendAfter, ok := s.next(p, a, now); ok {
+				np, carry, err := s.openNext(ctx, tx, p, a, sendAfter)
+				if err != nil {
+					return err
+				}
+				final[a.SubjectID], ins[i], goesOn[i] = np, carry, true
+				continue
+			}
 		}
 		if s.onFinal != nil && s.onFinals == nil {
 			if err := s.onFinal(ctx, tx, p); err != nil {
@@ -385,12 +399,16 @@ func (s *Service) AttemptsFinal(ctx context.Context, tx pgx.Tx, as []attempts.At
 		}
 	}
 	if s.onFinals != nil {
-		ps := make([]Payout, n)
+		var ps []Payout
 		for i, a := range as {
-			ps[i] = final[a.SubjectID]
+			if !goesOn[i] {
+				ps = append(ps, final[a.SubjectID])
+			}
 		}
-		if err := s.onFinals(ctx, tx, ps); err != nil {
-			return err
+		if len(ps) > 0 {
+			if err := s.onFinals(ctx, tx, ps); err != nil {
+				return err
+			}
 		}
 	}
 	postings.Add(ins, nil, func([]ledger.Transaction) error {

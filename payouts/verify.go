@@ -27,8 +27,10 @@ func (v Violation) String() string { return v.Check + ": " + v.Detail }
 //   - refunds: the succeeded, pending and unknown refunds of a charge never
 //     sum to more than the charged amount;
 //   - ledger effects: each outgoing attempt that reached a final status has
-//     exactly one settle (succeeded) or release (failed) ledger transaction,
-//     and every attempt has exactly one reserve.
+//     exactly one settle (succeeded) or release (failed) ledger transaction
+//     (a failed one may instead carry its reserve to the payout's next
+//     attempt), and every attempt has exactly one reserve, its own or
+//     carried in.
 func Verify(ctx context.Context, db dbtx) ([]Violation, error) {
 	var out []Violation
 	rows, err := db.Query(ctx, `
@@ -100,17 +102,26 @@ func Verify(ctx context.Context, db dbtx) ([]Violation, error) {
 		return nil, err
 	}
 
+	// A reserve reaches an attempt by its own reserve transaction or carried
+	// from the payout's previous attempt (CauseReserveCarry, caused by the
+	// failed attempt, naming this one in to_attempt_id); a failed attempt
+	// gives its reserve back (release) or carries it on, never both.
 	rows, err = db.Query(ctx, `
+		WITH carried AS (
+			SELECT metadata->>'to_attempt_id' AS attempt_id, count(*) AS n
+			FROM ledger_transactions WHERE cause_kind = 'payout_reserve_carry' GROUP BY 1
+		)
 		SELECT a.id, a.status,
-		       count(*) FILTER (WHERE t.cause_kind = 'payout_reserve'),
+		       count(*) FILTER (WHERE t.cause_kind = 'payout_reserve') + coalesce(min(c.n), 0),
 		       count(*) FILTER (WHERE t.cause_kind = 'payout_settle'),
-		       count(*) FILTER (WHERE t.cause_kind = 'payout_release')
+		       count(*) FILTER (WHERE t.cause_kind IN ('payout_release', 'payout_reserve_carry'))
 		FROM attempts a JOIN payouts p ON p.id = a.subject_id AND a.direction = 'out'
 		LEFT JOIN ledger_transactions t ON t.cause_id = a.id::text
+		LEFT JOIN carried c ON c.attempt_id = a.id::text
 		GROUP BY a.id, a.status
-		HAVING count(*) FILTER (WHERE t.cause_kind = 'payout_reserve') <> 1
+		HAVING count(*) FILTER (WHERE t.cause_kind = 'payout_reserve') + coalesce(min(c.n), 0) <> 1
 		    OR count(*) FILTER (WHERE t.cause_kind = 'payout_settle') <> (a.status = 'succeeded')::int
-		    OR count(*) FILTER (WHERE t.cause_kind = 'payout_release') <> (a.status = 'failed')::int
+		    OR count(*) FILTER (WHERE t.cause_kind IN ('payout_release', 'payout_reserve_carry')) <> (a.status = 'failed')::int
 		ORDER BY a.id`)
 	if err != nil {
 		return nil, err
@@ -121,7 +132,7 @@ func Verify(ctx context.Context, db dbtx) ([]Violation, error) {
 		if err := rows.Scan(&id, &st, &res, &set, &rel); err != nil {
 			return nil, err
 		}
-		out = append(out, Violation{"ledger_effects", fmt.Sprintf("attempt %s (%s): %d reserve, %d settle, %d release transactions", id, st, res, set, rel)})
+		out = append(out, Violation{"ledger_effects", fmt.Sprintf("attempt %s (%s): %d reserve (own or carried in), %d settle, %d release (or carried on) transactions", id, st, res, set, rel)})
 	}
 	return out, rows.Err()
 }

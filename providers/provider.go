@@ -63,6 +63,13 @@ type Capabilities struct {
 	Webhooks bool
 	// Statements: the provider lists a day's operations for reconciliation.
 	Statements bool
+	// TransientFailures are the failure codes with which the provider says
+	// it did nothing and the same operation may succeed later (its own "try
+	// again"): a payout whose attempt failed with one gets a new attempt
+	// under the payout's retry policy. Every other failure code is
+	// definitive. (The resolver's proof of absence, attempts.FailureNotFound,
+	// is transient for every provider.)
+	TransientFailures []string
 	// Operations the provider supports.
 	Operations []Operation
 }

@@ -45,6 +45,9 @@ type Config struct {
 	// supports its operation: New refuses anything else. Refunds are not
 	// routed: they go to the provider of their charge.
 	Routes providers.Routes
+	// PayoutRetry opens a payout's next attempt by itself after a transient
+	// failure, the reserve held (payouts.RetryPolicy; zero: never).
+	PayoutRetry payouts.RetryPolicy
 	// Charges tunes the charges service; Pool, Attempts, Provider, Clock
 	// and Logger are filled in by the engine.
 	Charges charges.Config
@@ -146,7 +149,7 @@ func New(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	po, err := payouts.New(payouts.Config{Pool: cfg.Pool, Attempts: att, Provider: cfg.PayoutProvider, Routes: cfg.Routes,
+	po, err := payouts.New(payouts.Config{Pool: cfg.Pool, Attempts: att, Provider: cfg.PayoutProvider, Routes: cfg.Routes, Retry: cfg.PayoutRetry,
 		Clock: cfg.Clock, Logger: cfg.Logger, Charges: ch, OnFinal: notifier.PayoutFinal,
 		OnFinalMany: notifier.PayoutsFinal})
 	if err != nil {
