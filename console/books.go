@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"net/http"
-	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -287,7 +286,6 @@ type accountData struct {
 	At       string // the instant asked for, as typed
 	AtBal    string // the balance at it
 	AtTime   time.Time
-	CSVQuery string
 }
 
 // accountQuery reads the account page's parameters and its page of
@@ -321,10 +319,6 @@ func (c *Console) accountQuery(r *http.Request) (accountData, int, string, error
 		return d, 0, "", err
 	}
 	d.Postings, d.Next = pg.Postings, pg.NextCursor
-	d.CSVQuery = "code=" + urlq(code) + "&order=" + d.Order
-	if d.Cursor != "" {
-		d.CSVQuery += "&cursor=" + urlq(d.Cursor)
-	}
 	return d, 0, "", nil
 }
 
@@ -496,4 +490,3 @@ func (c *Console) transactionCSV(w http.ResponseWriter, r *http.Request, s *Sess
 	writeCSV(w, "saldo-transaction-"+strconv.FormatInt(t.ID, 10)+".csv", t.Postings)
 }
 
-func urlq(s string) string { return url.QueryEscape(s) }

@@ -7,7 +7,6 @@ import (
 	"html/template"
 	"io/fs"
 	"net/http"
-	"net/url"
 	"path"
 	"strings"
 	"time"
@@ -64,7 +63,6 @@ func (c *Console) funcs() template.FuncMap {
 		"dec": func(d decimal.Decimal, cur money.Currency) string { return d.StringFixed(cur.MinorUnits()) },
 		"amt": func(a money.Amount) string { return a.Format() + " " + a.Currency().Code() },
 		"hex": func(b []byte) string { return hex.EncodeToString(b) },
-		"q":   url.QueryEscape,
 		"ms": func(a, b *time.Time) string {
 			if a == nil || b == nil {
 				return ""
