@@ -24,6 +24,7 @@ import (
 	"github.com/saldo/saldo/merchants"
 	"github.com/saldo/saldo/migrations"
 	"github.com/saldo/saldo/money"
+	"github.com/saldo/saldo/payouts"
 	"github.com/saldo/saldo/providers"
 	"github.com/saldo/saldo/providers/sim"
 )
@@ -148,6 +149,9 @@ func runDev(ctx context.Context, args []string) error {
 		DatabaseURL: dbURL, Listen: addr, RunAPI: true, RunWorkers: true,
 		Providers: []providers.Provider{prov}, PayoutProvider: prov.Name(), ChargeProvider: prov.Name(),
 		MaxWorkers: 20, Logger: log, ConsoleInsecure: true,
+		// As serve's defaults: a payout the sim proves it never did gets
+		// its next attempt by itself.
+		PayoutRetry: payouts.RetryPolicy{MaxAttempts: 3, Within: 24 * time.Hour, Backoff: 30 * time.Second},
 		// Demo pace: unknown attempts are looked up after 5s, then 10s, 30s...
 		Attempts: attempts.Config{ResolveSchedule: []time.Duration{5 * time.Second, 10 * time.Second,
 			30 * time.Second, time.Minute, 5 * time.Minute}, StaleCallAfter: time.Minute},

@@ -27,6 +27,7 @@ import (
 	"github.com/saldo/saldo/internal/engine"
 	"github.com/saldo/saldo/internal/groupcommit"
 	"github.com/saldo/saldo/ledger"
+	"github.com/saldo/saldo/payouts"
 	"github.com/saldo/saldo/providers"
 	"github.com/saldo/saldo/reconcile"
 )
@@ -50,8 +51,10 @@ type processConfig struct {
 	// for the operations Routes does not route.
 	PayoutProvider, ChargeProvider string
 	// Routes names the provider of each operation (engine.Config.Routes).
-	Routes     providers.Routes
-	MaxWorkers int
+	Routes providers.Routes
+	// PayoutRetry is engine.Config.PayoutRetry.
+	PayoutRetry payouts.RetryPolicy
+	MaxWorkers  int
 	// NotifyDenyPrivate: merchant notification URLs may not reach
 	// loopback or private addresses (no SSRF into the platform's network).
 	NotifyDenyPrivate bool
@@ -130,7 +133,7 @@ func runProcess(ctx context.Context, pc processConfig) error {
 	}
 	e, err := engine.New(engine.Config{
 		Pool: pool, Providers: pc.Providers, PayoutProvider: pc.PayoutProvider, ChargeProvider: pc.ChargeProvider,
-		Routes: pc.Routes,
+		Routes: pc.Routes, PayoutRetry: pc.PayoutRetry,
 		Logger: log, RunWorkers: pc.RunWorkers, MaxWorkers: pc.MaxWorkers, Attempts: pc.Attempts, Metrics: metrics,
 		Notifications: api.NotifierConfig{HTTP: providers.HTTPSettings{DenyPrivateNetworks: pc.NotifyDenyPrivate}},
 		Reconcile:     rcfg,

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/payouts"
 	"github.com/saldo/saldo/providers"
 	"github.com/saldo/saldo/providers/sim"
 	"github.com/saldo/saldo/providers/stripe"
@@ -99,6 +100,13 @@ func runServe(ctx context.Context, args []string) error {
 		"provider connect timeout: short, fail fast when the provider is down (R3)")
 	read := fs.Duration("provider-read-timeout", env.duration("SALDO_PROVIDER_READ_TIMEOUT", 30*time.Second),
 		"provider read timeout: generous, a short one manufactures unknowns (R3)")
+	retryMax := fs.Int("payout-max-attempts", env.int("SALDO_PAYOUT_MAX_ATTEMPTS", 3),
+		"attempts per payout, the first included: a payout whose attempt the provider proves it never did (or fails with its own "+
+			"'try again' code) gets its next attempt by itself, the reserve held; 1 turns this off ($SALDO_PAYOUT_MAX_ATTEMPTS)")
+	retryWithin := fs.Duration("payout-retry-within", env.duration("SALDO_PAYOUT_RETRY_WITHIN", 24*time.Hour),
+		"no new attempt of a payout once this long has passed since it was created ($SALDO_PAYOUT_RETRY_WITHIN)")
+	retryBackoff := fs.Duration("payout-retry-backoff", env.duration("SALDO_PAYOUT_RETRY_BACKOFF", 30*time.Second),
+		"wait before a payout's second attempt calls; doubled for each later one ($SALDO_PAYOUT_RETRY_BACKOFF)")
 	staleCall := fs.Duration("stale-call-after", env.duration("SALDO_STALE_CALL_AFTER", 5*time.Minute),
 		"a call started this long ago with nothing recorded is unknown (must exceed connect + read timeout)")
 	shutdown := fs.Duration("shutdown-timeout", env.duration("SALDO_SHUTDOWN_TIMEOUT", 0),
@@ -177,6 +185,9 @@ func runServe(ctx context.Context, args []string) error {
 	if *maxWorkers <= 0 {
 		problems = append(problems, "--max-workers must be positive")
 	}
+	if *retryMax < 1 || *retryWithin < 0 || *retryBackoff < 0 {
+		problems = append(problems, "--payout-max-attempts must be at least 1, --payout-retry-within and --payout-retry-backoff not negative")
+	}
 	if len(problems) > 0 {
 		return errors.New("refusing to start:\n  " + strings.Join(problems, "\n  "))
 	}
@@ -230,7 +241,8 @@ func runServe(ctx context.Context, args []string) error {
 	return runProcess(ctx, processConfig{
 		DatabaseURL: u, Listen: *listen, MetricsListen: *metricsListen, RunAPI: runAPI, RunWorkers: runWorkers,
 		Providers: provs, PayoutProvider: fallback, ChargeProvider: fallback, Routes: routes,
-		MaxWorkers: *maxWorkers, NotifyDenyPrivate: !*notifyPrivate,
+		PayoutRetry: payouts.RetryPolicy{MaxAttempts: *retryMax, Within: *retryWithin, Backoff: *retryBackoff},
+		MaxWorkers:  *maxWorkers, NotifyDenyPrivate: !*notifyPrivate,
 		// A job outlives the longest call it makes, so River never cuts a call
 		// off (which would only make it unknown, but costs a lookup).
 		Attempts:        attempts.Config{StaleCallAfter: *staleCall, JobTimeout: longestCall + 30*time.Second},
