@@ -259,7 +259,10 @@ func TestBrowserOperatorResolvesStuckPayout(t *testing.T) {
 	require.Contains(t, p.text("#balances"), "95.00")
 	p.screenshot("13-merchant-as-auditor")
 	p.open("/console/charts")
+	require.Contains(t, p.text("main"), "Provider latency percentiles")
 	p.screenshot("14-charts")
+	p.open("/console/reconcile")
+	p.screenshot("14-reconcile")
 
 	// An auditor posting a resolution (a form made by hand, with the
 	// session's valid CSRF token) gets 403.

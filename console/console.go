@@ -208,6 +208,9 @@ func (c *Console) routes() {
 	m.Handle("GET "+Prefix+"/audit", c.page(books, c.auditPage))
 	m.Handle("POST "+Prefix+"/audit/run", c.form(books, c.runAudit))
 	m.Handle("GET "+Prefix+"/charts", c.page(ops, c.chartsPage))
+	m.Handle("GET "+Prefix+"/reconcile", c.page(ops, c.reconcilePage))
+	m.Handle("GET "+Prefix+"/reconcile/divergences/{id}", c.page(ops, c.divergencePage))
+	m.Handle("POST "+Prefix+"/reconcile/divergences/{id}/resolve", c.form([]Role{RoleOperator}, c.resolveDivergence))
 
 	m.HandleFunc(Prefix+"/", func(w http.ResponseWriter, r *http.Request) {
 		c.renderError(w, r, nil, http.StatusNotFound, "No such page.")
