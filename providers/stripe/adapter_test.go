@@ -448,3 +448,42 @@ func TestNewRefusesBadConfiguration(t *testing.T) {
 		t.Fatalf("capabilities %+v", c)
 	}
 }
+
+// TestLookupFailuresAreNoAnswer_R16: a 500, an unreadable body or a body
+// that is not a list is never "not found".
+func TestLookupFailuresAreNoAnswer_R16(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		status int
+		body   string
+	}{
+		{"500", http.StatusInternalServerError, `{"error":{"type":"api_error","message":"boom"}}`},
+		{"unreadable", http.StatusOK, `{"object":"list","data":[`},
+		{"not a list", http.StatusOK, `{"object":"payment_intent","id":"pi_1"}`},
+		{"foreign object in list", http.StatusOK, `{"object":"list","data":[{"object":"charge","id":"ch_1"}],"has_more":false}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(c.status)
+				fmt.Fprint(w, c.body)
+			})}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			go srv.Serve(ln)
+			t.Cleanup(func() { srv.Close() })
+			p := newProvider(t, "http://"+ln.Addr().String())
+			for _, op := range []providers.Operation{providers.OpCardCharge, providers.OpRefund, providers.OpAccountTransfer, providers.OpBankPayout} {
+				lr, err := p.Lookup(context.Background(), op, ref())
+				if err != nil || lr.Found {
+					t.Fatalf("%s: %+v %v", op, lr, err)
+				}
+				if lr.Exchange.StatusCode == http.StatusOK && !errors.Is(lr.Exchange.Err, stripe.ErrInconclusive) {
+					t.Errorf("%s: a 200 that is not a readable list must be inconclusive: %+v", op, lr)
+				}
+			}
+		})
+	}
+}

@@ -215,6 +215,7 @@ func TestWebhooks_R17(t *testing.T) {
 	}{
 		{"payment_intent.payment_failed", declined.ProviderID, providers.OpCardCharge, rd, providers.StateFailed, "3.00", "USD", "generic_decline"},
 		{"refund.updated", re.ProviderID, providers.OpRefund, rr, providers.StateSucceeded, "5.00", "USD", ""},
+		{"charge.refund.updated", re.ProviderID, providers.OpRefund, rr, providers.StateSucceeded, "5.00", "USD", ""},
 		{"transfer.reversed", tr.ProviderID, providers.OpAccountTransfer, rt, providers.StateFailed, "500", "JPY", "transfer_reversed"},
 		{"payout.paid", po.ProviderID, providers.OpBankPayout, rp, providers.StateSucceeded, "30.00", "EUR", ""},
 		{"payout.failed", failedPayout.ProviderID, providers.OpBankPayout, "", providers.StateFailed, "31.00", "EUR", "account_closed"},

@@ -29,7 +29,8 @@ const WebhookTolerance = webhook.DefaultTolerance
 //
 //   - payment_intent.succeeded / .payment_failed / .processing / .canceled:
 //     card_charge;
-//   - refund.created / refund.updated / refund.failed: refund;
+//   - refund.created / refund.updated / refund.failed (and the older
+//     charge.refund.updated, whose object is the refund too): refund;
 //   - transfer.created / .updated / .reversed: account_transfer;
 //   - payout.created / .updated / .paid / .failed / .canceled: bank_payout;
 //
@@ -119,7 +120,7 @@ func eventOperation(t stripego.EventType, object string) (providers.Operation, b
 	switch {
 	case prefix == "payment_intent" && object == "payment_intent":
 		return providers.OpCardCharge, true
-	case prefix == "refund" && object == "refund":
+	case (prefix == "refund" || strings.HasPrefix(string(t), "charge.refund.")) && object == "refund":
 		return providers.OpRefund, true
 	case prefix == "transfer" && object == "transfer":
 		return providers.OpAccountTransfer, true
