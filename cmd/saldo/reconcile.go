@@ -16,6 +16,7 @@ import (
 	"github.com/saldo/saldo/internal/engine"
 	"github.com/saldo/saldo/providers"
 	"github.com/saldo/saldo/providers/sim"
+	"github.com/saldo/saldo/providers/stripe"
 	"github.com/saldo/saldo/reconcile"
 )
 
@@ -52,6 +53,8 @@ func runReconcile(ctx context.Context, args []string, out io.Writer, tty bool) e
 		"a day is reconciled this long after it ended ($SALDO_RECONCILE_SETTLE_MARGIN)")
 	staleAfter := fs.Duration("stale-after", env.duration("SALDO_RECONCILE_STALE_AFTER", 24*time.Hour),
 		"report attempts unknown or in review longer than this ($SALDO_RECONCILE_STALE_AFTER)")
+	pixf := registerPixFlags(fs, env)
+	stripef := registerStripeFlags(fs, env)
 	progress := fs.String("progress", "auto", "progress bar: auto (when stdout is a terminal), always or never")
 	timeout := fs.Duration("provider-read-timeout", env.duration("SALDO_PROVIDER_READ_TIMEOUT", 30*time.Second),
 		"provider read timeout (statements can be large)")
@@ -85,11 +88,22 @@ func runReconcile(ctx context.Context, args []string, out io.Writer, tty bool) e
 	default:
 		problems = append(problems, "--progress is auto, always or never")
 	}
-	if *provider != "" && *provider != *simName {
-		problems = append(problems, fmt.Sprintf("provider %q is not configured: this command builds the simulated PSP "+
-			"(--sim-url, --sim-name %q)", *provider, *simName))
-	} else if *simURL == "" {
-		problems = append(problems, "no provider configured: pass --sim-url (or SALDO_SIM_URL)")
+	// The provider is configured with the same flags and environment as
+	// saldo serve's: the simulated PSP, Stripe or a Pix PSP.
+	kind := ""
+	switch {
+	case *provider == "":
+	case *provider == *simName && *simURL != "":
+		kind = "sim"
+	case *provider == stripe.Name && stripef.enabled():
+		kind = "stripe"
+		problems = append(problems, stripef.problems()...)
+	case *provider == *pixf.name && pixf.enabled():
+		kind = "pix"
+		problems = append(problems, pixf.problems()...)
+	default:
+		problems = append(problems, fmt.Sprintf("provider %q is not configured: pass its settings as saldo serve takes them "+
+			"(--sim-url with --sim-name, --stripe-api-key, --pix-base-url and the other --pix-* flags)", *provider))
 	}
 	if len(problems) > 0 {
 		return errors.New("refusing to run:\n  " + strings.Join(problems, "\n  "))
@@ -99,13 +113,25 @@ func runReconcile(ctx context.Context, args []string, out io.Writer, tty bool) e
 		return err
 	}
 	settings := providers.HTTPSettings{ReadTimeout: *timeout}
-	capCtx, cancel := context.WithTimeout(ctx, 10*time.Second+*timeout)
-	caps, err := sim.FetchCapabilities(capCtx, *simURL, settings)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("provider %s at %s: %w", *simName, *simURL, err)
+	var prov providers.Provider
+	switch kind {
+	case "sim":
+		capCtx, cancel := context.WithTimeout(ctx, 10*time.Second+*timeout)
+		caps, err := sim.FetchCapabilities(capCtx, *simURL, settings)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("provider %s at %s: %w", *simName, *simURL, err)
+		}
+		prov = sim.NewProvider(*simURL, sim.WithName(*simName), sim.WithHTTPSettings(settings), sim.WithCapabilities(caps))
+	case "stripe":
+		if prov, err = stripef.build(settings, log); err != nil {
+			return err
+		}
+	case "pix":
+		if prov, err = pixf.build(settings, log); err != nil {
+			return err
+		}
 	}
-	prov := sim.NewProvider(*simURL, sim.WithName(*simName), sim.WithHTTPSettings(settings), sim.WithCapabilities(caps))
 
 	pool, err := pgxpool.New(ctx, u)
 	if err != nil {
@@ -115,7 +141,15 @@ func runReconcile(ctx context.Context, args []string, out io.Writer, tty bool) e
 	// The engine wires the owners (payouts, charges) and their notifier,
 	// so a statement that resolves an attempt settles or credits it and
 	// tells the merchant, as a webhook would. No workers run here.
-	e, err := engine.New(engine.Config{Pool: pool, Providers: []providers.Provider{prov}, PayoutProvider: prov.Name(),
+	// Every operation the provider supports is routed to it (refunds follow
+	// their charge), as saldo serve routes a single provider.
+	routes := providers.Routes{}
+	for _, op := range prov.Capabilities().Operations {
+		if op != providers.OpRefund {
+			routes[op] = []string{prov.Name()}
+		}
+	}
+	e, err := engine.New(engine.Config{Pool: pool, Providers: []providers.Provider{prov}, Routes: routes,
 		Logger: log, Reconcile: reconcile.Config{SettleMargin: *margin, StaleAfter: *staleAfter}})
 	if err != nil {
 		return err

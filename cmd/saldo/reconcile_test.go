@@ -16,6 +16,7 @@ import (
 	"github.com/saldo/saldo/payouts"
 	"github.com/saldo/saldo/providers"
 	"github.com/saldo/saldo/providers/sim"
+	"github.com/saldo/saldo/providers/stripe/stripefake"
 )
 
 // Issue 16 (R19): saldo reconcile runs one provider's day, draws a progress
@@ -87,3 +88,24 @@ func TestReconcileCommand_R19(t *testing.T) {
 		"--date", time.Now().UTC().Format(time.DateOnly)}, &out, false)
 	require.ErrorContains(t, err, "has not closed")
 }
+
+// The command takes the Stripe adapter as saldo serve does (--stripe-*):
+// a PaymentIntent saldo never made is a critical divergence (exit 3).
+func TestReconcileCommandStripe_R19(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := testdb.NewURL(t)
+	fake := stripefake.New("sk_test_cli")
+	t.Cleanup(fake.Close)
+	day := time.Now().UTC().Truncate(24*time.Hour).AddDate(0, 0, -2)
+	pi := fake.Seed("payment_intent", 990, "brl", "", day.Add(12*time.Hour))
+	var out bytes.Buffer
+	err := runReconcile(ctx, []string{"--database-url", dbURL, "--provider", "stripe", "--stripe-api-key", "sk_test_cli",
+		"--stripe-base-url", fake.URL(), "--date", day.Format(time.DateOnly)}, &out, false)
+	require.Equal(t, exitError{Code: 3}, err, out.String())
+	require.Contains(t, out.String(), "reconcile stripe "+day.Format(time.DateOnly)+": succeeded")
+	require.Regexp(t, `unknown_to_us +critical +1`, out.String())
+	require.Regexp(t, `BRL +in +9.9 +0 +DIFFERS`, out.String())
+	require.NotEmpty(t, pi["id"])
+}
+
