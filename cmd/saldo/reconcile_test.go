@@ -108,4 +108,3 @@ func TestReconcileCommandStripe_R19(t *testing.T) {
 	require.Regexp(t, `BRL +in +9.9 +0 +DIFFERS`, out.String())
 	require.NotEmpty(t, pi["id"])
 }
-
