@@ -32,11 +32,13 @@ const listLimit = 100
 //   - account_transfer: GET /v1/transfers?transfer_group=<ref> (each
 //     transfer is its own group), matched on metadata;
 //   - refund, bank_payout: neither is searchable nor filterable by
-//     metadata, so GET /v1/refunds (or /v1/payouts) for the newest page
-//     created within the lookup horizon, matched on metadata. "Not found"
-//     is reported only when that page is the whole range (has_more false);
-//     otherwise the lookup is inconclusive (ErrInconclusive), never a
-//     false absence.
+//     metadata (nor by anything the reference leads to), so GET
+//     /v1/refunds (or /v1/payouts) for the newest page of 100, matched on
+//     metadata. "Not found" is reported only when that page is the whole
+//     list (has_more false); otherwise the lookup is inconclusive
+//     (ErrInconclusive), never a false absence. No created-time filter:
+//     Lookup does not know when the attempt was made, and an object older
+//     than any fixed range would read as absent.
 //
 // Several matches (only possible if a key expired and a request was sent
 // again) report the one that moved money first, as the sim does.
@@ -57,7 +59,6 @@ func (p *Provider) Lookup(ctx context.Context, op providers.Operation, reference
 		if op == providers.OpBankPayout {
 			path = "/v1/payouts"
 		}
-		q.Set("created[gte]", strconv.FormatInt(p.now().Add(-p.horizon).Unix(), 10))
 		q.Set("limit", strconv.Itoa(listLimit))
 	default:
 		return providers.LookupResult{}, fmt.Errorf("%w: lookup of %s at stripe", providers.ErrUnsupported, op)

@@ -49,11 +49,6 @@ const KeyLifetime = 24 * time.Hour
 // incidents.
 const DefaultConsistencyWindow = time.Hour
 
-// DefaultLookupHorizon bounds the created-time range listed to find a
-// refund or a payout (neither is searchable): the resolver's schedule ends
-// within about 30 hours, a payout may stay pending for days.
-const DefaultLookupHorizon = 7 * 24 * time.Hour
-
 // MetadataReference is the metadata key that carries the attempt's
 // reference on every object saldo creates (R13).
 const MetadataReference = "saldo_reference"
@@ -89,12 +84,8 @@ type Config struct {
 	HTTP providers.HTTPSettings
 	// ConsistencyWindow overrides DefaultConsistencyWindow.
 	ConsistencyWindow time.Duration
-	// LookupHorizon overrides DefaultLookupHorizon.
-	LookupHorizon time.Duration
 	// Logger receives the adapter's alerts (401/403). Default slog.Default.
 	Logger *slog.Logger
-	// Clock is "now" for lookups by created time (default time.Now).
-	Clock func() time.Time
 }
 
 // Provider is the Stripe adapter: a providers.Provider.
@@ -104,9 +95,7 @@ type Provider struct {
 	baseURL   string
 	client    *providers.Client
 	caps      providers.Capabilities
-	horizon   time.Duration
 	log       *slog.Logger
-	now       func() time.Time
 	tolerance time.Duration
 }
 
@@ -133,17 +122,9 @@ func New(cfg Config) (*Provider, error) {
 	if window <= 0 {
 		window = DefaultConsistencyWindow
 	}
-	horizon := cfg.LookupHorizon
-	if horizon <= 0 {
-		horizon = DefaultLookupHorizon
-	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
-	}
-	now := cfg.Clock
-	if now == nil {
-		now = time.Now
 	}
 	return &Provider{
 		key:     string(cfg.APIKey),
@@ -160,9 +141,7 @@ func New(cfg Config) (*Provider, error) {
 			Operations: []providers.Operation{providers.OpCardCharge, providers.OpRefund,
 				providers.OpAccountTransfer, providers.OpBankPayout},
 		},
-		horizon:   horizon,
 		log:       log,
-		now:       now,
 		tolerance: WebhookTolerance,
 	}, nil
 }
