@@ -380,12 +380,14 @@ func (s *Service) AttemptsFinal(ctx context.Context, tx pgx.Tx, as []attempts.At
 		}
 		if p.Status == StatusFailed && p.CurrentAttemptID != nil && *p.CurrentAttemptID == a.ID {
 			if sendAfter, ok := s.next(p, a, now); ok {
-				np, carry, err := s.openNext(ctx, tx, p, a, sendAfter)
+				np, carry, opened, err := s.openNext(ctx, tx, p, a, sendAfter)
 				if err != nil {
 					return err
 				}
-				final[a.SubjectID], ins[i], goesOn[i] = np, carry, true
-				continue
+				if opened {
+					final[a.SubjectID], ins[i], goesOn[i] = np, carry, true
+					continue
+				}
 			}
 		}
 		if s.onFinal != nil && s.onFinals == nil {

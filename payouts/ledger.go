@@ -127,9 +127,12 @@ func reserveSpecs(p Payout) (from, to ledger.AccountSpec) {
 	return ledger.MerchantAvailable(p.MerchantID, cur), ledger.MerchantReserved(p.MerchantID, cur)
 }
 
-func settleSpecs(p Payout, attemptID uuid.UUID) (from, to ledger.AccountSpec) {
+// settleSpecs: the money goes to the clearing account of the provider that
+// paid it, the attempt's (a payout's next attempt may fail over to another
+// provider than the payout's first).
+func settleSpecs(p Payout, a attempts.Attempt) (from, to ledger.AccountSpec) {
 	cur := p.Amount.Currency()
-	return ledger.MerchantReserved(p.MerchantID, cur), clearingShard(p.Provider, cur, int(attemptID[0])%ClearingShards)
+	return ledger.MerchantReserved(p.MerchantID, cur), clearingShard(a.Provider, cur, int(a.ID[0])%ClearingShards)
 }
 
 func releaseSpecs(p Payout) (from, to ledger.AccountSpec) {
@@ -173,7 +176,7 @@ func (s *Service) reserve(ctx context.Context, tx pgx.Tx, p Payout, attemptID uu
 // the money never left) when it failed.
 func finalMove(p Payout, a attempts.Attempt) (cause string, from, to ledger.AccountSpec) {
 	if a.Status == attempts.StatusSucceeded {
-		from, to = settleSpecs(p, a.ID)
+		from, to = settleSpecs(p, a)
 		return CauseSettle, from, to
 	}
 	from, to = releaseSpecs(p)

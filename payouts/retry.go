@@ -2,6 +2,7 @@ package payouts
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -82,28 +83,45 @@ func (s *Service) transient(a attempts.Attempt) bool {
 // openNext opens p's next attempt in tx (p's current attempt failed is
 // failed, p was just marked failed by the same transaction), points p at
 // it, and returns the carry of the reserve from failed to the new attempt.
-func (s *Service) openNext(ctx context.Context, tx pgx.Tx, p Payout, failed attempts.Attempt, sendAfter time.Time) (Payout, ledger.TransactionInput, error) {
-	na, err := s.attempts.Open(ctx, tx, attempts.OpenParams{Kind: p.Kind, SubjectID: p.ID, Provider: p.Provider,
-		Input: operationInput(&p), SendAfter: sendAfter})
-	if err != nil {
-		return p, ledger.TransactionInput{}, fmt.Errorf("payouts: next attempt of %s: %w", p.ID, err)
+// The next attempt goes to the provider after failed's in the operation's
+// failover order (providers.Routes), else to the same provider; if neither
+// accepts the operation (ok false), there is no next attempt and the
+// caller releases the reserve as for any failure.
+func (s *Service) openNext(ctx context.Context, tx pgx.Tx, p Payout, failed attempts.Attempt, sendAfter time.Time) (
+	np Payout, carry ledger.TransactionInput, ok bool, err error) {
+	var na attempts.Attempt
+	candidates := slices.Compact([]string{s.routes.Next(p.Operation, failed.Provider), failed.Provider})
+	for _, provider := range candidates {
+		na, err = s.attempts.Open(ctx, tx, attempts.OpenParams{Kind: p.Kind, SubjectID: p.ID, Provider: provider,
+			Input: operationInput(&p), SendAfter: sendAfter})
+		if !errors.Is(err, attempts.ErrInvalid) {
+			break
+		}
+		s.log.WarnContext(ctx, "payouts: a provider refused a payout's next attempt", "payout_id", p.ID,
+			"provider", provider, "error", err)
 	}
-	np, err := scanPayout(tx.QueryRow(ctx, `UPDATE payouts SET status = 'processing', failure_code = NULL,
+	if errors.Is(err, attempts.ErrInvalid) {
+		return p, ledger.TransactionInput{}, false, nil
+	}
+	if err != nil {
+		return p, ledger.TransactionInput{}, false, fmt.Errorf("payouts: next attempt of %s: %w", p.ID, err)
+	}
+	np, err = scanPayout(tx.QueryRow(ctx, `UPDATE payouts SET status = 'processing', failure_code = NULL,
 		failure_reason = NULL, current_attempt_id = $2, attempt_count = attempt_count + 1, updated_at = $3
 		WHERE id = $1 AND current_attempt_id = $4 RETURNING `+payoutColumns, p.ID, na.ID, s.clock.Now(), failed.ID))
 	if err != nil {
-		return p, ledger.TransactionInput{}, fmt.Errorf("payouts: point %s at its next attempt: %w", p.ID, err)
+		return p, ledger.TransactionInput{}, false, fmt.Errorf("payouts: point %s at its next attempt: %w", p.ID, err)
 	}
 	reserved := ledger.MerchantReserved(p.MerchantID, p.Amount.Currency())
-	in, err := s.moveInput(ctx, tx, p, failed.ID, CauseReserveCarry, reserved, reserved)
+	carry, err = s.moveInput(ctx, tx, p, failed.ID, CauseReserveCarry, reserved, reserved)
 	if err != nil {
-		return p, ledger.TransactionInput{}, err
+		return p, ledger.TransactionInput{}, false, err
 	}
-	in.Description = fmt.Sprintf("reserve of %s %s carried from attempt %s to attempt %s", p.Kind, p.ID, failed.ID, na.ID)
-	in.Metadata["to_attempt_id"] = na.ID.String()
+	carry.Description = fmt.Sprintf("reserve of %s %s carried from attempt %s to attempt %s", p.Kind, p.ID, failed.ID, na.ID)
+	carry.Metadata["to_attempt_id"] = na.ID.String()
 	s.log.InfoContext(ctx, "payout attempt failed transiently; next attempt opened with the reserve held",
 		"payout_id", p.ID, "attempt_id", failed.ID, "next_attempt_id", na.ID, "reference", failed.Reference,
-		"next_reference", na.Reference, "provider", p.Provider, "failure_code", failed.FailureCode,
-		"attempt", np.AttemptCount, "send_after", sendAfter)
-	return np, in, nil
+		"next_reference", na.Reference, "provider", failed.Provider, "next_provider", na.Provider,
+		"failure_code", failed.FailureCode, "attempt", np.AttemptCount, "send_after", sendAfter)
+	return np, carry, true, nil
 }

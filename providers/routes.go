@@ -7,15 +7,18 @@ import (
 	"strings"
 )
 
-// Routes names the provider that serves each operation saldo originates
-// (card charges to one PSP, Pix to another, ...). A refund is never routed:
-// it always goes to the provider of the charge it returns, whatever the
-// routes say, so a refund route is refused.
-type Routes map[Operation]string
+// Routes names the providers that serve each operation saldo originates
+// (card charges to one PSP, Pix to another, ...), in failover order: the
+// first takes every new operation; a payout's next attempt after a
+// transient failure may go to the next one (payouts.RetryPolicy). A refund
+// is never routed: it always goes to the provider of the charge it returns,
+// whatever the routes say, so a refund route is refused.
+type Routes map[Operation][]string
 
 // ParseRoutes reads routes written as "operation=provider" pairs separated
-// by commas (the form of `saldo serve --route` and SALDO_ROUTES), for
-// example "card_charge=stripe,pix_charge=pix,pix_transfer=pix". Spaces
+// by commas (the form of `saldo serve --route` and SALDO_ROUTES), a
+// failover order written with "|", for example
+// "card_charge=stripe,pix_charge=pix,pix_transfer=pixA|pixB". Spaces
 // around names are ignored; an empty string is no routes.
 func ParseRoutes(s string) (Routes, error) {
 	r := Routes{}
@@ -24,51 +27,77 @@ func ParseRoutes(s string) (Routes, error) {
 		if pair == "" {
 			continue
 		}
-		op, prov, ok := strings.Cut(pair, "=")
-		op, prov = strings.TrimSpace(op), strings.TrimSpace(prov)
-		if !ok || op == "" || prov == "" {
-			return nil, fmt.Errorf("providers: route %q: want operation=provider", pair)
+		op, list, ok := strings.Cut(pair, "=")
+		op = strings.TrimSpace(op)
+		var provs []string
+		for p := range strings.SplitSeq(list, "|") {
+			provs = append(provs, strings.TrimSpace(p))
 		}
-		if err := r.Set(Operation(op), prov); err != nil {
+		if !ok || op == "" || slices.Contains(provs, "") {
+			return nil, fmt.Errorf("providers: route %q: want operation=provider[|provider...]", pair)
+		}
+		if err := r.Set(Operation(op), provs...); err != nil {
 			return nil, err
 		}
 	}
 	return r, nil
 }
 
-// Set routes op to provider. It refuses unknown operations, refunds (they
-// follow their charge) and a second route for one operation.
-func (r Routes) Set(op Operation, provider string) error {
+// Set routes op to providers, in failover order. It refuses unknown
+// operations, refunds (they follow their charge), a provider named twice
+// and a second, different route for one operation.
+func (r Routes) Set(op Operation, providers ...string) error {
 	switch {
 	case !op.Valid():
 		return fmt.Errorf("providers: route for unknown operation %q", op)
 	case op == OpRefund:
 		return fmt.Errorf("providers: refunds are not routed: a refund goes to the provider of its charge")
-	case r[op] != "" && r[op] != provider:
-		return fmt.Errorf("providers: operation %s routed twice (%s and %s)", op, r[op], provider)
+	case len(providers) == 0:
+		return fmt.Errorf("providers: route for %s names no provider", op)
+	case len(slices.Compact(slices.Sorted(slices.Values(providers)))) != len(providers):
+		return fmt.Errorf("providers: route for %s names a provider twice", op)
+	case r[op] != nil && !slices.Equal(r[op], providers):
+		return fmt.Errorf("providers: operation %s routed twice (%s and %s)", op,
+			strings.Join(r[op], "|"), strings.Join(providers, "|"))
 	}
-	r[op] = provider
+	r[op] = slices.Clone(providers)
 	return nil
 }
 
-// Provider returns the provider routed for op.
+// Provider returns the provider that takes new operations op: the first of
+// its route.
 func (r Routes) Provider(op Operation) (string, bool) {
-	p, ok := r[op]
-	return p, ok && p != ""
+	if len(r[op]) == 0 {
+		return "", false
+	}
+	return r[op][0], true
 }
 
-// Check verifies every route against the configured providers: each names
-// a provider that is configured and supports its operation. saldo serve
+// Next returns the provider after current in op's failover order (around
+// to the first after the last), or current itself when the route names no
+// other (or does not name current).
+func (r Routes) Next(op Operation, current string) string {
+	list := r[op]
+	i := slices.Index(list, current)
+	if i < 0 || len(list) < 2 {
+		return current
+	}
+	return list[(i+1)%len(list)]
+}
+
+// Check verifies every route against the configured providers: each
+// provider it names is configured and supports its operation. saldo serve
 // refuses to start otherwise.
 func (r Routes) Check(provs map[string]Provider) error {
 	for _, op := range slices.Sorted(maps.Keys(r)) {
-		name := r[op]
-		p, ok := provs[name]
-		if !ok {
-			return fmt.Errorf("providers: %s is routed to %q, which is not configured", op, name)
-		}
-		if !p.Capabilities().Supports(op) {
-			return fmt.Errorf("providers: %s is routed to %q, which does not support it", op, name)
+		for _, name := range r[op] {
+			p, ok := provs[name]
+			if !ok {
+				return fmt.Errorf("providers: %s is routed to %q, which is not configured", op, name)
+			}
+			if !p.Capabilities().Supports(op) {
+				return fmt.Errorf("providers: %s is routed to %q, which does not support it", op, name)
+			}
 		}
 	}
 	return nil
@@ -81,7 +110,7 @@ func (r Routes) String() string {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		fmt.Fprintf(&b, "%s=%s", op, r[op])
+		fmt.Fprintf(&b, "%s=%s", op, strings.Join(r[op], "|"))
 	}
 	return b.String()
 }

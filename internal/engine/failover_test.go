@@ -1,0 +1,107 @@
+package engine_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/audit"
+	"github.com/saldo/saldo/internal/engine"
+	"github.com/saldo/saldo/internal/testdb"
+	"github.com/saldo/saldo/ledger"
+	"github.com/saldo/saldo/merchants"
+	"github.com/saldo/saldo/money"
+	"github.com/saldo/saldo/payouts"
+	"github.com/saldo/saldo/providers"
+	"github.com/saldo/saldo/providers/sim"
+)
+
+// Issue 20, failover: pix_transfer routed pixA|pixB. pixA is down for the
+// payout's first attempt (503 before processing). While that attempt is
+// unknown it keeps the payout (never failed over on a guess); once the
+// lookup proves pixA did nothing past its consistency window, the next
+// attempt goes to pixB with a new key and the reserve carried, and pixB's
+// clearing account receives the settlement. The two sims together show one
+// money-moving operation for the payout.
+func TestPayoutFailsOverToTheNextProvider_R16_R22(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t)
+	clock := sim.NewManualClock(time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC))
+	a := sim.NewServer(sim.Config{Seed: 401, Clock: clock.Now}).Start()
+	t.Cleanup(a.Close)
+	b := sim.NewServer(sim.Config{Seed: 402, Clock: clock.Now}).Start()
+	t.Cleanup(b.Close)
+	settings := sim.WithHTTPSettings(providers.HTTPSettings{ReadTimeout: 5 * time.Second})
+	provA, provB := a.NewProvider(sim.WithName("pixA"), settings), b.NewProvider(sim.WithName("pixB"), settings)
+	routes, err := providers.ParseRoutes("pix_transfer=pixA|pixB")
+	require.NoError(t, err)
+	e, err := engine.New(engine.Config{Pool: pool, Providers: []providers.Provider{provA, provB}, Routes: routes,
+		Clock: clock, PayoutRetry: payouts.RetryPolicy{MaxAttempts: 3, Backoff: time.Second}})
+	require.NoError(t, err)
+	brl := money.MustParse("10.00", "BRL")
+	_, err = merchants.Create(ctx, pool, "m1", "Loja")
+	require.NoError(t, err)
+	_, err = merchants.Fund(ctx, pool, merchants.Funding{MerchantID: "m1", Amount: money.MustParse("100.00", "BRL"),
+		Key: "seed", Reason: "test", Actor: "test"})
+	require.NoError(t, err)
+
+	p, err := e.Payouts.CreatePayout(ctx, payouts.PayoutRequest{MerchantID: "m1", Operation: providers.OpPixTransfer,
+		Amount: brl, Destination: &providers.Destination{PixKey: &providers.PixKey{Type: "email", Value: "ana@example.com"}}})
+	require.NoError(t, err)
+	first, err := e.Attempts.Get(ctx, pool, *p.CurrentAttemptID)
+	require.NoError(t, err)
+	require.Equal(t, "pixA", first.Provider)
+	require.NoError(t, a.AddFault(sim.FaultRule{Kind: sim.FaultUnavailable, Reference: first.Reference}))
+	r, err := e.Attempts.Execute(ctx, first.ID)
+	require.NoError(t, err)
+	require.Equal(t, attempts.StatusUnknown, r.Attempt.Status)
+
+	// Unknown inside the window: no successor anywhere.
+	rr, err := e.Attempts.Resolve(ctx, first.ID)
+	require.NoError(t, err)
+	require.Equal(t, attempts.StatusUnknown, rr.Attempt.Status)
+	all, err := e.Attempts.ForSubject(ctx, pool, p.ID)
+	require.NoError(t, err)
+	require.Len(t, all, 1, "an unknown attempt is never failed over")
+
+	clock.Advance(time.Hour)
+	rr, err = e.Attempts.Resolve(ctx, first.ID)
+	require.NoError(t, err)
+	require.Equal(t, attempts.StatusFailed, rr.Attempt.Status)
+	v, err := e.Payouts.Get(ctx, "m1", p.ID)
+	require.NoError(t, err)
+	require.Equal(t, payouts.StatusProcessing, v.Status)
+	second, err := e.Attempts.Get(ctx, pool, *v.CurrentAttemptID)
+	require.NoError(t, err)
+	require.Equal(t, "pixB", second.Provider, "the next attempt fails over")
+	require.NotEqual(t, first.IdempotencyKey, second.IdempotencyKey)
+
+	clock.Advance(time.Minute)
+	r, err = e.Attempts.Execute(ctx, second.ID)
+	require.NoError(t, err)
+	require.Equal(t, attempts.StatusSucceeded, r.Attempt.Status)
+	v, err = e.Payouts.Get(ctx, "m1", p.ID)
+	require.NoError(t, err)
+	require.Equal(t, payouts.StatusSucceeded, v.Status)
+
+	require.Empty(t, a.Operations(first.Reference))
+	require.Len(t, b.Operations(second.Reference), 1, "one money-moving operation, at pixB")
+	var toB int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM ledger_postings po JOIN ledger_accounts ac ON ac.id = po.account_id
+		JOIN ledger_transactions t ON t.id = po.transaction_id
+		WHERE t.cause_kind = $1 AND ac.owner_kind = 'provider' AND ac.owner_id LIKE 'pixB%'`, payouts.CauseSettle).Scan(&toB))
+	require.Equal(t, 1, toB, "settled to the clearing account of the provider that paid")
+	bal, err := ledger.MerchantBalanceIn(ctx, pool, "m1", brl.Currency())
+	require.NoError(t, err)
+	require.Equal(t, "90.00", bal.Available.StringFixed(2))
+	require.Equal(t, "0.00", bal.Reserved.StringFixed(2))
+	res, err := audit.Run(ctx, pool)
+	require.NoError(t, err)
+	require.True(t, res.OK(), res.Summary())
+	require.Empty(t, a.Duplicates())
+	require.Empty(t, b.Duplicates())
+}
