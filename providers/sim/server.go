@@ -150,6 +150,7 @@ func NewServer(cfg Config) *Server {
 	s.mux.HandleFunc("GET /sim/balances", s.handleBalances)
 	s.mux.HandleFunc("POST /sim/cobs/{txid}/pay", s.handlePay)
 	s.mux.HandleFunc("POST /sim/faults", s.handleFaults)
+	s.mux.HandleFunc("POST /sim/statement-lies", s.handleStatementLie)
 	for path, allow := range map[string]string{"/v1/operations": "GET, POST", "/v1/statements": "GET",
 		"/v1/capabilities": "GET", "/sim/oracle/{reference}": "GET", "/sim/cobs/{txid}/pay": "POST"} {
 		s.mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {

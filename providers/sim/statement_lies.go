@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/shopspring/decimal"
@@ -123,4 +124,36 @@ func (s *Server) lieLocked(out []Operation, start, end time.Time) []Operation {
 			Currency: l.Currency, State: l.State, CreatedAt: l.At, FinalAt: l.At})
 	}
 	return kept
+}
+
+// wireLie is POST /sim/statement-lies's body.
+type wireLie struct {
+	Kind      StatementLieKind    `json:"kind"`
+	Reference string              `json:"reference,omitempty"`
+	ID        string              `json:"id,omitempty"`
+	Operation providers.Operation `json:"operation,omitempty"`
+	Amount    string              `json:"amount,omitempty"`
+	Currency  string              `json:"currency,omitempty"`
+	State     providers.State     `json:"state,omitempty"`
+	At        time.Time           `json:"at,omitzero"`
+}
+
+// handleStatementLie is POST /sim/statement-lies: AddStatementLie for a sim
+// in another process (saldo sim-provider), for demos and tests.
+func (s *Server) handleStatementLie(w http.ResponseWriter, r *http.Request) {
+	body, rerr := readBody(w, r)
+	if rerr != nil {
+		writeAPIError(w, rerr)
+		return
+	}
+	var l wireLie
+	if err := decodeStrict(body, &l); err != nil {
+		writeAPIError(w, invalid("body", "invalid JSON body: %v", err))
+		return
+	}
+	if err := s.AddStatementLie(StatementLie(l)); err != nil {
+		writeAPIError(w, invalid("kind", "%v", err))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"added": 1})
 }

@@ -2,6 +2,8 @@ package sim_test
 
 import (
 	"context"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,4 +68,25 @@ func TestStatementLies_R19(t *testing.T) {
 	lr, err := p.Lookup(context.Background(), providers.OpPixTransfer, hidden.ref)
 	require.NoError(t, err)
 	require.True(t, lr.Found)
+}
+
+// The lies can be told over HTTP to a sim in another process.
+func TestStatementLieOverHTTP_R19(t *testing.T) {
+	t.Parallel()
+	day := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	srv, p := setup(t, sim.Config{Clock: sim.NewManualClock(day).Now})
+	post := func(body string) int {
+		res, err := http.Post(srv.URL()+"/sim/statement-lies", "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		res.Body.Close()
+		return res.StatusCode
+	}
+	require.Equal(t, http.StatusOK, post(`{"kind": "add", "reference": "`+strings.Repeat("e", 32)+
+		`", "operation": "pix_transfer", "amount": "2.00", "currency": "BRL", "at": "2026-12-02T11:00:00Z"}`))
+	require.Equal(t, http.StatusBadRequest, post(`{"kind": "hide"}`))
+	require.Equal(t, http.StatusBadRequest, post(`{"kind": "hide", "reference": "x", "extra": 1}`))
+	st, err := p.Statement(context.Background(), day)
+	require.NoError(t, err)
+	require.Len(t, st, 1)
+	require.Equal(t, "op_added_1", st[0].ProviderID)
 }
