@@ -273,8 +273,20 @@ func (c *Console) accountsPage(w http.ResponseWriter, r *http.Request, s *Sessio
 	list, next := keyset.Trim(list, limit, func(a accountRow) (time.Time, string) {
 		return a.CreatedAt, strconv.FormatInt(a.ID, 10)
 	})
+	if q.Get("format") == "csv" {
+		w.Header().Set("Content-Type", "text/csv; charset=utf-8")
+		w.Header().Set("Content-Disposition", `attachment; filename="saldo-accounts.csv"`)
+		cw := csv.NewWriter(w)
+		_ = cw.Write([]string{"account_code", "owner_kind", "owner_id", "purpose", "currency", "balance", "postings", "created_at"})
+		for _, a := range list {
+			_ = cw.Write([]string{a.Code, a.OwnerKind, a.OwnerID, a.Purpose, a.Currency, a.Balance,
+				strconv.FormatInt(a.LastSeq, 10), a.CreatedAt.UTC().Format(time.RFC3339Nano)})
+		}
+		cw.Flush()
+		return
+	}
 	c.render(w, r, http.StatusOK, "accounts", view{S: s, Title: "Ledger accounts", Nav: "ledger",
-		Data: map[string]any{"Accounts": list, "Next": next, "Prefix": prefix}})
+		Data: map[string]any{"Accounts": list, "Next": next, "Prefix": prefix, "Cursor": q.Get("cursor")}})
 }
 
 type accountData struct {
