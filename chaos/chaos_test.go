@@ -122,9 +122,9 @@ type env struct {
 	direct  *pgxpool.Pool
 
 	kills, restarts, restartFailures, unexpectedExits, pgRestarts atomic.Int64
-	dbCuts, pspCuts                                                atomic.Int64
-	events                                                         []string
-	evMu                                                           sync.Mutex
+	dbCuts, pspCuts                                               atomic.Int64
+	events                                                        []string
+	evMu                                                          sync.Mutex
 }
 
 func (e *env) event(format string, args ...any) {

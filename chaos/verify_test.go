@@ -100,7 +100,9 @@ func simFaults(logPath string) string {
 
 // verify proves the invariants after the run and fills the table.
 func (e *env) verify(ctx context.Context, res *runResult, st *stats, ld *loader) {
-	fail := func(format string, args ...any) { res.violations = append(res.violations, fmt.Sprintf(format, args...)) }
+	fail := func(format string, args ...any) {
+		res.violations = append(res.violations, fmt.Sprintf(format, args...))
+	}
 	q := func(sql string, args ...any) int {
 		var n int
 		if err := e.direct.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
