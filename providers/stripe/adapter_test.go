@@ -487,3 +487,23 @@ func TestLookupFailuresAreNoAnswer_R16(t *testing.T) {
 		})
 	}
 }
+
+// TestIdempotencyKeyIsTheAttemptsKey_R4_R5: every create carries the
+// attempt's key, unchanged, and the same bytes on a re-send.
+func TestIdempotencyKeyIsTheAttemptsKey_R4_R5(t *testing.T) {
+	f, p := newFake(t)
+	f.Script(stripefake.Fault{Kind: stripefake.FaultServerError})
+	var want []string
+	for _, in := range []providers.OperationInput{charge("1.00", "USD", stripefake.PMVisa), payout("2.00", "USD"),
+		transfer("acct_1ABC", "3.00", "USD")} {
+		k := key()
+		res := submit(t, p, in, ref(), k)
+		want = append(want, k)
+		if in.Operation == providers.OpCardCharge {
+			mustOutcome(t, res, attempts.OutcomeUnknown) // the scripted 500
+		}
+	}
+	if got := f.KeysSeen(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("keys seen %v, want %v", got, want)
+	}
+}

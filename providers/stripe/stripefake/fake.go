@@ -103,6 +103,7 @@ type Server struct {
 	keys      map[string]*keyEntry
 	faults    []Fault
 	requests  map[string]int // "METHOD path" -> count
+	keysSeen  []string       // Idempotency-Key of each POST, in order
 	stop      chan struct{}
 	stopOnce  sync.Once
 }
@@ -179,6 +180,14 @@ func (s *Server) Requests(methodPath string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.requests[methodPath]
+}
+
+// KeysSeen lists the Idempotency-Key of every POST that reached the
+// idempotency layer, in order ("" when a request had none).
+func (s *Server) KeysSeen() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.keysSeen...)
 }
 
 // Objects returns copies of the objects of a type ("payment_intent",
@@ -382,6 +391,7 @@ func (s *Server) servePost(w http.ResponseWriter, r *http.Request) {
 	key := r.Header.Get("Idempotency-Key")
 	fingerprint := r.URL.Path + "?" + form.Encode()
 	s.mu.Lock()
+	s.keysSeen = append(s.keysSeen, key)
 	now := s.clock()
 	if e, ok := s.keys[key]; ok && key != "" && now.Sub(e.created) > KeyLifetime {
 		delete(s.keys, key) // pruned: a re-send creates a new object
