@@ -30,7 +30,7 @@ import (
 func reconcileEnv(t *testing.T) *env {
 	t.Helper()
 	ctx := context.Background()
-	e := &env{t: t, ctx: ctx, pool: testdb.New(t), clock: sim.NewManualClock(time.Now().UTC()), router: openAPIRouter(t),
+	e := &env{t: t, ctx: ctx, pool: testdb.New(t), clock: sim.NewManualClock(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)), router: openAPIRouter(t),
 		logs: &syncBuffer{}}
 	e.srv = sim.NewServer(sim.Config{Clock: e.clock.Now}).Start()
 	t.Cleanup(e.srv.Close)
