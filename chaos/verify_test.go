@@ -75,6 +75,44 @@ func describeOpen(ctx context.Context, db *pgxpool.Pool) []string {
 
 var faultRE = regexp.MustCompile(`msg="sim: fault" kind=(\S+)`)
 
+// faultCaused matches the errors an injected fault explains: a database
+// connection cut, refused or lost while PostgreSQL restarts.
+var faultCaused = regexp.MustCompile(`unexpected EOF|failed to connect|conn closed|connection reset|broken pipe|` +
+	`use of closed network connection|the database system is|terminating connection|server closed|SQLSTATE 57P|i/o timeout|` +
+	`context canceled|context deadline exceeded|timeout: context`)
+
+// apiFailures reads the saldo processes' logs: every request the API failed
+// (5xx) and its error, split into those an injected fault explains and the
+// others (a bug a client can trigger).
+func apiFailures(logPaths []string) (explained int, others []string) {
+	for _, path := range logPaths {
+		f, err := os.Open(path)
+		if err != nil {
+			others = append(others, err.Error())
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			if !strings.Contains(line, `"msg":"api: request failed"`) && !strings.Contains(line, `"msg":"api: panic"`) {
+				continue
+			}
+			var rec struct {
+				Method, Path, Error string
+			}
+			_ = json.Unmarshal([]byte(line), &rec)
+			if rec.Error != "" && faultCaused.MatchString(rec.Error) {
+				explained++
+				continue
+			}
+			others = append(others, line[:min(len(line), 400)])
+		}
+		f.Close()
+	}
+	return explained, others
+}
+
 // simFaults counts the faults the sim logged, by kind.
 func simFaults(logPath string) string {
 	f, err := os.Open(logPath)
@@ -184,6 +222,16 @@ func (e *env) verify(ctx context.Context, res *runResult, st *stats, ld *loader)
 		}
 		res.row("5xx seen (all during injected faults, retried)", "%s", strings.Join(ks, " | "))
 	}
+
+	var logs []string
+	for _, c := range e.procs {
+		logs = append(logs, c.logPath)
+	}
+	explained, others := apiFailures(logs)
+	for _, o := range others {
+		fail("API failure not explained by an injected fault: %s", o)
+	}
+	res.row("API 5xx logged: explained by an injected fault / other", "%d / %d", explained, len(others))
 
 	// Every request answered 2xx exists; no refused request left anything.
 	missing, leaked := 0, 0
