@@ -123,6 +123,7 @@ type env struct {
 
 	kills, restarts, restartFailures, unexpectedExits, pgRestarts atomic.Int64
 	dbCuts, pspCuts                                               atomic.Int64
+	noRestart                                                     atomic.Int64 // a process that did not come back after 6 tries
 	events                                                        []string
 	evMu                                                          sync.Mutex
 }
@@ -361,6 +362,9 @@ func runChaos(t *testing.T, bin string, p profile, noIdem bool, seed uint64, out
 	}
 
 	res := &runResult{}
+	if n := e.noRestart.Load(); n > 0 {
+		res.violations = append(res.violations, fmt.Sprintf("%d times a killed saldo process did not come back after 6 tries (see events.log)", n))
+	}
 	res.row("PSP", "%s", map[bool]string{false: "idempotency keys (24 h cut to 20 s)", true: "no idempotency keys (R20)"}[noIdem])
 	res.row("load / convergence", "%s / %s", loadDur.Round(time.Second), convDur.Round(time.Second))
 	if open > 0 {
@@ -440,6 +444,7 @@ func (e *env) killer(ctx context.Context, p profile, seed uint64, mu *sync.Mutex
 		time.Sleep(time.Duration(200+rng.IntN(800)) * time.Millisecond)
 		if err := e.startProc(c); err != nil {
 			e.event("%s does not restart: %v", c.name, err)
+			e.noRestart.Add(1)
 		} else {
 			e.restarts.Add(1)
 		}

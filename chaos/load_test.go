@@ -168,7 +168,7 @@ func idOf(body []byte) string {
 type merchant struct {
 	id, key string
 	mu      sync.Mutex
-	cards   []string // card charges answered 201
+	cards   []string // card and Pix charges answered 201: refund candidates
 }
 
 func (m *merchant) addCard(id string) {
@@ -372,6 +372,8 @@ func (l *loader) one(ctx context.Context, rng *rand.Rand, client int) {
 			m.addCard(r.ID)
 		case "pix_charge":
 			l.pay(ctx, m, r.ID, ans.body, rng.IntN(10) < 7)
+			m.addCard(r.ID) // refundable once paid (a devolução); refused before
+
 		}
 	}
 	// Retries with the same key, answered as the first time.
