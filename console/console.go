@@ -141,6 +141,17 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r = r.WithContext(context.WithValue(r.Context(), chi.RouteCtxKey, nil))
 	}
 	securityHeaders(w)
+	if !strings.HasPrefix(r.URL.Path, Prefix+"/static/") {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		slot := new(string)
+		r = r.WithContext(context.WithValue(r.Context(), keySlot{}, slot))
+		w = sw
+		defer func() {
+			c.log.InfoContext(r.Context(), "console: request", "method", r.Method, "path", r.URL.Path, "status", sw.status,
+				"duration", time.Since(start), "key_id", *slot)
+		}()
+	}
 	defer func() {
 		if v := recover(); v != nil {
 			if v == http.ErrAbortHandler {
@@ -266,3 +277,27 @@ func fmtDuration(d time.Duration) string {
 	}
 	return fmt.Sprintf("%dd %02dh", int(d.Hours())/24, int(d.Hours())%24)
 }
+
+// keySlot carries a *string the access log reads after the request: the
+// key id of the session, once loaded (never the session token).
+type keySlot struct{}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.status, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	w.wrote = true
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

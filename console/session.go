@@ -123,6 +123,9 @@ func (c *Console) loadSession(r *http.Request) (*Session, error) {
 	if m != nil {
 		s.MerchantID = *m
 	}
+	if slot, ok := r.Context().Value(keySlot{}).(*string); ok {
+		*slot = s.KeyID
+	}
 	return &s, nil
 }
 
