@@ -14,14 +14,14 @@ import (
 
 // auditRun is one verification run from the console (console_audit_runs).
 type auditRun struct {
-	ID                              int64
-	RunBy                           string
-	StartedAt, FinishedAt           time.Time
-	OK                              bool
+	ID                               int64
+	RunBy                            string
+	StartedAt, FinishedAt            time.Time
+	OK                               bool
 	Accounts, Transactions, Postings int64
-	Violations                      []audit.Violation
-	ViolationCount                  int
-	Error                           string
+	Violations                       []audit.Violation
+	ViolationCount                   int
+	Error                            string
 }
 
 // maxStoredViolations bounds the violations kept per run.

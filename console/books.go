@@ -501,4 +501,3 @@ func (c *Console) transactionCSV(w http.ResponseWriter, r *http.Request, s *Sess
 	}
 	writeCSV(w, "saldo-transaction-"+strconv.FormatInt(t.ID, 10)+".csv", t.Postings)
 }
-

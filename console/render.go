@@ -69,10 +69,10 @@ func (c *Console) funcs() template.FuncMap {
 			}
 			return fmt.Sprintf("%d ms", b.Sub(*a).Milliseconds())
 		},
-		"neg":   func(d decimal.Decimal) bool { return d.IsNegative() },
-		"short": func(s string, n int) string { return limitText(s, n) },
-		"str":   func(v any) string { return fmt.Sprint(v) },
-		"can":   func(s *Session, roles ...string) bool { return s != nil && s.Can(toRoles(roles)...) },
+		"neg":    func(d decimal.Decimal) bool { return d.IsNegative() },
+		"short":  func(s string, n int) string { return limitText(s, n) },
+		"str":    func(v any) string { return fmt.Sprint(v) },
+		"can":    func(s *Session, roles ...string) bool { return s != nil && s.Can(toRoles(roles)...) },
 		"slice1": func(t *ledger.Transaction) []ledger.Transaction { return []ledger.Transaction{*t} },
 		"ptr":    func(t time.Time) *time.Time { return &t },
 		"safeSVG": func(s string) template.HTML {
