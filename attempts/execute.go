@@ -50,11 +50,14 @@ type ExecuteResult struct {
 func (s *Service) Execute(ctx context.Context, id uuid.UUID) (ExecuteResult, error) {
 	// A first send needs none of the checks below: one statement, shared
 	// with the other first sends starting now, reads the attempt and marks
-	// its first call in flight (firstSendSQL).
-	if a, err := s.firstSender.Do(ctx, id); err != nil {
-		return ExecuteResult{}, err
-	} else if a.ID != uuid.Nil {
-		return s.call(ctx, s.providers[a.Provider], a, 1)
+	// its first call in flight (firstSendSQL). While a provider's circuit
+	// is open, every send takes the checked path, which holds it back.
+	if s.breakers.allClosed() {
+		if a, err := s.firstSender.Do(ctx, id); err != nil {
+			return ExecuteResult{}, err
+		} else if a.ID != uuid.Nil {
+			return s.call(ctx, s.providers[a.Provider], a, 1)
+		}
 	}
 	a, err := s.getter.Do(ctx, id)
 	if err != nil {
@@ -95,6 +98,11 @@ func (s *Service) Execute(ctx context.Context, id uuid.UUID) (ExecuteResult, err
 	if sum := sha256.Sum256(a.Payload); !bytes.Equal(sum[:], a.PayloadSHA256) {
 		return res, fmt.Errorf("%w: attempt %s", ErrPayloadTampered, a.ID)
 	}
+	// The provider's circuit is open: wait (snooze), never fail.
+	if ok, wait := s.breakers.allow(a.Provider, a.Operation); !ok {
+		res.RetryIn = wait
+		return res, nil
+	}
 
 	// Phase 2: durably mark the call in flight, conditional on nobody else
 	// having started one since we read the attempt.
@@ -120,6 +128,7 @@ func (s *Service) call(ctx context.Context, prov providers.Provider, a Attempt, 
 	sr := prov.Submit(ctx, providers.SubmitRequest{Operation: providers.Operation(a.Operation),
 		IdempotencyKey: a.IdempotencyKey, Reference: a.Reference, Payload: a.Payload})
 	outcome := Classify(sr)
+	s.breakers.record(a.Provider, a.Operation, outcome)
 	if outcome == OutcomeSucceeded && providers.Operation(a.Operation) == providers.OpPixCharge {
 		// For a Pix cob, Submit "succeeded" means the cob was created, not
 		// paid (providers contract): the attempt stays open until a lookup

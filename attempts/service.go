@@ -111,6 +111,9 @@ type Config struct {
 	// OnReview is called after an attempt is flagged for review (alert hook),
 	// outside any transaction.
 	OnReview func(a Attempt, reason string)
+	// Breaker configures the circuit breakers per provider and operation
+	// (BreakerConfig; the zero value turns them off).
+	Breaker BreakerConfig
 }
 
 // DefaultJobTimeout bounds one submit or resolve job when Config.JobTimeout
@@ -138,6 +141,9 @@ type Service struct {
 	getter      *groupcommit.Batcher[uuid.UUID, Attempt]
 	starter     *groupcommit.Batcher[startReq, bool]
 	recorder    *groupcommit.Batcher[recordReq, recorded]
+
+	// breakers hold the circuit of each provider and operation (breaker.go).
+	breakers *breakers
 
 	// hookAfterCall, when set (tests), runs after the provider call and
 	// before its result is recorded; an error aborts Execute there, as a
@@ -198,6 +204,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	s := &Service{cfg: cfg, pool: cfg.Pool, clock: cfg.Clock, log: cfg.Logger, metrics: cfg.Metrics,
 		providers: cfg.Providers, owners: map[Kind]Owner{}}
+	s.breakers = newBreakers(cfg.Breaker, cfg.Clock, cfg.Logger)
 	s.newBatchers()
 	if cfg.River != nil {
 		s.river.Store(cfg.River)

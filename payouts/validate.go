@@ -122,11 +122,21 @@ var payoutOperations = []providers.Operation{providers.OpPixTransfer, providers.
 // payoutOperation reports whether op is one of payoutOperations.
 func payoutOperation(op providers.Operation) bool { return slices.Contains(payoutOperations, op) }
 
-// providerFor is the provider that takes op: its route, else the default
-// provider. With neither, the request is refused naming field.
+// providerFor is the provider that takes a new op: the first of its route
+// whose circuit is not open (every one open: the first, whose calls wait
+// for it), else the default provider. With neither, the request is refused
+// naming field.
 func (s *Service) providerFor(field string, op providers.Operation) (string, error) {
-	if p := providerFor(s.routes, s.provider, op); p != "" {
-		return p, nil
+	if list := s.routes[op]; len(list) > 0 {
+		for _, p := range list {
+			if !s.attempts.CircuitOpen(p, string(op)) {
+				return p, nil
+			}
+		}
+		return list[0], nil
+	}
+	if s.provider != "" {
+		return s.provider, nil
 	}
 	return "", invalid(field, "no provider takes %s here", op)
 }

@@ -154,7 +154,8 @@ func runDev(ctx context.Context, args []string) error {
 		PayoutRetry: payouts.RetryPolicy{MaxAttempts: 3, Within: 24 * time.Hour, Backoff: 30 * time.Second},
 		// Demo pace: unknown attempts are looked up after 5s, then 10s, 30s...
 		Attempts: attempts.Config{ResolveSchedule: []time.Duration{5 * time.Second, 10 * time.Second,
-			30 * time.Second, time.Minute, 5 * time.Minute}, StaleCallAfter: time.Minute},
+			30 * time.Second, time.Minute, 5 * time.Minute}, StaleCallAfter: time.Minute,
+			Breaker: attempts.BreakerConfig{Window: time.Minute, MinCalls: 10, FailureRate: 0.5, OpenFor: 30 * time.Second}},
 		Ready: func(ctx context.Context, e *engine.Engine, base string) error {
 			return seedDemo(ctx, e, base, srv.URL())
 		},

@@ -121,6 +121,7 @@ func runProcess(ctx context.Context, pc processConfig) error {
 	reg.MustRegister(metrics.Collectors()...)
 	reg.MustRegister(ledger.Collectors()...)
 	reg.MustRegister(groupcommit.Collectors()...)
+	reg.MustRegister(attempts.BreakerCollectors()...)
 
 	// Daily reconciliation (R19): when a day is reconciled and when an open
 	// attempt is reported stale ($SALDO_RECONCILE_SETTLE_MARGIN, default 2h;

@@ -64,6 +64,19 @@ func (e *envDefaults) int(name string, def int) int {
 	return n
 }
 
+func (e *envDefaults) float(name string, def float64) float64 {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		e.problems = append(e.problems, fmt.Sprintf("%s=%q is not a number", name, v))
+		return def
+	}
+	return f
+}
+
 // newLogger builds the process logger: JSON in production, text in dev.
 func newLogger(format, level string) (*slog.Logger, error) {
 	var lv slog.Level
@@ -107,6 +120,14 @@ func runServe(ctx context.Context, args []string) error {
 		"no new attempt of a payout once this long has passed since it was created ($SALDO_PAYOUT_RETRY_WITHIN)")
 	retryBackoff := fs.Duration("payout-retry-backoff", env.duration("SALDO_PAYOUT_RETRY_BACKOFF", 30*time.Second),
 		"wait before a payout's second attempt calls; doubled for each later one ($SALDO_PAYOUT_RETRY_BACKOFF)")
+	breakerWindow := fs.Duration("breaker-window", env.duration("SALDO_BREAKER_WINDOW", time.Minute),
+		"circuit breaker per provider and operation: the window its calls are counted over; 0 turns the breakers off ($SALDO_BREAKER_WINDOW)")
+	breakerMin := fs.Int("breaker-min-calls", env.int("SALDO_BREAKER_MIN_CALLS", 10),
+		"calls in the window before a circuit may open ($SALDO_BREAKER_MIN_CALLS)")
+	breakerRate := fs.Float64("breaker-failure-rate", env.float("SALDO_BREAKER_FAILURE_RATE", 0.5),
+		"share of calls without an answer (not sent, unknown) that opens a circuit ($SALDO_BREAKER_FAILURE_RATE)")
+	breakerOpen := fs.Duration("breaker-open-for", env.duration("SALDO_BREAKER_OPEN_FOR", 30*time.Second),
+		"how long an open circuit holds calls back before one probe goes out ($SALDO_BREAKER_OPEN_FOR)")
 	staleCall := fs.Duration("stale-call-after", env.duration("SALDO_STALE_CALL_AFTER", 5*time.Minute),
 		"a call started this long ago with nothing recorded is unknown (must exceed connect + read timeout)")
 	shutdown := fs.Duration("shutdown-timeout", env.duration("SALDO_SHUTDOWN_TIMEOUT", 0),
@@ -185,6 +206,10 @@ func runServe(ctx context.Context, args []string) error {
 	if *maxWorkers <= 0 {
 		problems = append(problems, "--max-workers must be positive")
 	}
+	if *breakerWindow < 0 || *breakerMin < 1 || *breakerRate <= 0 || *breakerRate > 1 || *breakerOpen <= 0 {
+		problems = append(problems, "--breaker-window must not be negative, --breaker-min-calls at least 1, "+
+			"--breaker-failure-rate in (0, 1], --breaker-open-for positive")
+	}
 	if *retryMax < 1 || *retryWithin < 0 || *retryBackoff < 0 {
 		problems = append(problems, "--payout-max-attempts must be at least 1, --payout-retry-within and --payout-retry-backoff not negative")
 	}
@@ -245,7 +270,9 @@ func runServe(ctx context.Context, args []string) error {
 		MaxWorkers:  *maxWorkers, NotifyDenyPrivate: !*notifyPrivate,
 		// A job outlives the longest call it makes, so River never cuts a call
 		// off (which would only make it unknown, but costs a lookup).
-		Attempts:        attempts.Config{StaleCallAfter: *staleCall, JobTimeout: longestCall + 30*time.Second},
+		Attempts: attempts.Config{StaleCallAfter: *staleCall, JobTimeout: longestCall + 30*time.Second,
+			Breaker: attempts.BreakerConfig{Window: *breakerWindow, MinCalls: *breakerMin, FailureRate: *breakerRate,
+				OpenFor: *breakerOpen}},
 		ShutdownTimeout: *shutdown, Logger: log,
 	})
 }

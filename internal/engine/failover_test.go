@@ -105,3 +105,53 @@ func TestPayoutFailsOverToTheNextProvider_R16_R22(t *testing.T) {
 	require.Empty(t, a.Duplicates())
 	require.Empty(t, b.Duplicates())
 }
+
+// Issue 20, circuit breakers: once pixA's circuit for pix_transfer opens
+// (calls without an answer), new payouts go to pixB; the payout already at
+// pixA waits (its attempt is unknown, resolved by lookup, never moved).
+func TestNewPayoutsRouteAroundAnOpenCircuit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t)
+	clock := sim.NewManualClock(time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC))
+	a := sim.NewServer(sim.Config{Seed: 501, Clock: clock.Now}).Start()
+	t.Cleanup(a.Close)
+	b := sim.NewServer(sim.Config{Seed: 502, Clock: clock.Now}).Start()
+	t.Cleanup(b.Close)
+	settings := sim.WithHTTPSettings(providers.HTTPSettings{ReadTimeout: 5 * time.Second})
+	provA, provB := a.NewProvider(sim.WithName("pixA"), settings), b.NewProvider(sim.WithName("pixB"), settings)
+	routes, err := providers.ParseRoutes("pix_transfer=pixA|pixB")
+	require.NoError(t, err)
+	e, err := engine.New(engine.Config{Pool: pool, Providers: []providers.Provider{provA, provB}, Routes: routes, Clock: clock,
+		Attempts: attempts.Config{Breaker: attempts.BreakerConfig{Window: time.Minute, MinCalls: 2, FailureRate: 1, OpenFor: time.Minute}}})
+	require.NoError(t, err)
+	_, err = merchants.Create(ctx, pool, "m1", "Loja")
+	require.NoError(t, err)
+	_, err = merchants.Fund(ctx, pool, merchants.Funding{MerchantID: "m1", Amount: money.MustParse("100.00", "BRL"),
+		Key: "seed", Reason: "test", Actor: "test"})
+	require.NoError(t, err)
+	pay := func() payouts.Payout {
+		p, err := e.Payouts.CreatePayout(ctx, payouts.PayoutRequest{MerchantID: "m1", Operation: providers.OpPixTransfer,
+			Amount:      money.MustParse("1.00", "BRL"),
+			Destination: &providers.Destination{PixKey: &providers.PixKey{Type: "email", Value: "ana@example.com"}}})
+		require.NoError(t, err)
+		return p
+	}
+	require.NoError(t, a.AddFault(sim.FaultRule{Kind: sim.FaultUnavailable}))
+	for range 2 {
+		p := pay()
+		require.Equal(t, "pixA", p.Provider)
+		r, err := e.Attempts.Execute(ctx, *p.CurrentAttemptID)
+		require.NoError(t, err)
+		require.Equal(t, attempts.StatusUnknown, r.Attempt.Status)
+	}
+	require.Equal(t, attempts.CircuitOpen, e.Attempts.Circuit("pixA", "pix_transfer"))
+	p := pay()
+	require.Equal(t, "pixB", p.Provider, "new payouts route around the open circuit")
+	r, err := e.Attempts.Execute(ctx, *p.CurrentAttemptID)
+	require.NoError(t, err)
+	require.Equal(t, attempts.StatusSucceeded, r.Attempt.Status)
+	res, err := audit.Run(ctx, pool)
+	require.NoError(t, err)
+	require.True(t, res.OK(), res.Summary())
+}
