@@ -100,10 +100,24 @@ func (p *page) location() string {
 	return strings.TrimPrefix(l, p.base)
 }
 
-// submit clicks a submit button and waits for the next page.
+// submit clicks a submit button and waits until the next page has loaded:
+// the old document is marked first, so a slow answer is never mistaken for
+// the new page.
 func (p *page) submit(button string) {
 	p.t.Helper()
-	p.do(chromedp.Click(chromedp.CSS(button)), chromedp.Sleep(300*time.Millisecond), chromedp.WaitReady(chromedp.CSS("footer")))
+	p.do(chromedp.Evaluate[chromedp.Void](`window.__saldoOld = true`), chromedp.Click(chromedp.CSS(button)))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		done, err := chromedp.Run(p.ctx, chromedp.Evaluate[bool](`window.__saldoOld === undefined && document.readyState === 'complete'`))
+		if err == nil && done {
+			break
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("no new page after clicking %s (last error: %v)", button, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	p.do(chromedp.WaitReady(chromedp.CSS("footer")))
 }
 
 func (p *page) screenshot(name string) {
