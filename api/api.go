@@ -248,6 +248,8 @@ func (s *Server) routes() chi.Router {
 		r.With(ops).Get("/reconcile/divergences.csv", s.exportDivergencesCSV)
 		r.With(ops).Get("/reconcile/divergences/{divergence_id}", s.getDivergence)
 		r.With(s.allow(RoleOperator), s.idempotent(false)).Post("/reconcile/divergences/{divergence_id}/resolution", s.resolveDivergence)
+		r.With(ops).Get("/reconcile/runs", s.listRuns)
+		r.With(ops).Get("/reconcile/runs/{run_id}", s.getRun)
 	})
 	return r
 }

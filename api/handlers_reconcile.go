@@ -216,3 +216,84 @@ func (s *Server) resolveDivergence(w http.ResponseWriter, r *http.Request) {
 		"provider", d.Provider, "operator", p.KeyID, "transitioned", changed)
 	writeJSON(w, http.StatusOK, divergenceResolutionJSON{Divergence: divergenceJSONOf(d), Transitioned: changed})
 }
+
+type runTotalsJSON struct {
+	Currency  string `json:"currency"`
+	Direction string `json:"direction"`
+	Statement string `json:"statement"`
+	Ledger    string `json:"ledger"`
+	Lines     int    `json:"lines"`
+}
+
+type runJSON struct {
+	ID             string          `json:"id"`
+	Provider       string          `json:"provider"`
+	Day            string          `json:"day"`
+	Status         string          `json:"status"`
+	TriggeredBy    string          `json:"triggered_by"`
+	StartedAt      time.Time       `json:"started_at"`
+	FinishedAt     *time.Time      `json:"finished_at,omitempty"`
+	StatementLines int             `json:"statement_lines"`
+	Matched        int             `json:"matched"`
+	Resolved       int             `json:"resolved"`
+	Divergences    int             `json:"divergences"`
+	NewDivergences int             `json:"new_divergences"`
+	Deferred       int             `json:"deferred"`
+	Totals         []runTotalsJSON `json:"totals"`
+	Error          string          `json:"error,omitempty"`
+}
+
+func runJSONOf(r reconcile.Run) runJSON {
+	out := runJSON{ID: r.ID, Provider: r.Provider, Day: r.Day.Format(time.DateOnly), Status: r.Status,
+		TriggeredBy: r.TriggeredBy, StartedAt: r.StartedAt.UTC(), FinishedAt: utcPtr(r.FinishedAt),
+		StatementLines: r.StatementLines, Matched: r.Matched, Resolved: r.Resolved, Divergences: r.Divergences,
+		NewDivergences: r.NewDivergences, Deferred: r.Deferred, Totals: []runTotalsJSON{}, Error: r.Error}
+	for _, t := range r.Totals {
+		out.Totals = append(out.Totals, runTotalsJSON(t))
+	}
+	return out
+}
+
+// listRuns lists reconciliation runs, newest first: each with its counts
+// and the ledger side (per currency and direction, the statement's total
+// against the ledger's).
+func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var day *time.Time
+	if v := q.Get("day"); v != "" {
+		d, err := time.Parse(time.DateOnly, v)
+		if err != nil {
+			s.problem(w, r, invalidField("day", "a date, YYYY-MM-DD"))
+			return
+		}
+		day = &d
+	}
+	limit, err := limitParam(r, reconcile.MaxPageSize)
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	list, next, err := reconcile.ListRuns(r.Context(), s.pool, q.Get("provider"), day, q.Get("cursor"), limit)
+	if errors.Is(err, reconcile.ErrInvalid) {
+		s.problem(w, r, invalidField("cursor", "malformed cursor"))
+		return
+	}
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	out := make([]runJSON, 0, len(list))
+	for _, run := range list {
+		out = append(out, runJSONOf(run))
+	}
+	writeJSON(w, http.StatusOK, pageOf(out, next))
+}
+
+func (s *Server) getRun(w http.ResponseWriter, r *http.Request) {
+	run, err := reconcile.GetRun(r.Context(), s.pool, chi.URLParam(r, "run_id"))
+	if err != nil {
+		s.problem(w, r, reconcileProblem(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, runJSONOf(run))
+}

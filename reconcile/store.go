@@ -307,15 +307,15 @@ func Resolve(ctx context.Context, db attempts.DB, id, operatorID, reason string,
 	return d, false, err
 }
 
-// GetRun returns one run.
-func GetRun(ctx context.Context, db attempts.DB, id string) (Run, error) {
+const runColumns = `id, provider, day, status, triggered_by, started_at, finished_at, statement_lines,
+	matched, resolved, divergences, new_divergences, deferred, totals, error`
+
+func scanRun(row pgx.Row) (Run, error) {
 	var r Run
 	var totals []byte
 	var errText *string
-	err := db.QueryRow(ctx, `SELECT id, provider, day, status, triggered_by, started_at, finished_at, statement_lines,
-		matched, resolved, divergences, new_divergences, deferred, totals, error FROM reconcile_runs WHERE id = $1`, id).
-		Scan(&r.ID, &r.Provider, &r.Day, &r.Status, &r.TriggeredBy, &r.StartedAt, &r.FinishedAt, &r.StatementLines,
-			&r.Matched, &r.Resolved, &r.Divergences, &r.NewDivergences, &r.Deferred, &totals, &errText)
+	err := row.Scan(&r.ID, &r.Provider, &r.Day, &r.Status, &r.TriggeredBy, &r.StartedAt, &r.FinishedAt, &r.StatementLines,
+		&r.Matched, &r.Resolved, &r.Divergences, &r.NewDivergences, &r.Deferred, &totals, &errText)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, ErrNotFound
 	}
@@ -327,6 +327,56 @@ func GetRun(ctx context.Context, db attempts.DB, id string) (Run, error) {
 	}
 	_ = json.Unmarshal(totals, &r.Totals)
 	return r, nil
+}
+
+// GetRun returns one run.
+func GetRun(ctx context.Context, db attempts.DB, id string) (Run, error) {
+	return scanRun(db.QueryRow(ctx, `SELECT `+runColumns+` FROM reconcile_runs WHERE id = $1`, id))
+}
+
+// ListRuns returns one page of runs, newest first (keyset over
+// (started_at, id)), of one provider and one day when set, and the cursor
+// of the next page ("" at the end). ByKind is not stored and stays empty.
+func ListRuns(ctx context.Context, db attempts.DB, provider string, day *time.Time, cursor string, limit int) ([]Run, string, error) {
+	limit = keyset.Limit(limit, MaxPageSize)
+	where := []string{"true"}
+	args := []any{}
+	arg := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprintf("$%d", len(args))
+	}
+	if provider != "" {
+		where = append(where, "provider = "+arg(provider))
+	}
+	if day != nil {
+		where = append(where, "day = "+arg(Day(*day)))
+	}
+	if cursor != "" {
+		t, id, err := keyset.Decode(cursor)
+		if err != nil {
+			return nil, "", fmt.Errorf("%w: malformed cursor", ErrInvalid)
+		}
+		where = append(where, fmt.Sprintf("(started_at, id) < (%s, %s)", arg(t), arg(id)))
+	}
+	rows, err := db.Query(ctx, `SELECT `+runColumns+` FROM reconcile_runs WHERE `+strings.Join(where, " AND ")+
+		` ORDER BY started_at DESC, id DESC LIMIT `+arg(limit+1), args...)
+	if err != nil {
+		return nil, "", err
+	}
+	defer rows.Close()
+	var out []Run
+	for rows.Next() {
+		r, err := scanRun(rows)
+		if err != nil {
+			return nil, "", err
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", err
+	}
+	page, next := keyset.Trim(out, limit, func(r Run) (time.Time, string) { return r.StartedAt, r.ID })
+	return page, next, nil
 }
 
 // Violation is an open critical divergence, for the audit.
