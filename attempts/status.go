@@ -31,10 +31,10 @@ func (k Kind) Valid() bool {
 
 // kindOperations is which provider operations may realise each kind.
 var kindOperations = map[Kind][]providers.Operation{
-	KindPayout:      {providers.OpBankPayout, providers.OpPixTransfer},
+	KindPayout:      {providers.OpBankPayout, providers.OpPixTransfer, providers.OpAccountTransfer},
 	KindPixTransfer: {providers.OpPixTransfer},
 	KindRefund:      {providers.OpRefund},
-	KindSplitLeg:    {providers.OpPixTransfer, providers.OpBankPayout},
+	KindSplitLeg:    {providers.OpPixTransfer, providers.OpBankPayout, providers.OpAccountTransfer},
 	KindCardCharge:  {providers.OpCardCharge},
 	KindPixCharge:   {providers.OpPixCharge},
 }

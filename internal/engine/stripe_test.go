@@ -187,14 +187,10 @@ func TestStripeEndToEndHangAfterCommitResolvedByLookup_R14_R16_R22(t *testing.T)
 // Issue 14 end to end, Connect: a split payout to two connected accounts
 // and a payout to a third, each a Stripe transfer made under a hang after
 // commit and found by its transfer_group, one transfer per leg, audit
-// clean. account_transfer must be allowed to realise payout and split_leg
-// attempts (attempts kindOperations) and stored in payouts.operation (its
-// CHECK): until both are, the test says so and stops.
+// clean (account_transfer realises payout and split_leg attempts, and
+// migration 00080 lets payouts.operation hold it).
 func TestStripeConnectEndToEndHangAfterCommitResolvedByLookup_R14_R21(t *testing.T) {
 	t.Parallel()
-	if !attempts.KindSplitLeg.Allows(providers.OpAccountTransfer) || !attempts.KindPayout.Allows(providers.OpAccountTransfer) {
-		t.Skip("attempts does not yet let account_transfer realise payout and split_leg attempts (issue 14: attempts/status.go kindOperations, and payouts.operation's CHECK)")
-	}
 	ctx := context.Background()
 	se := newStripeEngine(t)
 	e, fake, pool, hangThenExecute, resolve := se.e, se.fake, se.pool, se.hangExec, se.resolve
