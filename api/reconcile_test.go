@@ -104,6 +104,7 @@ func TestReconcileDivergencesAPI_R19(t *testing.T) {
 		Operation: providers.OpPixTransfer, Amount: "15.00", Currency: "BRL", At: e.clock.Now()}))
 	e.clock.Set(day.Add(51 * time.Hour))
 	for range 2 { // a re-run stores nothing twice
+		e.clock.Advance(time.Minute) // runs are ordered by when they started
 		_, err = rec.Run(e.ctx, "sim", day, reconcile.RunOptions{TriggeredBy: "test"})
 		require.NoError(t, err)
 	}
@@ -208,6 +209,7 @@ func TestReconcileDivergencesAPI_R19(t *testing.T) {
 	require.Equal(t, "not_found", e.post("/v1/reconcile/divergences/dv_nope/resolution", e.operator, "",
 		map[string]any{"reason": "x"}).code(t))
 
+	e.clock.Advance(time.Minute)
 	_, err = rec.Run(e.ctx, "sim", day, reconcile.RunOptions{TriggeredBy: "test"})
 	require.NoError(t, err)
 	after := e.get("/v1/reconcile/divergences/"+kinds["double_payment"]["id"].(string), e.auditor).json(t)
