@@ -89,6 +89,9 @@ type Config struct {
 	// UnknownAfter: an unknown attempt older than this is listed in the
 	// review queue even when it is not flagged (default 15m).
 	UnknownAfter time.Duration
+	// QueuePageSize is how many flagged and how many old unknown attempts
+	// a page of the review queue lists (default 100).
+	QueuePageSize int
 }
 
 // Prefix is where the console is mounted.
@@ -123,6 +126,9 @@ func New(cfg Config) (*Console, error) {
 	}
 	if cfg.UnknownAfter <= 0 {
 		cfg.UnknownAfter = 15 * time.Minute
+	}
+	if cfg.QueuePageSize <= 0 || cfg.QueuePageSize > 500 {
+		cfg.QueuePageSize = 100
 	}
 	c := &Console{cfg: cfg, pool: cfg.Pool, att: cfg.Attempts, pay: cfg.Payouts, ch: cfg.Charges,
 		clock: cfg.Clock, log: cfg.Logger}

@@ -70,6 +70,7 @@ type envOpts struct {
 	sim          sim.Config
 	insecure     bool
 	unknownAfter time.Duration
+	queuePage    int
 }
 
 func setup(t *testing.T, o envOpts) *env {
@@ -87,7 +88,7 @@ func setup(t *testing.T, o envOpts) *env {
 		PayoutProvider: e.prov.Name(), ChargeProvider: e.prov.Name(), Clock: e.clock})
 	require.NoError(t, err)
 	e.con, err = console.New(console.Config{Pool: e.pool, Attempts: e.e.Attempts, Payouts: e.e.Payouts,
-		Charges: e.e.Charges, Clock: e.clock, Insecure: o.insecure, UnknownAfter: o.unknownAfter})
+		Charges: e.e.Charges, Clock: e.clock, Insecure: o.insecure, UnknownAfter: o.unknownAfter, QueuePageSize: o.queuePage})
 	require.NoError(t, err)
 	mux := http.NewServeMux()
 	mux.Handle(console.Prefix, e.con)

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/internal/keyset"
 	"github.com/saldo/saldo/ledger"
 	"github.com/saldo/saldo/money"
 	"github.com/saldo/saldo/payouts"
@@ -30,10 +31,14 @@ func (c *Console) home(w http.ResponseWriter, r *http.Request, s *Session) {
 		http.Redirect(w, r, Prefix+"/review", http.StatusSeeOther)
 		return
 	}
-	queue, err := c.queue(r.Context())
+	queue, nextRQ, nextUQ, err := c.queue(r.Context(), "", "", c.cfg.QueuePageSize)
 	if err != nil {
 		c.internal(w, r, s, err)
 		return
+	}
+	size := strconv.Itoa(len(queue))
+	if nextRQ != queueEnd || nextUQ != queueEnd {
+		size += "+"
 	}
 	last, err := c.lastAudit(r.Context())
 	if err != nil {
@@ -41,7 +46,7 @@ func (c *Console) home(w http.ResponseWriter, r *http.Request, s *Session) {
 		return
 	}
 	c.render(w, r, http.StatusOK, "home", view{S: s, Title: "Overview", Data: map[string]any{
-		"Queue": len(queue), "Audit": last}})
+		"Queue": size, "Audit": last}})
 }
 
 // queueRow is one line of the review queue.
@@ -55,18 +60,35 @@ type queueRow struct {
 	Merchant string
 }
 
-// maxQueue bounds the queue page: the first 500 flagged and 500 unknown.
-const maxQueue = 500
+// queueEnd is the cursor of a part of the queue that has no more pages.
+const queueEnd = "end"
 
-// queue is the review queue: attempts flagged for review (and divergences),
-// as attempts.ReviewQueue lists them, plus unknown attempts older than
-// Config.UnknownAfter that are not flagged; oldest first.
-func (c *Console) queue(ctx context.Context) ([]queueRow, error) {
-	flagged, _, err := c.att.ReviewQueue(ctx, c.pool, attempts.ReviewQueueParams{Limit: maxQueue})
-	if err != nil {
-		return nil, err
-	}
+// errBadCursor: a queue cursor that does not parse.
+var errBadCursor = errors.New("console: malformed cursor")
+
+// queue is one page of the review queue: attempts flagged for review (and
+// divergences), as attempts.ReviewQueue lists them (cursor rq), plus
+// unknown attempts older than Config.UnknownAfter that are not flagged
+// (cursor uq, keyset over (unknown since, id)); each part oldest first, the
+// page merged oldest first. It returns the cursors of the next page of
+// each part (queueEnd when a part has no more).
+func (c *Console) queue(ctx context.Context, rq, uq string, limit int) ([]queueRow, string, string, error) {
 	var rows []queueRow
+	nextRQ, nextUQ := queueEnd, queueEnd
+	var flagged []attempts.Attempt
+	if rq != queueEnd {
+		var err error
+		flagged, nextRQ, err = c.att.ReviewQueue(ctx, c.pool, attempts.ReviewQueueParams{After: rq, Limit: limit})
+		if errors.Is(err, attempts.ErrInvalid) {
+			return nil, "", "", errBadCursor
+		}
+		if err != nil {
+			return nil, "", "", err
+		}
+		if nextRQ == "" {
+			nextRQ = queueEnd
+		}
+	}
 	for _, a := range flagged {
 		why := a.ReviewReason
 		if a.DivergedAt != nil {
@@ -78,20 +100,50 @@ func (c *Console) queue(ctx context.Context) ([]queueRow, error) {
 		}
 		rows = append(rows, queueRow{A: a, Since: since, Why: why, Flagged: true})
 	}
-	cut := c.clock.Now().Add(-c.cfg.UnknownAfter)
-	idRows, err := c.pool.Query(ctx, `SELECT id FROM attempts WHERE status = 'unknown' AND NOT review
-		AND coalesce(unknown_at, created_at) < $1 ORDER BY coalesce(unknown_at, created_at), id LIMIT $2`, cut, maxQueue)
-	if err != nil {
-		return nil, err
-	}
-	ids, err := pgx.CollectRows(idRows, pgx.RowTo[uuid.UUID])
-	if err != nil {
-		return nil, err
+	var ids []uuid.UUID
+	if uq != queueEnd {
+		afterAt, afterID := time.Time{}, uuid.Nil
+		if uq != "" {
+			t, id, err := keyset.Decode(uq)
+			if err != nil {
+				return nil, "", "", errBadCursor
+			}
+			if afterID, err = uuid.Parse(id); err != nil {
+				return nil, "", "", errBadCursor
+			}
+			afterAt = t
+		}
+		cut := c.clock.Now().Add(-c.cfg.UnknownAfter)
+		idRows, err := c.pool.Query(ctx, `SELECT id, coalesce(unknown_at, created_at) FROM attempts
+			WHERE status = 'unknown' AND NOT review AND coalesce(unknown_at, created_at) < $1
+			  AND (coalesce(unknown_at, created_at), id) > ($2, $3)
+			ORDER BY coalesce(unknown_at, created_at), id LIMIT $4`, cut, afterAt, afterID, limit+1)
+		if err != nil {
+			return nil, "", "", err
+		}
+		type idAt struct {
+			id uuid.UUID
+			at time.Time
+		}
+		found, err := pgx.CollectRows(idRows, func(row pgx.CollectableRow) (idAt, error) {
+			var x idAt
+			return x, row.Scan(&x.id, &x.at)
+		})
+		if err != nil {
+			return nil, "", "", err
+		}
+		page, next := keyset.Trim(found, limit, func(x idAt) (time.Time, string) { return x.at, x.id.String() })
+		if next != "" {
+			nextUQ = next
+		}
+		for _, x := range page {
+			ids = append(ids, x.id)
+		}
 	}
 	for _, id := range ids {
 		a, err := c.att.Get(ctx, c.pool, id)
 		if err != nil {
-			return nil, err
+			return nil, "", "", err
 		}
 		since := a.CreatedAt
 		if a.UnknownAt != nil {
@@ -112,7 +164,7 @@ func (c *Console) queue(ctx context.Context) ([]queueRow, error) {
 		rows[i].Subject, rows[i].Merchant = c.subjectLink(ctx, rows[i].A)
 	}
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Since.Before(rows[j].Since) })
-	return rows, nil
+	return rows, nextRQ, nextUQ, nil
 }
 
 func plural(n int, one, many string) string {
@@ -159,13 +211,20 @@ func (c *Console) subjectLink(ctx context.Context, a attempts.Attempt) (string, 
 }
 
 func (c *Console) reviewQueue(w http.ResponseWriter, r *http.Request, s *Session) {
-	rows, err := c.queue(r.Context())
+	q := r.URL.Query()
+	rows, nextRQ, nextUQ, err := c.queue(r.Context(), q.Get("rq"), q.Get("uq"), c.cfg.QueuePageSize)
+	if errors.Is(err, errBadCursor) {
+		c.renderError(w, r, s, http.StatusBadRequest, "That page cursor is not valid.")
+		return
+	}
 	if err != nil {
 		c.internal(w, r, s, err)
 		return
 	}
+	more := nextRQ != queueEnd || nextUQ != queueEnd
 	c.render(w, r, http.StatusOK, "review", view{S: s, Title: "Review queue", Nav: "review", Data: map[string]any{
-		"Rows": rows, "UnknownAfter": fmtDuration(c.cfg.UnknownAfter)}})
+		"Rows": rows, "UnknownAfter": fmtDuration(c.cfg.UnknownAfter), "More": more, "RQ": nextRQ, "UQ": nextUQ,
+		"Paged": q.Get("rq") != "" || q.Get("uq") != ""}})
 }
 
 // ---- the attempt page ----
