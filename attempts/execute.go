@@ -184,6 +184,7 @@ func (s *Service) lookupBeforeResend(ctx context.Context, prov providers.Provide
 			return true, res, nil
 		}
 	}
+	recall(prov, a)
 	lr, lerr := prov.Lookup(ctx, providers.Operation(a.Operation), a.Reference)
 	if lerr != nil {
 		r, err := s.executeToUnknown(ctx, a, "lookup before re-send failed: "+lerr.Error())

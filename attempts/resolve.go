@@ -264,6 +264,7 @@ func (s *Service) Resolve(ctx context.Context, id uuid.UUID) (ResolveResult, err
 		return review(fmt.Sprintf("provider reports processing since %s (R18)", fmtTime(a.ProcessingFrom)))
 	}
 
+	recall(prov, a)
 	lr, lerr := prov.Lookup(ctx, providers.Operation(a.Operation), a.Reference)
 	if lerr != nil {
 		return review(fmt.Sprintf("lookup by reference refused: %v (R25)", lerr))
@@ -492,6 +493,7 @@ func (s *Service) ResolveManually(ctx context.Context, attemptID uuid.UUID, stat
 			case manualRefuse:
 				return ResolveResult{Attempt: a}, &ManualFailRefusedError{AttemptID: a.ID, Reason: v.reason}
 			case manualLookup:
+				recall(s.providers[a.Provider], a)
 				r, lerr := s.providers[a.Provider].Lookup(ctx, providers.Operation(a.Operation), a.Reference)
 				if lerr != nil {
 					return ResolveResult{Attempt: a}, &ManualFailRefusedError{AttemptID: a.ID,
@@ -707,4 +709,12 @@ func decodeCursor(c string) (time.Time, uuid.UUID, error) {
 		}
 	}
 	return time.Time{}, uuid.Nil, fmt.Errorf("%w: bad review queue cursor", ErrInvalid)
+}
+
+// recall hands a's stored payload to a provider that wants it before a
+// lookup (providers.Recaller).
+func recall(p providers.Provider, a Attempt) {
+	if r, ok := p.(providers.Recaller); ok {
+		r.Recall(providers.Operation(a.Operation), a.Reference, a.Payload)
+	}
 }

@@ -333,3 +333,14 @@ type Provider interface {
 	// that contains day (R19). ErrUnsupported when Capabilities.Statements is false.
 	Statement(ctx context.Context, day time.Time) ([]StatementEntry, error)
 }
+
+// Recaller is an optional Provider interface for an adapter whose lookup
+// address is not the reference alone (a Pix refund's GET names the Pix it
+// returns, which only the request holds). Before every lookup of an
+// attempt, the attempts core hands the adapter the attempt's stored
+// payload (the exact bytes EncodePayload made): a process that never saw
+// the attempt opened or sent (a restart, another process) then looks it up
+// with one exchange.
+type Recaller interface {
+	Recall(op Operation, reference string, payload []byte)
+}

@@ -460,6 +460,25 @@ func sendRead(s Send) read {
 	return r
 }
 
+// Recall is providers.Recaller: the attempts core hands over a refund
+// attempt's stored payload before its lookup, whose path names the
+// endToEndId of the Pix it returns, so a process that never saw the refund
+// (a restart) looks it up with one GET instead of a search.
+func (p *Provider) Recall(op providers.Operation, reference string, payload []byte) {
+	if op != providers.OpRefund {
+		return
+	}
+	var env envelope
+	if json.Unmarshal(payload, &env) != nil || !strings.HasSuffix(env.Path, "/"+reference) {
+		return
+	}
+	if e2e := refundE2E(env.Path); e2e != "" {
+		p.remember(reference, e2e)
+	}
+}
+
+var _ providers.Recaller = (*Provider)(nil)
+
 // Lookup reads the operation by our reference with one GET:
 // GET /cob/{txid}, GET /pix/{e2eid}/devolucao/{id} or the SendAPI's
 // LookupPath. 200 is found; 404 is "not found" (Found false, no error:
@@ -473,8 +492,7 @@ func sendRead(s Send) read {
 // last RefundScan with devolucaoPresente=true page by page for the
 // devolucao with our id; a search that finds nothing is inconclusive,
 // never "not found" (see scanRefund). That search is many exchanges; the
-// Provider interface passing the attempt's payload to Lookup would make it
-// one.
+// attempts core avoids it by handing the payload over first (Recall).
 func (p *Provider) Lookup(ctx context.Context, op providers.Operation, reference string) (providers.LookupResult, error) {
 	if !p.Capabilities().Supports(op) {
 		return providers.LookupResult{}, fmt.Errorf("%w: lookup of %s", providers.ErrUnsupported, op)

@@ -351,6 +351,27 @@ func TestRefundLookupWithoutTheEndToEndId(t *testing.T) {
 	if lr.Found || lr.Exchange.Err == nil {
 		t.Fatalf("absent refund %+v", lr)
 	}
+	// A restarted process handed the attempt's payload (providers.Recaller,
+	// what the attempts core does before every lookup) makes one GET.
+	restarted := e.adapter()
+	payload, err := e.p.EncodePayload(providers.OperationInput{Operation: providers.OpRefund, Amount: "2.00", Currency: "BRL",
+		ChargeProviderID: e2e}, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	restarted.Recall(providers.OpRefund, r, payload)
+	if lr, _ := restarted.Lookup(context.Background(), providers.OpRefund, r); !lr.Found ||
+		!strings.HasSuffix(lr.Exchange.URL, "/pix/"+e2e+"/devolucao/"+r) {
+		t.Fatalf("lookup after Recall %s", lr.Exchange.URL)
+	}
+	// A payload for another reference teaches nothing.
+	stranger := e.adapter()
+	stranger.Recall(providers.OpRefund, ref(t), payload)
+	if lr, _ := stranger.Lookup(context.Background(), providers.OpRefund, r); !strings.Contains(lr.Exchange.URL, "devolucaoPresente") &&
+		strings.HasSuffix(lr.Exchange.URL, "/devolucao/"+r) {
+		t.Fatalf("a mismatched payload was used: %s", lr.Exchange.URL)
+	}
+
 	// With the endToEndId known, 404 is "not found" (R16 decides).
 	other := ref(t)
 	if _, err := e.p.EncodePayload(providers.OperationInput{Operation: providers.OpRefund, Amount: "1.00", Currency: "BRL",
