@@ -137,3 +137,25 @@ func TestRetryPolicyGivesUpAndReleasesOnce_R22(t *testing.T) {
 	require.Equal(t, "100.00", av)
 	require.Equal(t, "0.00", res)
 }
+
+// The policy's deadline (Within, counted from the payout's creation): a
+// transient failure after it is final; the payout fails and its reserve is
+// released once.
+func TestRetryPolicyDeadlineReleasesOnce_R22(t *testing.T) {
+	t.Parallel()
+	e := setup(t, sim.Config{}, "100.00")
+	finals := e.withRetry(payouts.RetryPolicy{MaxAttempts: 5, Within: 30 * time.Minute, Backoff: time.Second})
+	p, err := e.svc.CreatePayout(e.ctx, e.pix("10.00"))
+	require.NoError(t, err)
+	require.NoError(t, e.srv.AddFault(sim.FaultRule{Kind: sim.FaultUnavailable, Reference: e.attempt(p).Reference}))
+	require.Equal(t, attempts.StatusUnknown, e.execute(p).Status)
+	require.Equal(t, attempts.StatusFailed, e.resolveAfter(p, time.Hour).Attempt.Status, "proven absent an hour later")
+	v := e.get(p)
+	require.Equal(t, payouts.StatusFailed, v.Status, "past Within: no next attempt")
+	require.Equal(t, 1, v.AttemptCount)
+	require.Equal(t, []payouts.Status{payouts.StatusFailed}, finals[p.ID])
+	require.Equal(t, []string{payouts.CauseReserve, payouts.CauseRelease}, e.causes(p))
+	av, res := e.balances()
+	require.Equal(t, "100.00", av)
+	require.Equal(t, "0.00", res)
+}
