@@ -3,6 +3,8 @@ package attempts
 import (
 	"context"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -221,4 +223,41 @@ func (s *Service) Circuit(provider, op string) CircuitState {
 		return c.state
 	}
 	return CircuitClosed
+}
+
+// CircuitStatus is one circuit's state, for operators.
+type CircuitStatus struct {
+	Provider  string
+	Operation string
+	State     CircuitState
+	// Calls and Failed in the breaker's window (closed circuits).
+	Calls, Failed int
+	// OpenedAt: when it last opened (zero if never).
+	OpenedAt time.Time
+}
+
+// Circuits lists the circuit of every configured provider and operation it
+// supports, sorted, as this process sees them (the breakers are per
+// process).
+func (s *Service) Circuits() []CircuitStatus {
+	names := slices.Sorted(maps.Keys(s.providers))
+	b := s.breakers
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []CircuitStatus
+	for _, name := range names {
+		for _, op := range s.providers[name].Capabilities().Operations {
+			cs := CircuitStatus{Provider: name, Operation: string(op), State: CircuitClosed}
+			if c := b.circuits[circuitKey{name, string(op)}]; c != nil {
+				cs.State, cs.OpenedAt, cs.Calls = c.state, c.openedAt, len(c.calls)
+				for _, m := range c.calls {
+					if m.failed {
+						cs.Failed++
+					}
+				}
+			}
+			out = append(out, cs)
+		}
+	}
+	return out
 }

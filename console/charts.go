@@ -26,6 +26,13 @@ func (c *Console) chartsPage(w http.ResponseWriter, r *http.Request, s *Session)
 	c.render(w, r, http.StatusOK, "charts", view{S: s, Title: "Charts", Nav: "charts", Data: map[string]any{"Charts": charts}})
 }
 
+// providersPage shows the circuit breaker of every provider and operation
+// (issue 20).
+func (c *Console) providersPage(w http.ResponseWriter, r *http.Request, s *Session) {
+	c.render(w, r, http.StatusOK, "providers", view{S: s, Title: "Providers", Nav: "providers",
+		Data: map[string]any{"Circuits": c.att.Circuits()}})
+}
+
 // chartHours is the span of the hourly charts.
 const chartHours = 24
 

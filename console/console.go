@@ -231,6 +231,7 @@ func (c *Console) routes() {
 	m.Handle("GET "+Prefix+"/audit", c.page(books, c.auditPage))
 	m.Handle("POST "+Prefix+"/audit/run", c.form(books, c.runAudit))
 	m.Handle("GET "+Prefix+"/charts", c.page(ops, c.chartsPage))
+	m.Handle("GET "+Prefix+"/providers", c.page(ops, c.providersPage))
 	m.Handle("GET "+Prefix+"/reconcile", c.page(ops, c.reconcilePage))
 	m.Handle("GET "+Prefix+"/reconcile/divergences/{id}", c.page(ops, c.divergencePage))
 	m.Handle("POST "+Prefix+"/reconcile/divergences/{id}/resolve", c.form([]Role{RoleOperator}, c.resolveDivergence))

@@ -71,6 +71,7 @@ type envOpts struct {
 	insecure     bool
 	unknownAfter time.Duration
 	queuePage    int
+	breaker      attempts.BreakerConfig
 }
 
 func setup(t *testing.T, o envOpts) *env {
@@ -85,7 +86,8 @@ func setup(t *testing.T, o envOpts) *env {
 		ConnectTimeout: time.Second, ReadTimeout: 300 * time.Millisecond}))}
 	var err error
 	e.e, err = engine.New(engine.Config{Pool: e.pool, Providers: []providers.Provider{e.prov},
-		PayoutProvider: e.prov.Name(), ChargeProvider: e.prov.Name(), Clock: e.clock})
+		PayoutProvider: e.prov.Name(), ChargeProvider: e.prov.Name(), Clock: e.clock,
+		Attempts: attempts.Config{Breaker: o.breaker}})
 	require.NoError(t, err)
 	e.con, err = console.New(console.Config{Pool: e.pool, Attempts: e.e.Attempts, Payouts: e.e.Payouts,
 		Charges: e.e.Charges, Clock: e.clock, Insecure: o.insecure, UnknownAfter: o.unknownAfter, QueuePageSize: o.queuePage})
