@@ -65,7 +65,14 @@ func (s *stats) violate(format string, args ...any) {
 
 func (s *stats) saw5xx(status int, body []byte) {
 	s.fiveXX.Add(1)
-	k := strconv.Itoa(status) + " " + string(body[:min(len(body), 160)])
+	var pb struct {
+		Type string `json:"type"`
+	}
+	_ = json.Unmarshal(body, &pb)
+	k := strconv.Itoa(status) + " " + strings.TrimPrefix(pb.Type, "https://saldo.dev/problems/")
+	if pb.Type == "" {
+		k = strconv.Itoa(status) + " " + string(body[:min(len(body), 80)])
+	}
 	s.mu.Lock()
 	if s.fiveXXBody == nil {
 		s.fiveXXBody = map[string]int{}

@@ -214,13 +214,13 @@ func (e *env) verify(ctx context.Context, res *runResult, st *stats, ld *loader)
 	if len(fiveXX) > 0 {
 		var ks []string
 		for k, v := range fiveXX {
-			ks = append(ks, fmt.Sprintf("%dx %s", v, strings.ReplaceAll(k, "\n", " ")))
+			ks = append(ks, fmt.Sprintf("%s x%d", strings.ReplaceAll(k, "\n", " "), v))
 		}
 		sort.Strings(ks)
 		if len(ks) > 6 {
 			ks = append(ks[:6], fmt.Sprintf("... %d more", len(ks)-6))
 		}
-		res.row("5xx seen (all during injected faults, retried)", "%s", strings.Join(ks, " | "))
+		res.row("5xx answers seen by clients (retried)", "%s", strings.Join(ks, " | "))
 	}
 
 	var logs []string
@@ -412,9 +412,23 @@ func (e *env) verify(ctx context.Context, res *runResult, st *stats, ld *loader)
 		func(b *bal, d decimal.Decimal) { b.total = d })
 	// Expected: what clients funded (2xx) + net of paid charges + splits
 	// received - succeeded payouts, refunds and split legs.
+	// A funding the client got no answer for may have happened (its answer
+	// lost): the ledger tells, by its idempotency key (funding:<merchant>:
+	// <API key id>:<Idempotency-Key>).
+	fundedUnanswered := 0
 	for _, r := range reqs {
-		if r.Kind == "funding" && r.Status/100 == 2 {
+		if r.Kind != "funding" {
+			continue
+		}
+		switch {
+		case r.Status/100 == 2:
 			bals[r.Merchant].expected = bals[r.Merchant].expected.Add(decimal.RequireFromString(r.Amount))
+		case r.Status == 0:
+			if q(`SELECT count(*) FROM ledger_transactions WHERE idempotency_key LIKE 'funding:' || $1 || ':%:' || $2`,
+				r.Merchant, r.Key) == 1 {
+				fundedUnanswered++
+				bals[r.Merchant].expected = bals[r.Merchant].expected.Add(decimal.RequireFromString(r.Amount))
+			}
 		}
 	}
 	scanMap(`SELECT merchant_id, sum(merchant_net)::text FROM charges WHERE status = 'paid' GROUP BY 1`,
@@ -438,6 +452,7 @@ func (e *env) verify(ctx context.Context, res *runResult, st *stats, ld *loader)
 		mparts = append(mparts, fmt.Sprintf("%s reserved %s = open %s, balance %s", m.id, b.reserved.StringFixed(2),
 			b.openOut.StringFixed(2), b.total.StringFixed(2)))
 	}
+	res.row("fundings unanswered (client gave up) but applied", "%d", fundedUnanswered)
 	res.row("per merchant: reserved = open outgoing attempts", "%d mismatches (%s)", reservedBad, strings.Join(mparts, "; "))
 
 	// Each operation's ledger effect matches its final status: per attempt,
