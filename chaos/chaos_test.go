@@ -36,20 +36,26 @@ type profile struct {
 	commitLoss  float64          // pgproxy: probability a transaction's commit answer is lost
 	dbCutEvery  time.Duration    // pgproxy: a random connection cut this often
 	pspCutEvery time.Duration    // PSP proxy: a random connection cut this often
+	simFaults   string           // saldo sim-provider --random-faults
 }
 
 func shortProfile() profile {
 	return profile{name: "short", load: 25 * time.Second, clients: 4, merchants: 3,
 		killEvery: [2]time.Duration{4 * time.Second, 7 * time.Second}, pgRestartAt: 12 * time.Second,
 		converge: 5 * time.Minute, budget: 20 * time.Second, pixExpiry: 60,
-		commitLoss: 0.004, dbCutEvery: 3 * time.Second, pspCutEvery: 2 * time.Second}
+		commitLoss: 0.004, dbCutEvery: 3 * time.Second, pspCutEvery: 2 * time.Second,
+		// Fewer failing lookups than the long form: three in a row push an
+		// attempt's resolution past 3.5 min (the resolve schedule: 30 s,
+		// 1 min, 2 min, 5 min), close to the short form's deadline.
+		simFaults: "hang_after=0.03,error_after=0.03,unavailable=0.03,rate_limit=0.03,slow=0.04,reset_before=0.02,lookup_fail=0.02"}
 }
 
 func longProfile() profile {
 	return profile{name: "long", load: 5 * time.Minute, clients: 8, merchants: 5,
 		killEvery: [2]time.Duration{3 * time.Second, 8 * time.Second}, pgRestartAt: 2 * time.Minute,
 		converge: 8 * time.Minute, budget: 75 * time.Second, pixExpiry: 60,
-		commitLoss: 0.004, dbCutEvery: 2 * time.Second, pspCutEvery: 1500 * time.Millisecond}
+		commitLoss: 0.004, dbCutEvery: 2 * time.Second, pspCutEvery: 1500 * time.Millisecond,
+		simFaults: "hang_after=0.03,error_after=0.03,unavailable=0.03,rate_limit=0.03,slow=0.04,reset_before=0.02,lookup_fail=0.05"}
 }
 
 func isLong() bool { return *long || os.Getenv("SALDO_CHAOS_LONG") == "1" }
@@ -181,7 +187,7 @@ func runChaos(t *testing.T, bin string, p profile, noIdem bool, seed uint64, out
 	}
 	e.relay = startRelay(t, bases, 0.1, seed)
 	simArgs := []string{"sim-provider", "--listen", fmt.Sprintf("127.0.0.1:%d", simPort), "--seed", fmt.Sprint(seed),
-		"--random-faults", "hang_after=0.03,error_after=0.03,unavailable=0.03,rate_limit=0.03,slow=0.04,reset_before=0.02,lookup_fail=0.05",
+		"--random-faults", p.simFaults,
 		"--lookup-lag", "1s", "--settle-after", "1s", "--key-lifetime", "20s",
 		"--webhook-url", e.relay.url(), "--webhook-secret", secret,
 		"--webhook-duplicates", "0.2", "--webhook-reorder", "0.2"}
@@ -366,6 +372,7 @@ func runChaos(t *testing.T, bin string, p profile, noIdem bool, seed uint64, out
 		res.violations = append(res.violations, fmt.Sprintf("%d times a killed saldo process did not come back after 6 tries (see events.log)", n))
 	}
 	res.row("PSP", "%s", map[bool]string{false: "idempotency keys (24 h cut to 20 s)", true: "no idempotency keys (R20)"}[noIdem])
+	res.row("sim-provider --random-faults", "%s", p.simFaults)
 	res.row("load / convergence", "%s / %s", loadDur.Round(time.Second), convDur.Round(time.Second))
 	if open > 0 {
 		res.violations = append(res.violations, fmt.Sprintf("%d operations neither final nor in review after %s", open, p.converge))
