@@ -351,7 +351,9 @@ type ChargeRequest struct {
 	ClientKey string
 	Kind      Kind
 	Amount    money.Amount
-	// CardToken is the tokenised card (card only; "tok_...", never a PAN).
+	// CardToken is the tokenised card (card only; a token "tok_..." or a
+	// Stripe PaymentMethod "pm_...", never a PAN). Whether the charge's
+	// provider takes that kind is its adapter's call (EncodePayload).
 	CardToken string
 	// PixExpiresIn is the cob lifetime (Pix only; default Config.PixExpiry,
 	// between 1 minute and 30 days).
@@ -374,7 +376,7 @@ const (
 )
 
 var (
-	tokenPattern = regexp.MustCompile(`^tok_[A-Za-z0-9_]{1,100}$`)
+	tokenPattern = regexp.MustCompile(`^(tok|pm)_[A-Za-z0-9_]{1,100}$`)
 	digits       = regexp.MustCompile(`^[0-9]+$`)
 )
 
@@ -410,7 +412,7 @@ func (s *Service) validate(req *ChargeRequest) error {
 		case digits.MatchString(req.CardToken):
 			return invalid("card_token", "raw card numbers are never accepted; send a token")
 		case !tokenPattern.MatchString(req.CardToken):
-			return invalid("card_token", "must look like tok_...")
+			return invalid("card_token", "must look like tok_... or pm_...")
 		case req.PixExpiresIn != 0:
 			return invalid(FieldPixExpiresIn, "an expiry applies only to Pix charges")
 		case req.PayerName != "":

@@ -906,3 +906,22 @@ func TestFeeRulePrecedence(t *testing.T) {
 	e.execute(second)
 	require.ErrorIs(t, e.svc.SetFeeRule(e.ctx, "ghost", money.BRL, charges.FeeRule{}), charges.ErrUnknownMerchant)
 }
+
+// A Stripe PaymentMethod id ("pm_...") passes saldo's own card_token check;
+// whether the charge's provider takes it is the adapter's call: the sim
+// takes only tok_ tokens and refuses it naming card_token, writing nothing.
+func TestPaymentMethodIDLeftToTheProvider(t *testing.T) {
+	t.Parallel()
+	e := setup(t, sim.Config{}, opts{})
+	_, err := e.svc.Create(e.ctx, e.card("1.00", "pm_card_visa"))
+	var fe *charges.FieldError
+	require.ErrorAs(t, err, &fe)
+	require.Equal(t, "card_token", fe.Field)
+	require.Contains(t, fe.Reason, "no such token", "refused by the provider, not by saldo's pattern")
+	var n int
+	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT count(*) FROM charges`).Scan(&n))
+	require.Zero(t, n)
+	_, err = e.svc.Create(e.ctx, e.card("1.00", "card_1234"))
+	require.ErrorAs(t, err, &fe)
+	require.Contains(t, fe.Reason, "must look like tok_... or pm_...")
+}
