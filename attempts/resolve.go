@@ -369,6 +369,9 @@ type ResolveInput struct {
 	// Actor identifies the source instance (webhook event id, operator id).
 	Actor  string
 	Reason string
+	// Evidence, optional JSON, is kept on the transition event it causes
+	// (a reconciliation run's statement line, an operator's evidence).
+	Evidence json.RawMessage
 }
 
 // ResolveByReference applies a provider's statement to the attempt with that
@@ -429,7 +432,8 @@ func (s *Service) ResolveByReference(ctx context.Context, in ResolveInput) (Reso
 		}
 		na, tr, err := s.applyReport(ctx, tx, after, a, actor, report{Provider: in.Provider, Operation: in.Operation,
 			Amount: in.Amount, Currency: in.Currency, State: in.State, ProviderID: in.ProviderID,
-			FailureCode: in.FailureCode, FailureReason: in.FailureReason, Data: in.Data, ActorID: in.Actor}, reason)
+			FailureCode: in.FailureCode, FailureReason: in.FailureReason, Data: in.Data, ActorID: in.Actor,
+			Evidence: in.Evidence}, reason)
 		if errors.Is(err, ErrProviderIDMismatch) || errors.Is(err, ErrReportMismatch) {
 			mismatch, err = err, nil
 		}

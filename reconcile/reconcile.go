@@ -742,7 +742,14 @@ func (s *Service) matchGroup(ctx context.Context, st *runState, ls []line, a *ou
 // report gives the attempts core the statement line l as the provider's
 // word about a, through the conditional transition (R10, R17).
 func (s *Service) report(ctx context.Context, st *runState, a ours, l line) (attempts.ResolveResult, error) {
-	return s.att.ResolveByReference(ctx, attempts.ResolveInput{Reference: a.Reference, Provider: st.run.Provider,
+	evidence, err := json.Marshal(map[string]any{"reconciliation_run": st.run.ID, "provider": st.run.Provider,
+		"day": st.run.Day.Format(time.DateOnly), "statement_line": map[string]any{"operation": l.Operation,
+			"reference": l.Reference, "provider_id": l.ProviderID, "state": l.State, "amount": l.Amount,
+			"currency": l.Currency, "at": l.At.UTC()}})
+	if err != nil {
+		return attempts.ResolveResult{}, err
+	}
+	return s.att.ResolveByReference(ctx, attempts.ResolveInput{Reference: a.Reference, Provider: st.run.Provider, Evidence: evidence,
 		Operation: l.Operation, Amount: l.Amount, Currency: l.Currency, State: l.State, ProviderID: l.ProviderID,
 		Source: attempts.SourceReconciliation, Actor: st.run.ID,
 		Reason: fmt.Sprintf("reconciliation run %s: the %s statement of %s lists %s %s %s %s %s (id %s, at %s)",

@@ -259,6 +259,17 @@ func TestUnknownPayoutSettledOnceByReconciliation_R19_R22(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, attempts.StatusSucceeded, got.Status)
 	require.Equal(t, 1, e.settles(got))
+	// The statement line is the transition's evidence.
+	evs, err := e.att.Events(e.ctx, e.pool, a.ID)
+	require.NoError(t, err)
+	var evidence string
+	for _, ev := range evs {
+		if ev.Type == attempts.EventTransition && ev.ToStatus == attempts.StatusSucceeded {
+			evidence = string(ev.Evidence)
+		}
+	}
+	require.Contains(t, evidence, `"statement_line"`)
+	require.Contains(t, evidence, a.Reference)
 	v, err := e.po.Get(e.ctx, merchant, p.ID)
 	require.NoError(t, err)
 	require.Equal(t, "succeeded", string(v.Status))
