@@ -46,7 +46,7 @@ func newAdapterEnv(t *testing.T, prov providers.Provider, routes string) *adapte
 	// straddled midnight UTC would find its operations on the next day's
 	// statement. Near midnight, wait it out (a few minutes a day at most).
 	if now := time.Now().UTC(); now.Add(3*time.Minute).Day() != now.Day() {
-		time.Sleep(now.Truncate(24*time.Hour).Add(24*time.Hour + time.Second).Sub(now))
+		time.Sleep(now.Truncate(24 * time.Hour).Add(24*time.Hour + time.Second).Sub(now))
 	}
 	day := reconcile.Day(time.Now())
 	rec, err := reconcile.New(reconcile.Config{Pool: pool, Attempts: e.Attempts, Providers: e.Providers,
