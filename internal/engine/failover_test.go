@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/saldo/saldo/attempts"
@@ -28,30 +29,12 @@ import (
 // money-moving operation for the payout.
 func TestPayoutFailsOverToTheNextProvider_R16_R22(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	pool := testdb.New(t)
-	clock := sim.NewManualClock(time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC))
-	a := sim.NewServer(sim.Config{Seed: 401, Clock: clock.Now}).Start()
-	t.Cleanup(a.Close)
-	b := sim.NewServer(sim.Config{Seed: 402, Clock: clock.Now}).Start()
-	t.Cleanup(b.Close)
-	settings := sim.WithHTTPSettings(providers.HTTPSettings{ReadTimeout: 5 * time.Second})
-	provA, provB := a.NewProvider(sim.WithName("pixA"), settings), b.NewProvider(sim.WithName("pixB"), settings)
-	routes, err := providers.ParseRoutes("pix_transfer=pixA|pixB")
-	require.NoError(t, err)
-	e, err := engine.New(engine.Config{Pool: pool, Providers: []providers.Provider{provA, provB}, Routes: routes,
-		Clock: clock, PayoutRetry: payouts.RetryPolicy{MaxAttempts: 3, Backoff: time.Second}})
-	require.NoError(t, err)
+	w := newTwoPSPs(t, 401, func(c *engine.Config) {
+		c.PayoutRetry = payouts.RetryPolicy{MaxAttempts: 3, Backoff: time.Second}
+	})
+	ctx, pool, clock, a, b, e := w.ctx, w.pool, w.clock, w.a, w.b, w.e
 	brl := money.MustParse("10.00", "BRL")
-	_, err = merchants.Create(ctx, pool, "m1", "Loja")
-	require.NoError(t, err)
-	_, err = merchants.Fund(ctx, pool, merchants.Funding{MerchantID: "m1", Amount: money.MustParse("100.00", "BRL"),
-		Key: "seed", Reason: "test", Actor: "test"})
-	require.NoError(t, err)
-
-	p, err := e.Payouts.CreatePayout(ctx, payouts.PayoutRequest{MerchantID: "m1", Operation: providers.OpPixTransfer,
-		Amount: brl, Destination: &providers.Destination{PixKey: &providers.PixKey{Type: "email", Value: "ana@example.com"}}})
-	require.NoError(t, err)
+	p := w.pay(t, "10.00")
 	first, err := e.Attempts.Get(ctx, pool, *p.CurrentAttemptID)
 	require.NoError(t, err)
 	require.Equal(t, "pixA", first.Provider)
@@ -111,32 +94,11 @@ func TestPayoutFailsOverToTheNextProvider_R16_R22(t *testing.T) {
 // pixA waits (its attempt is unknown, resolved by lookup, never moved).
 func TestNewPayoutsRouteAroundAnOpenCircuit(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	pool := testdb.New(t)
-	clock := sim.NewManualClock(time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC))
-	a := sim.NewServer(sim.Config{Seed: 501, Clock: clock.Now}).Start()
-	t.Cleanup(a.Close)
-	b := sim.NewServer(sim.Config{Seed: 502, Clock: clock.Now}).Start()
-	t.Cleanup(b.Close)
-	settings := sim.WithHTTPSettings(providers.HTTPSettings{ReadTimeout: 5 * time.Second})
-	provA, provB := a.NewProvider(sim.WithName("pixA"), settings), b.NewProvider(sim.WithName("pixB"), settings)
-	routes, err := providers.ParseRoutes("pix_transfer=pixA|pixB")
-	require.NoError(t, err)
-	e, err := engine.New(engine.Config{Pool: pool, Providers: []providers.Provider{provA, provB}, Routes: routes, Clock: clock,
-		Attempts: attempts.Config{Breaker: attempts.BreakerConfig{Window: time.Minute, MinCalls: 2, FailureRate: 1, OpenFor: time.Minute}}})
-	require.NoError(t, err)
-	_, err = merchants.Create(ctx, pool, "m1", "Loja")
-	require.NoError(t, err)
-	_, err = merchants.Fund(ctx, pool, merchants.Funding{MerchantID: "m1", Amount: money.MustParse("100.00", "BRL"),
-		Key: "seed", Reason: "test", Actor: "test"})
-	require.NoError(t, err)
-	pay := func() payouts.Payout {
-		p, err := e.Payouts.CreatePayout(ctx, payouts.PayoutRequest{MerchantID: "m1", Operation: providers.OpPixTransfer,
-			Amount:      money.MustParse("1.00", "BRL"),
-			Destination: &providers.Destination{PixKey: &providers.PixKey{Type: "email", Value: "ana@example.com"}}})
-		require.NoError(t, err)
-		return p
-	}
+	w := newTwoPSPs(t, 501, func(c *engine.Config) {
+		c.Attempts = attempts.Config{Breaker: attempts.BreakerConfig{Window: time.Minute, MinCalls: 2, FailureRate: 1, OpenFor: time.Minute}}
+	})
+	ctx, pool, a, e := w.ctx, w.pool, w.a, w.e
+	pay := func() payouts.Payout { return w.pay(t, "1.00") }
 	require.NoError(t, a.AddFault(sim.FaultRule{Kind: sim.FaultUnavailable}))
 	for range 2 {
 		p := pay()
@@ -154,4 +116,48 @@ func TestNewPayoutsRouteAroundAnOpenCircuit(t *testing.T) {
 	res, err := audit.Run(ctx, pool)
 	require.NoError(t, err)
 	require.True(t, res.OK(), res.Summary())
+}
+
+// twoPSPs is an engine with two sims, pixA and pixB (seeds apart), routed
+// pix_transfer=pixA|pixB, on a manual clock, and merchant m1 funded with
+// 100.00 BRL; tune sets the rest of the engine's configuration.
+type twoPSPs struct {
+	ctx   context.Context
+	pool  *pgxpool.Pool
+	clock *sim.ManualClock
+	a, b  *sim.Server
+	e     *engine.Engine
+}
+
+func newTwoPSPs(t *testing.T, seed int64, tune func(*engine.Config)) *twoPSPs {
+	t.Helper()
+	w := &twoPSPs{ctx: context.Background(), pool: testdb.New(t),
+		clock: sim.NewManualClock(time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC))}
+	w.a = sim.NewServer(sim.Config{Seed: seed, Clock: w.clock.Now}).Start()
+	t.Cleanup(w.a.Close)
+	w.b = sim.NewServer(sim.Config{Seed: seed + 1, Clock: w.clock.Now}).Start()
+	t.Cleanup(w.b.Close)
+	settings := sim.WithHTTPSettings(providers.HTTPSettings{ReadTimeout: 5 * time.Second})
+	routes, err := providers.ParseRoutes("pix_transfer=pixA|pixB")
+	require.NoError(t, err)
+	cfg := engine.Config{Pool: w.pool, Routes: routes, Clock: w.clock, Providers: []providers.Provider{
+		w.a.NewProvider(sim.WithName("pixA"), settings), w.b.NewProvider(sim.WithName("pixB"), settings)}}
+	tune(&cfg)
+	w.e, err = engine.New(cfg)
+	require.NoError(t, err)
+	_, err = merchants.Create(w.ctx, w.pool, "m1", "Loja")
+	require.NoError(t, err)
+	_, err = merchants.Fund(w.ctx, w.pool, merchants.Funding{MerchantID: "m1", Amount: money.MustParse("100.00", "BRL"),
+		Key: "seed", Reason: "test", Actor: "test"})
+	require.NoError(t, err)
+	return w
+}
+
+// pay creates a Pix transfer of m1.
+func (w *twoPSPs) pay(t *testing.T, amount string) payouts.Payout {
+	t.Helper()
+	p, err := w.e.Payouts.CreatePayout(w.ctx, payouts.PayoutRequest{MerchantID: "m1", Operation: providers.OpPixTransfer,
+		Amount: money.MustParse(amount, "BRL"), Destination: &providers.Destination{PixKey: &providers.PixKey{Type: "email", Value: "ana@example.com"}}})
+	require.NoError(t, err)
+	return p
 }
