@@ -62,6 +62,20 @@ func (p *Provider) AllOperations(ctx context.Context) ([]OracleOperation, error)
 	return body.Operations, nil
 }
 
+// SetRandomFaults replaces the sim's random fault profile
+// (PUT /sim/random-faults), given in ParseFaultProfile's form; "" turns
+// random faults off.
+func (p *Provider) SetRandomFaults(ctx context.Context, profile string) error {
+	ex := p.client.Do(ctx, http.MethodPut, p.baseURL+"/sim/random-faults", nil, []byte(profile))
+	if ex.Err != nil {
+		return fmt.Errorf("sim: PUT /sim/random-faults: %w", ex.Err)
+	}
+	if ex.StatusCode != http.StatusOK {
+		return fmt.Errorf("sim: PUT /sim/random-faults: status %d: %s", ex.StatusCode, ex.Body)
+	}
+	return nil
+}
+
 // Duplicates lists the references with more than one money-moving operation
 // (GET /sim/duplicates). Empty is the goal.
 func (p *Provider) Duplicates(ctx context.Context) ([]string, error) {

@@ -63,3 +63,18 @@ func TestAdminClientAllOperations(t *testing.T) {
 		require.True(t, all[i].MoneyMoving)
 	}
 }
+
+// PUT /sim/random-faults replaces the random fault profile at run time:
+// every submit is refused with 503 until the profile is cleared.
+func TestAdminClientSetRandomFaults(t *testing.T) {
+	t.Parallel()
+	srv, p := setup(t, sim.Config{Random: sim.FaultProfile{Unavailable: 1}})
+	ctx := t.Context()
+	require.Equal(t, http.StatusServiceUnavailable, open(t, p, transfer("1.00")).send(p).Exchange.StatusCode)
+	require.Error(t, p.SetRandomFaults(ctx, "unavailable=2"))
+	require.NoError(t, p.SetRandomFaults(ctx, ""))
+	require.Equal(t, http.StatusOK, open(t, p, transfer("1.00")).send(p).Exchange.StatusCode)
+	require.Equal(t, sim.FaultProfile{Unavailable: 1}, srv.Config().Random, "Config reports the starting profile")
+	require.NoError(t, p.SetRandomFaults(ctx, "rate_limit=1"))
+	require.Equal(t, http.StatusTooManyRequests, open(t, p, transfer("1.00")).send(p).Exchange.StatusCode)
+}

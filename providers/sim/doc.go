@@ -32,6 +32,7 @@
 //	GET  /sim/balances                  platform balance per currency
 //	POST /sim/cobs/{txid}/pay           play a payer paying a Pix cob (fires a webhook)
 //	POST /sim/faults                    add fault rules (one object or an array)
+//	PUT  /sim/random-faults             replace the random fault profile ("kind=rate,...")
 //	POST /sim/statement-lies            make later statements lie (hide, duplicate,
 //	                                    amount, add; Server.AddStatementLie)
 //

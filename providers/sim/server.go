@@ -56,6 +56,9 @@ type Server struct {
 	rules     []*ruleState
 	submitSeq int
 	lies      []StatementLie // AddStatementLie (statement_lies.go)
+	// random is the random fault profile in force: Config.Random until
+	// SetRandomFaults replaces it.
+	random FaultProfile
 
 	ts        *httptest.Server
 	ctx       context.Context
@@ -95,6 +98,7 @@ func NewServer(cfg Config) *Server {
 		cobs:     map[string]*Operation{},
 		keys:     map[string]*keyEntry{},
 		balances: map[string]decimal.Decimal{},
+		random:   cfg.Random,
 	}
 	for _, r := range cfg.Faults {
 		if err := r.Validate(); err != nil {
@@ -150,6 +154,7 @@ func NewServer(cfg Config) *Server {
 	s.mux.HandleFunc("GET /sim/balances", s.handleBalances)
 	s.mux.HandleFunc("POST /sim/cobs/{txid}/pay", s.handlePay)
 	s.mux.HandleFunc("POST /sim/faults", s.handleFaults)
+	s.mux.HandleFunc("PUT /sim/random-faults", s.handleRandomFaults)
 	s.mux.HandleFunc("POST /sim/statement-lies", s.handleStatementLie)
 	for path, allow := range map[string]string{"/v1/operations": "GET, POST", "/v1/statements": "GET",
 		"/v1/capabilities": "GET", "/sim/oracle/{reference}": "GET", "/sim/cobs/{txid}/pay": "POST"} {
@@ -393,7 +398,7 @@ func (s *Server) preFault(w http.ResponseWriter, f fault) bool {
 func (s *Server) pick(endpoint, reference string, op providers.Operation) fault {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	f := pickFault(s.rules, s.cfg.Random, s.faultRNG, endpoint, reference, op, s.cfg.HangFor)
+	f := pickFault(s.rules, s.random, s.faultRNG, endpoint, reference, op, s.cfg.HangFor)
 	if f.Kind != "" {
 		s.log.Info("sim: fault", "kind", f.Kind, "source", f.Source, "endpoint", endpoint, "reference", reference)
 	}
@@ -843,6 +848,42 @@ func (s *Server) Balances() map[string]string {
 		out[c] = formatAmount(s.balances[c], c)
 	}
 	return out
+}
+
+// SetRandomFaults replaces the random fault profile at run time (a zero
+// profile turns random faults off); the fault script is unchanged. A chaos
+// run uses it to calm the PSP once its attack is over.
+func (s *Server) SetRandomFaults(p FaultProfile) error {
+	for _, r := range []float64{p.ResetBefore, p.HangAfter, p.ErrorAfter, p.Unavailable, p.RateLimit, p.Slow, p.LookupFail} {
+		if r < 0 || r > 1 {
+			return fmt.Errorf("sim: random fault rates must be between 0 and 1")
+		}
+	}
+	s.mu.Lock()
+	p.SlowDelay = s.random.SlowDelay
+	s.random = p
+	s.mu.Unlock()
+	return nil
+}
+
+// handleRandomFaults is PUT /sim/random-faults: the body is a profile in
+// ParseFaultProfile's form ("error_after=0.02,lookup_fail=0.01"; empty:
+// none) and replaces the random fault profile.
+func (s *Server) handleRandomFaults(w http.ResponseWriter, r *http.Request) {
+	body, rerr := readBody(w, r)
+	if rerr != nil {
+		writeAPIError(w, rerr)
+		return
+	}
+	p, err := ParseFaultProfile(string(body))
+	if err == nil {
+		err = s.SetRandomFaults(p)
+	}
+	if err != nil {
+		writeAPIError(w, invalid("profile", "%v", err))
+		return
+	}
+	writeJSON(w, http.StatusOK, p)
 }
 
 // AddFault appends a rule to the fault script at run time.
