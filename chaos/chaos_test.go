@@ -18,6 +18,7 @@ import (
 
 	"github.com/saldo/saldo/api"
 	"github.com/saldo/saldo/internal/pgproxy"
+	"github.com/saldo/saldo/providers/sim"
 )
 
 var long = flag.Bool("chaos.long", false, "run the long chaos run (minutes); also SALDO_CHAOS_LONG=1")
@@ -37,6 +38,8 @@ type profile struct {
 	dbCutEvery  time.Duration    // pgproxy: a random connection cut this often
 	pspCutEvery time.Duration    // PSP proxy: a random connection cut this often
 	simFaults   string           // saldo sim-provider --random-faults
+	// calmAfterLoad turns the sim's random faults off once the load ends.
+	calmAfterLoad bool
 }
 
 func shortProfile() profile {
@@ -44,16 +47,18 @@ func shortProfile() profile {
 		killEvery: [2]time.Duration{4 * time.Second, 7 * time.Second}, pgRestartAt: 12 * time.Second,
 		converge: 5 * time.Minute, budget: 20 * time.Second, pixExpiry: 60,
 		commitLoss: 0.004, dbCutEvery: 3 * time.Second, pspCutEvery: 2 * time.Second,
-		// Fewer failing lookups than the long form: three in a row push an
-		// attempt's resolution past 3.5 min (the resolve schedule: 30 s,
-		// 1 min, 2 min, 5 min), close to the short form's deadline.
-		simFaults: "hang_after=0.03,error_after=0.03,unavailable=0.03,rate_limit=0.03,slow=0.04,reset_before=0.02,lookup_fail=0.02"}
+		simFaults: "hang_after=0.03,error_after=0.03,unavailable=0.03,rate_limit=0.03,slow=0.04,reset_before=0.02,lookup_fail=0.05",
+		// Once the attack is over the PSP is calmed: three failing lookups
+		// in a row (lookup_fail, unavailable and rate_limit all hit lookups)
+		// would push an attempt's resolution to 8.5 min (the resolve
+		// schedule: 30 s, 1 min, 2 min, 5 min), past the short deadline.
+		calmAfterLoad: true}
 }
 
 func longProfile() profile {
 	return profile{name: "long", load: 5 * time.Minute, clients: 8, merchants: 5,
 		killEvery: [2]time.Duration{3 * time.Second, 8 * time.Second}, pgRestartAt: 2 * time.Minute,
-		converge: 8 * time.Minute, budget: 75 * time.Second, pixExpiry: 60,
+		converge: 15 * time.Minute, budget: 75 * time.Second, pixExpiry: 60,
 		commitLoss: 0.004, dbCutEvery: 2 * time.Second, pspCutEvery: 1500 * time.Millisecond,
 		simFaults: "hang_after=0.03,error_after=0.03,unavailable=0.03,rate_limit=0.03,slow=0.04,reset_before=0.02,lookup_fail=0.05"}
 }
@@ -328,6 +333,12 @@ func runChaos(t *testing.T, bin string, p profile, noIdem bool, seed uint64, out
 	bg.Wait()
 	loadDur := time.Since(start)
 	e.dbProxy.SetRandom(pgproxy.Random{})
+	if p.calmAfterLoad {
+		if err := sim.NewProvider(e.simURL).SetRandomFaults(ctx, ""); err != nil {
+			st.violate("calm the sim: %v", err)
+		}
+		e.event("sim calmed: no random faults")
+	}
 	// Every process up again (the killer may have left none killed, but a
 	// process may have died on its own).
 	for _, c := range e.procs {
@@ -372,7 +383,7 @@ func runChaos(t *testing.T, bin string, p profile, noIdem bool, seed uint64, out
 		res.violations = append(res.violations, fmt.Sprintf("%d times a killed saldo process did not come back after 6 tries (see events.log)", n))
 	}
 	res.row("PSP", "%s", map[bool]string{false: "idempotency keys (24 h cut to 20 s)", true: "no idempotency keys (R20)"}[noIdem])
-	res.row("sim-provider --random-faults", "%s", p.simFaults)
+	res.row("sim-provider --random-faults", "%s%s", p.simFaults, map[bool]string{true: " (off once the load ends)"}[p.calmAfterLoad])
 	res.row("load / convergence", "%s / %s", loadDur.Round(time.Second), convDur.Round(time.Second))
 	if open > 0 {
 		res.violations = append(res.violations, fmt.Sprintf("%d operations neither final nor in review after %s", open, p.converge))
