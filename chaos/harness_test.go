@@ -27,12 +27,24 @@ import (
 	"github.com/saldo/saldo/internal/pgcluster"
 )
 
+// binDir holds the binary buildSaldo made; TestMain removes it.
+var binDir string
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
 // buildSaldo compiles cmd/saldo from this tree once per test binary.
 var buildSaldo = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "saldo-chaos-bin-")
 	if err != nil {
 		return "", err
 	}
+	binDir = dir
 	bin := filepath.Join(dir, "saldo")
 	cmd := exec.Command("go", "build", "-o", bin, "../cmd/saldo")
 	out, err := cmd.CombinedOutput()
