@@ -17,6 +17,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/saldo/saldo/audit"
+	"github.com/saldo/saldo/providers"
 	"github.com/saldo/saldo/providers/sim"
 )
 
@@ -294,11 +295,13 @@ func (e *env) verify(ctx context.Context, res *runResult, st *stats, ld *loader)
 		+ (SELECT count(*) FROM charges c JOIN attempts a ON a.id = c.attempt_id WHERE c.status IN ('processing', 'awaiting_payment') AND a.review)`))
 
 	// Provider-side operations per intent, from the sim's oracle.
-	simc := sim.NewProvider(e.simURL)
+	// The oracle of a long run is several MiB: lift the adapter's 1 MiB cap.
+	simc := sim.NewProvider(e.simURL, sim.WithHTTPSettings(providers.HTTPSettings{MaxBodyBytes: 512 << 20}))
 	ops, err := simc.AllOperations(ctx)
 	if err != nil {
-		fail("sim oracle: %v", err)
+		fail("sim oracle: %v (the checks against the provider are not run)", err)
 	}
+	oracleOK := err == nil
 	byRef := map[string][]sim.OracleOperation{}
 	for _, o := range ops {
 		byRef[o.Reference] = append(byRef[o.Reference], o)
@@ -341,6 +344,9 @@ func (e *env) verify(ctx context.Context, res *runResult, st *stats, ld *loader)
 	hist := map[int]int{}
 	double, paidNotRecorded, recordedNotPaid := 0, 0, 0
 	for id, in := range intents {
+		if !oracleOK {
+			break
+		}
 		hist[min(in.moving, 2)]++
 		if in.moving > 1 {
 			double++
@@ -554,6 +560,9 @@ func (e *env) verify(ctx context.Context, res *runResult, st *stats, ld *loader)
 		rrows.Close()
 	}
 	flowDrift := provNet.Sub(reviewNet).Sub(saldoNet)
+	if !oracleOK {
+		flowDrift = decimal.Zero // not measured; reported above
+	}
 	if !flowDrift.IsZero() {
 		fail("provider net flow %s (without open attempts %s) but saldo's paid charges - succeeded payouts = %s", provNet,
 			provNet.Sub(reviewNet), saldoNet)
