@@ -4,8 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"net"
 	"net/http"
+	"strconv"
 	"strings"
+	"syscall"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/saldo/saldo/attempts"
 	"github.com/saldo/saldo/charges"
@@ -31,6 +37,8 @@ type Problem struct {
 	Instance string `json:"instance,omitempty"`
 	Code     string `json:"code"`
 	Field    string `json:"field,omitempty"`
+	// retryAfter, when positive, is sent as Retry-After (seconds).
+	retryAfter int
 }
 
 // apiError is an error this package raises itself with its HTTP meaning.
@@ -130,6 +138,10 @@ func problemFor(err error) Problem {
 		return Problem{Status: http.StatusBadRequest, Code: "webhook_malformed", Title: "Webhook malformed", Detail: trimPkg(err.Error())}
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return Problem{Status: http.StatusServiceUnavailable, Code: "unavailable", Title: "Unavailable", Detail: "the request did not complete in time"}
+	case databaseUnavailable(err):
+		return Problem{Status: http.StatusServiceUnavailable, Code: "database_unavailable", Title: "Database unavailable",
+			Detail: "the database did not answer; the request may or may not have taken effect: send it again with the same " +
+				"Idempotency-Key to learn which", retryAfter: 1}
 	}
 	return Problem{Status: http.StatusInternalServerError, Code: "internal", Title: "Internal error",
 		Detail: "something went wrong on our side; it was logged"}
@@ -152,6 +164,9 @@ func (s *Server) problem(w http.ResponseWriter, r *http.Request, err error) {
 	if p.Status >= 500 {
 		s.log.ErrorContext(r.Context(), "api: request failed", "method", r.Method, "path", r.URL.Path, "error", err)
 	}
+	if p.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(p.retryAfter))
+	}
 	if p.Status == http.StatusUnauthorized && !strings.HasPrefix(p.Code, "webhook_") && w.Header().Get("WWW-Authenticate") == "" {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="saldo"`)
 	}
@@ -159,4 +174,27 @@ func (s *Server) problem(w http.ResponseWriter, r *http.Request, err error) {
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(p.Status)
 	_, _ = w.Write(b)
+}
+
+// databaseUnavailable reports whether err says the database could not be
+// reached or the connection was lost (an outage, a restart, a cut
+// connection), not that a request was wrong: the client gets 503 with
+// Retry-After, never 500. The request may have committed (a lost COMMIT
+// answer), which the client learns by sending it again with its key.
+func databaseUnavailable(err error) bool {
+	var ce *pgconn.ConnectError
+	var pgErr *pgconn.PgError
+	var ne net.Error
+	switch {
+	case errors.As(err, &ce), errors.Is(err, pgconn.ErrConnClosed), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, io.EOF), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNREFUSED),
+		errors.Is(err, net.ErrClosed), errors.As(err, &ne):
+		return true
+	case errors.As(err, &pgErr):
+		// Class 08: connection exception; 57P01-57P03: the server is
+		// shutting down, crashed or starting; 53300: too many connections.
+		return strings.HasPrefix(pgErr.Code, "08") || pgErr.Code == "57P01" || pgErr.Code == "57P02" ||
+			pgErr.Code == "57P03" || pgErr.Code == "53300"
+	}
+	return false
 }
