@@ -128,6 +128,8 @@ func runServe(ctx context.Context, args []string) error {
 		"share of calls without an answer (not sent, unknown) that opens a circuit ($SALDO_BREAKER_FAILURE_RATE)")
 	breakerOpen := fs.Duration("breaker-open-for", env.duration("SALDO_BREAKER_OPEN_FOR", 30*time.Second),
 		"how long an open circuit holds calls back before one probe goes out ($SALDO_BREAKER_OPEN_FOR)")
+	resolveSpec := fs.String("resolve-schedule", envOr("SALDO_RESOLVE_SCHEDULE", "30s,1m,2m,5m,10m,30m"),
+		"delays before each lookup of an unknown attempt, separated by commas; the last repeats (R15) ($SALDO_RESOLVE_SCHEDULE)")
 	staleCall := fs.Duration("stale-call-after", env.duration("SALDO_STALE_CALL_AFTER", 5*time.Minute),
 		"a call started this long ago with nothing recorded is unknown (must exceed connect + read timeout)")
 	shutdown := fs.Duration("shutdown-timeout", env.duration("SALDO_SHUTDOWN_TIMEOUT", 0),
@@ -210,6 +212,15 @@ func runServe(ctx context.Context, args []string) error {
 		problems = append(problems, "--breaker-window must not be negative, --breaker-min-calls at least 1, "+
 			"--breaker-failure-rate in (0, 1], --breaker-open-for positive")
 	}
+	var resolveSchedule []time.Duration
+	for part := range strings.SplitSeq(*resolveSpec, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(part))
+		if err != nil || d <= 0 {
+			problems = append(problems, fmt.Sprintf("--resolve-schedule: %q is not a positive duration", strings.TrimSpace(part)))
+			continue
+		}
+		resolveSchedule = append(resolveSchedule, d)
+	}
 	if *retryMax < 1 || *retryWithin < 0 || *retryBackoff < 0 {
 		problems = append(problems, "--payout-max-attempts must be at least 1, --payout-retry-within and --payout-retry-backoff not negative")
 	}
@@ -271,6 +282,7 @@ func runServe(ctx context.Context, args []string) error {
 		// A job outlives the longest call it makes, so River never cuts a call
 		// off (which would only make it unknown, but costs a lookup).
 		Attempts: attempts.Config{StaleCallAfter: *staleCall, JobTimeout: longestCall + 30*time.Second,
+			ResolveSchedule: resolveSchedule,
 			Breaker: attempts.BreakerConfig{Window: *breakerWindow, MinCalls: *breakerMin, FailureRate: *breakerRate,
 				OpenFor: *breakerOpen}},
 		ShutdownTimeout: *shutdown, Logger: log,
