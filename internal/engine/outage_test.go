@@ -3,6 +3,10 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,7 +25,8 @@ import (
 )
 
 // Issue 20 end to end through River: payouts created during a PSP outage
-// (every first call answered 503 before processing) succeed after it
+// (connections refused for a while, then the first calls answered 503
+// before processing) succeed after it
 // without any client action: each attempt caught in the outage goes
 // unknown, its lookup proves past the consistency window that nothing was
 // done, the payout's next attempt (new key) takes over the reserve and
@@ -34,8 +39,14 @@ func TestPayoutsRideOutAnOutageThroughRiver_R16_R22(t *testing.T) {
 	srv := sim.NewServer(sim.Config{Seed: 601}).Start()
 	t.Cleanup(srv.Close)
 	const n = 8
-	require.NoError(t, srv.AddFault(sim.FaultRule{Kind: sim.FaultUnavailable, Times: n})) // the outage
-	prov := srv.NewProvider(sim.WithHTTPSettings(providers.HTTPSettings{ReadTimeout: 2 * time.Second}))
+	// The outage: first the PSP refuses connections (nothing listens on its
+	// address), then, once it listens again, it answers 503 to the first n
+	// calls.
+	require.NoError(t, srv.AddFault(sim.FaultRule{Kind: sim.FaultUnavailable, Times: n}))
+	down := newForwarder(t, srv.URL())
+	down.refuse()
+	prov := sim.NewProvider(down.url(), sim.WithConfig(srv.Config()),
+		sim.WithHTTPSettings(providers.HTTPSettings{ConnectTimeout: time.Second, ReadTimeout: 2 * time.Second}))
 	e, err := engine.New(engine.Config{
 		Pool: pool, Providers: []providers.Provider{prov}, PayoutProvider: prov.Name(),
 		RunWorkers: true, MaxWorkers: 20, FetchPollInterval: 20 * time.Millisecond,
@@ -63,6 +74,14 @@ func TestPayoutsRideOutAnOutageThroughRiver_R16_R22(t *testing.T) {
 		require.NoError(t, err)
 		ps = append(ps, p)
 	}
+	time.Sleep(time.Second) // refused connections: the attempts wait, nothing fails
+	for _, p := range ps {
+		v, err := e.Payouts.Get(ctx, "m1", p.ID)
+		require.NoError(t, err)
+		require.Equal(t, payouts.StatusProcessing, v.Status)
+	}
+	require.Empty(t, srv.AllOperations(), "nothing reached the PSP while it refused connections")
+	down.accept()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		left := 0
@@ -106,4 +125,68 @@ func TestPayoutsRideOutAnOutageThroughRiver_R16_R22(t *testing.T) {
 	res, err := audit.Run(ctx, pool)
 	require.NoError(t, err)
 	require.True(t, res.OK(), res.Summary())
+}
+
+// forwarder is a TCP forwarder to a PSP that can refuse connections (its
+// listener closed) and accept them again on the same address.
+type forwarder struct {
+	t      *testing.T
+	target string
+	addr   string
+	mu     sync.Mutex
+	ln     net.Listener
+}
+
+func newForwarder(t *testing.T, targetURL string) *forwarder {
+	t.Helper()
+	u, err := url.Parse(targetURL)
+	require.NoError(t, err)
+	f := &forwarder{t: t, target: u.Host}
+	f.accept()
+	f.addr = f.ln.Addr().String()
+	t.Cleanup(f.refuse)
+	return f
+}
+
+func (f *forwarder) url() string { return "http://" + f.addr }
+
+// accept listens (again) and forwards every connection.
+func (f *forwarder) accept() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	addr := f.addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", addr)
+	require.NoError(f.t, err)
+	f.ln = ln
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				up, err := net.Dial("tcp", f.target)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				go func() { _, _ = io.Copy(up, c) }()
+				_, _ = io.Copy(c, up)
+			}()
+		}
+	}()
+}
+
+// refuse closes the listener: connecting is refused.
+func (f *forwarder) refuse() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ln != nil {
+		f.ln.Close()
+		f.ln = nil
+	}
 }
