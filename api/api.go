@@ -242,6 +242,7 @@ func (s *Server) routes() chi.Router {
 		r.With(ops).Get("/attempts/{attempt_id}", s.getAttempt)
 		r.With(ops).Get("/review-queue", s.reviewQueue)
 		r.With(s.allow(RoleOperator), s.idempotent(true)).Post("/attempts/{attempt_id}/resolution", s.resolveAttempt)
+		r.With(s.allow(RoleOperator), s.idempotent(true)).Post("/attempts/{attempt_id}/divergence-settlement", s.settleDivergence)
 
 		// Reconciliation divergences (handlers_reconcile.go; issue 16, R19).
 		r.With(ops).Get("/reconcile/divergences", s.listDivergences)

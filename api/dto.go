@@ -100,6 +100,10 @@ type attemptJSON struct {
 	Acknowledgement string     `json:"acknowledgement,omitempty"`
 	DivergedAt      *time.Time `json:"diverged_at,omitempty"`
 	Divergence      string     `json:"divergence,omitempty"`
+	// An operator's settlement of the divergence (it stays as evidence).
+	DivergenceSettledAt  *time.Time `json:"divergence_settled_at,omitempty"`
+	DivergenceSettledBy  string     `json:"divergence_settled_by,omitempty"`
+	DivergenceSettlement string     `json:"divergence_settlement,omitempty"`
 }
 
 func attemptJSONOf(a attempts.Attempt, evs []attempts.Event) attemptJSON {
@@ -109,7 +113,8 @@ func attemptJSONOf(a attempts.Attempt, evs []attempts.Event) attemptJSON {
 		LookupCount: a.LookupCount, Review: a.Review, ReviewReason: a.ReviewReason, ReviewAt: utcPtr(a.ReviewAt),
 		CreatedAt: a.CreatedAt.UTC(), ResolvedAt: utcPtr(a.ResolvedAt), ResolvedBy: a.ResolvedBy, Events: eventsJSON(evs),
 		AcknowledgedAt: utcPtr(a.AcknowledgedAt), Acknowledgement: a.Acknowledgement, DivergedAt: utcPtr(a.DivergedAt),
-		Divergence: a.Divergence}
+		Divergence: a.Divergence, DivergenceSettledAt: utcPtr(a.DivergenceSettledAt), DivergenceSettledBy: a.DivergenceSettledBy,
+		DivergenceSettlement: a.DivergenceSettlement}
 }
 
 type eventJSON struct {

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
@@ -306,4 +308,40 @@ func (s *Server) resolveAttempt(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, resolutionJSON{Attempt: attemptJSONOf(res.Attempt, evs), Transitioned: res.Transitioned})
+}
+
+type settlementRequest struct {
+	Reason string `json:"reason"`
+}
+
+// settleDivergence records an operator's settlement of an attempt's
+// divergence (a provider success after it was resolved failed): the
+// evidence stays, the audit and the review queue let it go.
+func (s *Server) settleDivergence(w http.ResponseWriter, r *http.Request) {
+	id, err := attemptIDParam(r)
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	var req settlementRequest
+	if err := s.decode(w, r, &req); err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	if reason := strings.TrimSpace(req.Reason); reason == "" || utf8.RuneCountInString(reason) > 2000 {
+		s.problem(w, r, invalidField("reason", "required, up to 2000 characters"))
+		return
+	}
+	p := principalFrom(r.Context())
+	a, err := s.att.SettleDivergence(r.Context(), id, p.KeyID, req.Reason)
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	evs, err := s.att.Events(r.Context(), s.pool, id)
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, attemptJSONOf(a, evs))
 }

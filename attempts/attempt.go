@@ -33,6 +33,9 @@ var (
 	ErrNotFound = errors.New("attempts: attempt not found")
 	// ErrTransition: a transition the state machine forbids (R9).
 	ErrTransition = errors.New("attempts: transition not allowed")
+	// ErrNotDiverged: SettleDivergence on an attempt with no divergence, or
+	// one already settled.
+	ErrNotDiverged = errors.New("attempts: no unsettled divergence on this attempt")
 	// ErrInvalid: bad input (unknown kind, empty subject, unknown provider,
 	// unsupported operation, missing operator or reason). Nothing was written.
 	ErrInvalid = errors.New("attempts: invalid input")
@@ -122,6 +125,12 @@ type Attempt struct {
 	// may have left while the reserve went back. Review and audit report it.
 	DivergedAt *time.Time
 	Divergence string
+	// DivergenceSettledAt, By and Settlement: a human booked what the
+	// divergence means and settled it (SettleDivergence); the evidence
+	// stays.
+	DivergenceSettledAt  *time.Time
+	DivergenceSettledBy  string
+	DivergenceSettlement string
 	// Data is operation output worth keeping (pix_charge: copy-and-paste).
 	Data      json.RawMessage
 	CreatedAt time.Time
@@ -153,7 +162,8 @@ const attemptColumns = `id, kind, subject_id, provider, operation, idempotency_k
 	call_count, calls_recorded, call_started_at, call_ended_at, next_send_at, last_error,
 	key_expires_at, lookup_count, last_lookup_at, next_lookup_at, processing_since, review,
 	review_reason, review_at, unknown_at, resolved_at, resolved_by, data, created_at, updated_at,
-	acknowledged_at, acknowledgement, diverged_at, divergence`
+	acknowledged_at, acknowledgement, diverged_at, divergence, divergence_settled_at, divergence_settled_by,
+	divergence_settlement`
 
 // qualifiedAttemptColumns is attemptColumns of the table aliased a.
 var qualifiedAttemptColumns = sqlcols.Qualify("a", attemptColumns)
@@ -165,14 +175,15 @@ func scanAttempt(row pgx.Row) (Attempt, error) {
 // scanAttemptAfter scans a row of the columns of before, then attemptColumns.
 func scanAttemptAfter(row pgx.Row, before ...any) (Attempt, error) {
 	var a Attempt
-	var providerState, providerID, failureCode, failureReason, lastError, reviewReason, resolvedBy, ack, divergence *string
+	var providerState, providerID, failureCode, failureReason, lastError, reviewReason, resolvedBy, ack, divergence,
+		settledBy, settlement *string
 	var data []byte
 	err := row.Scan(append(before, &a.ID, &a.Kind, &a.SubjectID, &a.Provider, &a.Operation, &a.IdempotencyKey, &a.Reference,
 		&a.Payload, &a.PayloadSHA256, &a.Status, &providerState, &providerID, &failureCode, &failureReason,
 		&a.CallCount, &a.CallsRecorded, &a.CallStartedAt, &a.CallEndedAt, &a.NextSendAt, &lastError,
 		&a.KeyExpiresAt, &a.LookupCount, &a.LastLookupAt, &a.NextLookupAt, &a.ProcessingFrom, &a.Review,
 		&reviewReason, &a.ReviewAt, &a.UnknownAt, &a.ResolvedAt, &resolvedBy, &data, &a.CreatedAt, &a.UpdatedAt,
-		&a.AcknowledgedAt, &ack, &a.DivergedAt, &divergence)...)
+		&a.AcknowledgedAt, &ack, &a.DivergedAt, &divergence, &a.DivergenceSettledAt, &settledBy, &settlement)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return a, ErrNotFound
 	}
@@ -188,6 +199,7 @@ func scanAttemptAfter(row pgx.Row, before ...any) (Attempt, error) {
 	a.ResolvedBy = deref(resolvedBy)
 	a.Acknowledgement = deref(ack)
 	a.Divergence = deref(divergence)
+	a.DivergenceSettledBy, a.DivergenceSettlement = deref(settledBy), deref(settlement)
 	if len(data) > 0 {
 		a.Data = data
 	}

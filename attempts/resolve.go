@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -683,7 +684,8 @@ func (s *Service) ReviewQueue(ctx context.Context, db DB, p ReviewQueueParams) (
 		}
 	}
 	list, err := queryAttempts(ctx, db, `SELECT `+attemptColumns+` FROM attempts
-		WHERE review AND (status IN ('pending', 'unknown') OR diverged_at IS NOT NULL) AND (review_at, id) > ($1, $2)
+		WHERE review AND (status IN ('pending', 'unknown') OR (diverged_at IS NOT NULL AND divergence_settled_at IS NULL))
+			AND (review_at, id) > ($1, $2)
 		ORDER BY review_at, id LIMIT $3`, afterAt, afterID, limit+1)
 	if err != nil {
 		return nil, "", err
@@ -721,4 +723,44 @@ func recall(p providers.Provider, a Attempt) {
 	if r, ok := p.(providers.Recaller); ok {
 		r.Recall(providers.Operation(a.Operation), a.Reference, a.Payload)
 	}
+}
+
+// SettleDivergence records that an operator has booked what a divergence
+// means (a provider success after the attempt was resolved failed: the money
+// left although the ledger released it) and settles it with a reason. The
+// status stays failed and the divergence stays on the attempt as evidence;
+// the audit's attempts/diverged check, the review queue, its gauge and the
+// payout's needs_attention leave a settled divergence alone. ErrNotDiverged
+// when the attempt has no divergence or it is already settled.
+func (s *Service) SettleDivergence(ctx context.Context, attemptID uuid.UUID, operatorID, reason string) (Attempt, error) {
+	reason = strings.TrimSpace(reason)
+	if operatorID == "" || reason == "" || utf8.RuneCountInString(reason) > 2000 {
+		return Attempt{}, fmt.Errorf("%w: settling a divergence needs an operator id and a reason of 1-2000 characters", ErrInvalid)
+	}
+	var out Attempt
+	err := s.inTx(ctx, func(tx pgx.Tx, after *afterCommit) error {
+		a, err := lockAttempt(ctx, tx, attemptID)
+		if err != nil {
+			return err
+		}
+		if a.DivergedAt == nil || a.DivergenceSettledAt != nil {
+			return fmt.Errorf("%w: attempt %s", ErrNotDiverged, a.ID)
+		}
+		now := s.clock.Now()
+		if out, err = scanAttempt(tx.QueryRow(ctx, `UPDATE attempts SET divergence_settled_at = $2,
+			divergence_settled_by = $3, divergence_settlement = $4, updated_at = $2
+			WHERE id = $1 RETURNING `+attemptColumns, a.ID, now, operatorID, reason)); err != nil {
+			return err
+		}
+		if err := insertEvent(ctx, tx, Event{AttemptID: a.ID, At: now, Type: EventNote, Actor: ActorOperator,
+			ActorID: operatorID, Reason: "divergence settled: " + reason}); err != nil {
+			return err
+		}
+		after.add(func() {
+			s.log.InfoContext(ctx, "attempt divergence settled", "attempt_id", a.ID, "kind", a.Kind, "provider", a.Provider,
+				"reference", a.Reference, "operator", operatorID)
+		})
+		return nil
+	})
+	return out, err
 }

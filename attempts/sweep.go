@@ -125,7 +125,8 @@ func (s *Service) refreshGauges(ctx context.Context, now time.Time) error {
 	var review int64
 	err := s.pool.QueryRow(ctx, `SELECT
 		(SELECT min(unknown_at) FROM attempts WHERE status = 'unknown'),
-		(SELECT count(*) FROM attempts WHERE review AND (status IN ('pending', 'unknown') OR diverged_at IS NOT NULL)),
+		(SELECT count(*) FROM attempts WHERE review AND (status IN ('pending', 'unknown')
+			OR (diverged_at IS NOT NULL AND divergence_settled_at IS NULL))),
 		(SELECT min(next_lookup_at) FROM attempts WHERE NOT review AND next_lookup_at <= $1
 			AND (status = 'unknown' OR (status = 'pending' AND provider_state = 'processing')))`, now).
 		Scan(&oldestUnknown, &review, &oldestDue)

@@ -62,7 +62,7 @@ func Verify(ctx context.Context, db DB) ([]Violation, error) {
 				AND j.args->>'attempt_id' = a.id::text)`},
 		{"diverged", `SELECT a.id::text, a.subject_id, 'resolved failed by ' || coalesce(a.resolved_by, '?') ||
 				', then at ' || a.diverged_at || ' ' || a.divergence
-			FROM attempts a WHERE a.diverged_at IS NOT NULL`},
+			FROM attempts a WHERE a.diverged_at IS NOT NULL AND a.divergence_settled_at IS NULL`},
 	}
 	for _, c := range checks {
 		rows, err := db.Query(ctx, c.sql)

@@ -598,7 +598,8 @@ func (s *Service) Get(ctx context.Context, merchantID, id string) (View, error) 
 		// as history, but needs nobody's attention any more. A diverged
 		// attempt (the provider paid after it was resolved failed) needs it
 		// whichever attempt it is: money left that the ledger says did not.
-		if (p.CurrentAttemptID != nil && a.ID == *p.CurrentAttemptID && a.Review && a.Status.Open()) || a.DivergedAt != nil {
+		if (p.CurrentAttemptID != nil && a.ID == *p.CurrentAttemptID && a.Review && a.Status.Open()) ||
+			(a.DivergedAt != nil && a.DivergenceSettledAt == nil) {
 			v.NeedsAttention = true
 		}
 	}
