@@ -184,8 +184,7 @@ func (s *Service) lookupBeforeResend(ctx context.Context, prov providers.Provide
 			return true, res, nil
 		}
 	}
-	recall(prov, a)
-	lr, lerr := prov.Lookup(ctx, providers.Operation(a.Operation), a.Reference)
+	lr, lerr := lookup(ctx, prov, a)
 	if lerr != nil {
 		r, err := s.executeToUnknown(ctx, a, "lookup before re-send failed: "+lerr.Error())
 		return true, r, err

@@ -265,8 +265,7 @@ func (s *Service) Resolve(ctx context.Context, id uuid.UUID) (ResolveResult, err
 		return review(fmt.Sprintf("provider reports processing since %s (R18)", fmtTime(a.ProcessingFrom)))
 	}
 
-	recall(prov, a)
-	lr, lerr := prov.Lookup(ctx, providers.Operation(a.Operation), a.Reference)
+	lr, lerr := lookup(ctx, prov, a)
 	if lerr != nil {
 		return review(fmt.Sprintf("lookup by reference refused: %v (R25)", lerr))
 	}
@@ -498,8 +497,7 @@ func (s *Service) ResolveManually(ctx context.Context, attemptID uuid.UUID, stat
 			case manualRefuse:
 				return ResolveResult{Attempt: a}, &ManualFailRefusedError{AttemptID: a.ID, Reason: v.reason}
 			case manualLookup:
-				recall(s.providers[a.Provider], a)
-				r, lerr := s.providers[a.Provider].Lookup(ctx, providers.Operation(a.Operation), a.Reference)
+				r, lerr := lookup(ctx, s.providers[a.Provider], a)
 				if lerr != nil {
 					return ResolveResult{Attempt: a}, &ManualFailRefusedError{AttemptID: a.ID,
 						Reason: "the provider refused a lookup by reference: " + lerr.Error()}
@@ -717,12 +715,14 @@ func decodeCursor(c string) (time.Time, uuid.UUID, error) {
 	return time.Time{}, uuid.Nil, fmt.Errorf("%w: bad review queue cursor", ErrInvalid)
 }
 
-// recall hands a's stored payload to a provider that wants it before a
-// lookup (providers.Recaller).
-func recall(p providers.Provider, a Attempt) {
+// lookup is every lookup of an attempt by its reference (one exchange):
+// a provider that wants the attempt's stored payload first
+// (providers.Recaller) gets it.
+func lookup(ctx context.Context, p providers.Provider, a Attempt) (providers.LookupResult, error) {
 	if r, ok := p.(providers.Recaller); ok {
 		r.Recall(providers.Operation(a.Operation), a.Reference, a.Payload)
 	}
+	return p.Lookup(ctx, providers.Operation(a.Operation), a.Reference)
 }
 
 // SettleDivergence records that an operator has booked what a divergence
