@@ -228,14 +228,10 @@ func (s *Server) getAttempt(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, err)
 		return
 	}
-	evs, err := s.att.Events(r.Context(), s.pool, id)
+	aj, err := s.attemptWithEvents(r, a)
 	if err != nil {
 		s.problem(w, r, err)
 		return
-	}
-	aj := attemptJSONOf(a, evs)
-	if aj.Events == nil {
-		aj.Events = []eventJSON{}
 	}
 	writeJSON(w, http.StatusOK, aj)
 }
@@ -287,8 +283,8 @@ func (s *Server) resolveAttempt(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, invalidField("status", "succeeded or failed"))
 		return
 	}
-	if len(req.Reason) == 0 || len(req.Reason) > 2000 {
-		s.problem(w, r, invalidField("reason", "required, up to 2000 characters"))
+	if err := checkOperatorReason(req.Reason); err != nil {
+		s.problem(w, r, err)
 		return
 	}
 	if string(req.Evidence) == "null" {
@@ -302,12 +298,34 @@ func (s *Server) resolveAttempt(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.InfoContext(r.Context(), "api: manual resolution", "attempt_id", id, "reference", res.Attempt.Reference,
 		"provider", res.Attempt.Provider, "status", st, "operator", p.KeyID, "transitioned", res.Transitioned)
-	evs, err := s.att.Events(r.Context(), s.pool, id)
+	aj, err := s.attemptWithEvents(r, res.Attempt)
 	if err != nil {
 		s.problem(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, resolutionJSON{Attempt: attemptJSONOf(res.Attempt, evs), Transitioned: res.Transitioned})
+	writeJSON(w, http.StatusOK, resolutionJSON{Attempt: aj, Transitioned: res.Transitioned})
+}
+
+// attemptWithEvents is the attempt as the API shows it, with its events.
+func (s *Server) attemptWithEvents(r *http.Request, a attempts.Attempt) (attemptJSON, error) {
+	evs, err := s.att.Events(r.Context(), s.pool, a.ID)
+	if err != nil {
+		return attemptJSON{}, err
+	}
+	aj := attemptJSONOf(a, evs)
+	if aj.Events == nil {
+		aj.Events = []eventJSON{}
+	}
+	return aj, nil
+}
+
+// checkOperatorReason: an operator's decision needs a reason, counted in
+// characters as the database counts them.
+func checkOperatorReason(reason string) error {
+	if reason := strings.TrimSpace(reason); reason == "" || utf8.RuneCountInString(reason) > 2000 {
+		return invalidField("reason", "required, up to 2000 characters")
+	}
+	return nil
 }
 
 type settlementRequest struct {
@@ -328,8 +346,8 @@ func (s *Server) settleDivergence(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, err)
 		return
 	}
-	if reason := strings.TrimSpace(req.Reason); reason == "" || utf8.RuneCountInString(reason) > 2000 {
-		s.problem(w, r, invalidField("reason", "required, up to 2000 characters"))
+	if err := checkOperatorReason(req.Reason); err != nil {
+		s.problem(w, r, err)
 		return
 	}
 	p := principalFrom(r.Context())
@@ -338,10 +356,10 @@ func (s *Server) settleDivergence(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, err)
 		return
 	}
-	evs, err := s.att.Events(r.Context(), s.pool, id)
+	aj, err := s.attemptWithEvents(r, a)
 	if err != nil {
 		s.problem(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, attemptJSONOf(a, evs))
+	writeJSON(w, http.StatusOK, aj)
 }
