@@ -59,47 +59,15 @@ func parseCob(data []byte) (cobData, bool) {
 //     in this transaction.
 //   - failed: the charge fails with the provider's reason; a cob that
 //     expired unpaid makes it expired.
+//
+// It is AttemptsFinal for one attempt, its credit posted at once: one place
+// decides a final attempt's effects.
 func (s *Service) AttemptFinal(ctx context.Context, tx pgx.Tx, a attempts.Attempt) error {
-	if err := s.attemptFinal(ctx, tx, a); err != nil || (s.onFinal == nil && s.onFinals == nil) {
+	var postings ledger.Deferred
+	if err := s.AttemptsFinal(ctx, tx, []attempts.Attempt{a}, &postings); err != nil {
 		return err
 	}
-	c, err := s.get(ctx, tx, "", a.SubjectID)
-	if err != nil {
-		return err
-	}
-	if s.onFinal == nil {
-		return s.onFinals(ctx, tx, []Charge{c})
-	}
-	return s.onFinal(ctx, tx, c)
-}
-
-func (s *Service) attemptFinal(ctx context.Context, tx pgx.Tx, a attempts.Attempt) error {
-	if err := checkKind(a); err != nil {
-		return err
-	}
-	c, err := s.lock(ctx, tx, "", a.SubjectID)
-	if err != nil {
-		return fmt.Errorf("charges: attempt %s names charge %s: %w", a.ID, a.SubjectID, err)
-	}
-	if err := checkFinal(c, a); err != nil {
-		return err
-	}
-	now := s.clock.Now()
-	switch a.Status {
-	case attempts.StatusSucceeded:
-		return s.credit(ctx, tx, c, a, now)
-	case attempts.StatusFailed:
-		f := failureOf(c, a)
-		_, err := tx.Exec(ctx, `UPDATE charges SET status = $2, failure_code = $3, failure_reason = $4,
-			provider_id = COALESCE(provider_id, $5), updated_at = $6
-			WHERE id = $1 AND status IN ('processing', 'awaiting_payment')`,
-			c.ID, f.status, f.code, nullable(f.reason), nullable(a.ProviderID), now)
-		if err == nil {
-			s.logFailed(ctx, c, a, f)
-		}
-		return err
-	}
-	return fmt.Errorf("charges: AttemptFinal called with status %s", a.Status)
+	return postings.Post(ctx, tx)
 }
 
 // AttemptAmount implements attempts.AmountOwner: the gross amount and the
@@ -163,33 +131,6 @@ func failureOf(c Charge, a attempts.Attempt) failure {
 func (s *Service) logFailed(ctx context.Context, c Charge, a attempts.Attempt, f failure) {
 	s.log.InfoContext(ctx, "charge attempt failed", "charge_id", c.ID, "attempt_id", a.ID,
 		"reference", a.Reference, "provider", a.Provider, "status", f.status, "failure_code", f.code)
-}
-
-// credit posts the ONE ledger transaction of a paid charge and marks it
-// paid, inside tx, with the charge row locked by the caller. The status
-// update is conditional (only from processing or awaiting_payment) and the
-// ledger key is derived from the charge id: a second confirmation can never
-// credit twice.
-func (s *Service) credit(ctx context.Context, tx pgx.Tx, c Charge, a attempts.Attempt, now time.Time) error {
-	in, err := s.creditInput(ctx, tx, c, a)
-	if err != nil {
-		return err
-	}
-	t, err := ledger.Post(ctx, tx, in)
-	if err != nil {
-		return fmt.Errorf("charges: credit %s: %w", c.ID, err)
-	}
-	tag, err := tx.Exec(ctx, `UPDATE charges SET status = 'paid', paid_at = $2, paid_by = $3, credit_tx_id = $4,
-		provider_id = COALESCE(provider_id, $5), updated_at = $2
-		WHERE id = $1 AND status IN ('processing', 'awaiting_payment')`, c.ID, now, a.ResolvedBy, t.ID, nullable(a.ProviderID))
-	if err != nil {
-		return err
-	}
-	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("charges: charge %s changed under its row lock", c.ID)
-	}
-	s.logPaid(ctx, c, a, t.ID)
-	return nil
 }
 
 // creditInput is the ledger transaction that credits the paid charge c
