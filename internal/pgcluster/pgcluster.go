@@ -31,6 +31,11 @@ type Cluster struct {
 	Port int
 	bin  string
 	cred *syscall.Credential
+	// extra postgres options this cluster starts with (a replica's).
+	extra string
+	// primary and slot: set on a replica made by StartReplica.
+	primary *Cluster
+	slot    string
 }
 
 // URL is a connection URL for database db as the superuser "postgres".
@@ -108,9 +113,8 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		// The postgres user must be able to reach dir through its parents.
 		_ = os.Chmod(dir, 0o700)
 	}
-	portFile := filepath.Join(dir, "port")
 	if opts.Reuse {
-		if b, err := os.ReadFile(portFile); err == nil {
+		if b, err := os.ReadFile(filepath.Join(dir, "port")); err == nil {
 			if p, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
 				c.Port = p
 				if c.ping(ctx) == nil {
@@ -131,21 +135,35 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			return nil, err
 		}
 	}
-	_ = os.Remove(filepath.Join(data, "postmaster.pid")) // stale pid from a killed run; pg_ctl refuses to start otherwise
-	pgOpts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300", c.Port, dir)
-	if out, err := c.run(ctx, "pg_ctl", "-D", data, "-o", pgOpts, "-l", filepath.Join(dir, "postgres.log"), "-w", "-t", "60", "start"); err != nil {
-		return nil, fmt.Errorf("pgcluster: pg_ctl start: %w: %s", err, out)
-	}
-	if err := os.WriteFile(portFile, []byte(strconv.Itoa(c.Port)), 0o644); err != nil {
+	if err := c.start(ctx); err != nil {
 		return nil, err
+	}
+	return c, nil
+}
+
+// start starts the server of c.Dir/data on c.Port (with c.extra) and waits
+// until it accepts connections.
+func (c *Cluster) start(ctx context.Context) error {
+	data := filepath.Join(c.Dir, "data")
+	_ = os.Remove(filepath.Join(data, "postmaster.pid")) // stale pid from a killed run; pg_ctl refuses to start otherwise
+	pgOpts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300", c.Port, c.Dir)
+	if c.extra != "" {
+		pgOpts += " " + c.extra
+	}
+	if out, err := c.run(ctx, "pg_ctl", "-D", data, "-o", pgOpts, "-l", filepath.Join(c.Dir, "postgres.log"), "-w", "-t", "60", "start"); err != nil {
+		return fmt.Errorf("pgcluster: pg_ctl start: %w: %s", err, out)
+	}
+	if err := os.WriteFile(filepath.Join(c.Dir, "port"), []byte(strconv.Itoa(c.Port)), 0o644); err != nil {
+		return err
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if err = c.ping(ctx); err == nil {
-			return c, nil
+		err := c.ping(ctx)
+		if err == nil {
+			return nil
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("pgcluster: server did not accept connections: %w", err)
+			return fmt.Errorf("pgcluster: server did not accept connections: %w", err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -161,9 +179,19 @@ func (c *Cluster) Stop() error {
 }
 
 // Remove stops the server and deletes its directory.
+// A cluster already stopped is only deleted.
 func (c *Cluster) Remove() error {
-	err := c.Stop()
-	return errors.Join(err, os.RemoveAll(c.Dir))
+	var err error
+	if c.Running() {
+		err = c.Stop()
+	}
+	return errors.Join(err, c.dropSlot(), os.RemoveAll(c.Dir))
+}
+
+// Running reports whether the cluster's server runs (pg_ctl status).
+func (c *Cluster) Running() bool {
+	_, err := c.run(context.Background(), "pg_ctl", "-D", filepath.Join(c.Dir, "data"), "status")
+	return err == nil
 }
 
 func (c *Cluster) ping(ctx context.Context) error {

@@ -3,6 +3,7 @@ package pgcluster_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -30,4 +31,62 @@ func TestStartFromLocalBinaries(t *testing.T) {
 	again, err := pgcluster.Start(ctx, pgcluster.Options{Dir: c.Dir, Reuse: true})
 	require.NoError(t, err)
 	require.Equal(t, c.Port, again.Port)
+}
+
+// TestReplicaStreamsFromPrimary makes a real streaming replica of a cluster
+// of its own (pg_basebackup -R, as the postgres user when root): a row
+// committed on the primary appears on the replica, the replica is a hot
+// standby that refuses writes, it catches up after a restart, and Remove
+// drops its replication slot on the primary.
+func TestReplicaStreamsFromPrimary(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	p, err := pgcluster.Start(ctx, pgcluster.Options{})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, p.Remove()) }()
+	pc, err := pgx.Connect(ctx, p.URL("postgres"))
+	require.NoError(t, err)
+	defer pc.Close(ctx)
+	_, err = pc.Exec(ctx, `CREATE TABLE t (v int); INSERT INTO t VALUES (1)`)
+	require.NoError(t, err)
+
+	r, err := p.StartReplica(ctx, pgcluster.ReplicaOptions{})
+	require.NoError(t, err)
+	require.True(t, r.IsReplica())
+	require.NotEqual(t, p.Port, r.Port)
+	rc, err := pgx.Connect(ctx, r.URL("postgres"))
+	require.NoError(t, err)
+	var inRecovery bool
+	require.NoError(t, rc.QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&inRecovery))
+	require.True(t, inRecovery, "the replica is a standby")
+	_, err = rc.Exec(ctx, `INSERT INTO t VALUES (2)`)
+	require.Error(t, err, "a hot standby refuses writes")
+
+	sumOn := func(c *pgx.Conn) int {
+		var n int
+		require.NoError(t, c.QueryRow(ctx, `SELECT coalesce(sum(v), 0) FROM t`).Scan(&n))
+		return n
+	}
+	require.Equal(t, 1, sumOn(rc), "the base backup holds the row")
+	_, err = pc.Exec(ctx, `INSERT INTO t VALUES (10)`)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return sumOn(rc) == 11 }, 30*time.Second, 20*time.Millisecond,
+		"a row committed on the primary streams to the replica")
+	require.NoError(t, rc.Close(ctx))
+
+	// Stopped, the primary keeps its WAL (the slot); restarted, it catches up.
+	require.NoError(t, r.Stop())
+	require.False(t, r.Running())
+	_, err = pc.Exec(ctx, `INSERT INTO t VALUES (100)`)
+	require.NoError(t, err)
+	require.NoError(t, r.Restart(ctx))
+	rc, err = pgx.Connect(ctx, r.URL("postgres"))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return sumOn(rc) == 111 }, 30*time.Second, 20*time.Millisecond)
+	require.NoError(t, rc.Close(ctx))
+
+	require.NoError(t, r.Remove())
+	var slots int
+	require.NoError(t, pc.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots`).Scan(&slots))
+	require.Zero(t, slots, "Remove dropped the replica's slot")
 }
