@@ -205,6 +205,7 @@ func (s *Server) routes() chi.Router {
 
 			r.With(read).Get("/", s.getMerchant)
 			r.With(read).Get("/balances", s.balances)
+			r.With(read).Get("/statement", s.statement)
 
 			r.With(write, s.idempotent(true)).Post("/payouts", s.createPayout)
 			r.With(write, s.idempotent(true)).Post("/pix-transfers", s.createPixTransfer)
