@@ -4,17 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
-	"syscall"
-
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/saldo/saldo/attempts"
 	"github.com/saldo/saldo/charges"
+	"github.com/saldo/saldo/internal/dbfault"
 	"github.com/saldo/saldo/ledger"
 	"github.com/saldo/saldo/merchants"
 	"github.com/saldo/saldo/money"
@@ -180,24 +176,7 @@ func (s *Server) problem(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // databaseUnavailable reports whether err says the database could not be
-// reached or the connection was lost (an outage, a restart, a cut
-// connection), not that a request was wrong: the client gets 503 with
-// Retry-After, never 500. The request may have committed (a lost COMMIT
-// answer), which the client learns by sending it again with its key.
-func databaseUnavailable(err error) bool {
-	var ce *pgconn.ConnectError
-	var pgErr *pgconn.PgError
-	var ne net.Error
-	switch {
-	case errors.As(err, &ce), errors.Is(err, pgconn.ErrConnClosed), errors.Is(err, io.ErrUnexpectedEOF),
-		errors.Is(err, io.EOF), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNREFUSED),
-		errors.Is(err, net.ErrClosed), errors.As(err, &ne):
-		return true
-	case errors.As(err, &pgErr):
-		// Class 08: connection exception; 57P01-57P03: the server is
-		// shutting down, crashed or starting; 53300: too many connections.
-		return strings.HasPrefix(pgErr.Code, "08") || pgErr.Code == "57P01" || pgErr.Code == "57P02" ||
-			pgErr.Code == "57P03" || pgErr.Code == "53300"
-	}
-	return false
-}
+// reached or the connection was lost: the client gets 503 with Retry-After,
+// never 500. The request may have committed (a lost COMMIT answer), which
+// the client learns by sending it again with its key.
+func databaseUnavailable(err error) bool { return dbfault.Unavailable(err) }

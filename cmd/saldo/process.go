@@ -24,6 +24,7 @@ import (
 	"github.com/saldo/saldo/api"
 	"github.com/saldo/saldo/attempts"
 	"github.com/saldo/saldo/console"
+	"github.com/saldo/saldo/internal/dbfault"
 	"github.com/saldo/saldo/internal/engine"
 	"github.com/saldo/saldo/internal/groupcommit"
 	"github.com/saldo/saldo/ledger"
@@ -60,7 +61,12 @@ type processConfig struct {
 	NotifyDenyPrivate bool
 	Attempts          attempts.Config
 	ShutdownTimeout   time.Duration
-	Logger            *slog.Logger
+	// StartupWait bounds how long start-up retries while the database is
+	// unreachable (dbfault.Unavailable): a restart of PostgreSQL, or a
+	// connection cut while River starts, delays start-up instead of ending
+	// the process. Zero: one try.
+	StartupWait time.Duration
+	Logger      *slog.Logger
 	// ConsoleInsecure serves the console's cookies without Secure (saldo
 	// dev, plain http on loopback).
 	ConsoleInsecure bool
@@ -108,9 +114,11 @@ func runProcess(ctx context.Context, pc processConfig) error {
 		return fmt.Errorf("database: %w", err)
 	}
 	defer pool.Close()
-	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	err = pool.Ping(pingCtx)
-	cancel()
+	err = untilDatabase(ctx, log, pc.StartupWait, "ping", func(ctx context.Context) error {
+		pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		return pool.Ping(pingCtx)
+	})
 	if err != nil {
 		return fmt.Errorf("database unreachable: %w", err)
 	}
@@ -145,7 +153,9 @@ func runProcess(ctx context.Context, pc processConfig) error {
 	// saldo_reconcile_divergences{provider,kind}, counted at each scrape.
 	reg.MustRegister(e.Reconcile.Collector())
 	if pc.RunWorkers {
-		if err := e.Start(ctx); err != nil {
+		// River's Start stops what it started when it fails, so it can be
+		// called again.
+		if err := untilDatabase(ctx, log, pc.StartupWait, "river", e.Start); err != nil {
 			return fmt.Errorf("river: %w", err)
 		}
 		log.Info("workers started", "max_workers", pc.MaxWorkers)
@@ -339,3 +349,25 @@ func (w *statusWriter) WriteHeader(code int) {
 }
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// untilDatabase runs step until it succeeds, fails for another reason than
+// an unreachable database, or the database stays unreachable for wait (or
+// ctx ends). Start-up steps are reads and River's own start, which is
+// idempotent: retrying one never redoes a write.
+func untilDatabase(ctx context.Context, log *slog.Logger, wait time.Duration, step string, fn func(context.Context) error) error {
+	deadline := time.Now().Add(wait)
+	backoff := 200 * time.Millisecond
+	for {
+		err := fn(ctx)
+		if err == nil || !dbfault.Unavailable(err) || ctx.Err() != nil || time.Now().Add(backoff).After(deadline) {
+			return err
+		}
+		log.Warn("database unavailable at start-up; retrying", "step", step, "error", err.Error(), "retry_in", backoff.String())
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}

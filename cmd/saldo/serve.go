@@ -134,6 +134,8 @@ func runServe(ctx context.Context, args []string) error {
 		"a call started this long ago with nothing recorded is unknown (must exceed connect + read timeout)")
 	shutdown := fs.Duration("shutdown-timeout", env.duration("SALDO_SHUTDOWN_TIMEOUT", 0),
 		"graceful shutdown budget (default: the longest provider call, connect + TLS + read, plus 10s)")
+	startupWait := fs.Duration("startup-wait", env.duration("SALDO_STARTUP_WAIT", time.Minute),
+		"how long to keep retrying at start-up while the database is unreachable or restarting ($SALDO_STARTUP_WAIT)")
 	notifyPrivate := fs.Bool("notify-allow-private", os.Getenv("SALDO_NOTIFY_ALLOW_PRIVATE") == "true",
 		"let merchant notification URLs reach loopback and private addresses ($SALDO_NOTIFY_ALLOW_PRIVATE=true); off in production: SSRF")
 	logFormat := fs.String("log-format", envOr("SALDO_LOG_FORMAT", "json"), "json or text ($SALDO_LOG_FORMAT)")
@@ -285,6 +287,6 @@ func runServe(ctx context.Context, args []string) error {
 			ResolveSchedule: resolveSchedule,
 			Breaker: attempts.BreakerConfig{Window: *breakerWindow, MinCalls: *breakerMin, FailureRate: *breakerRate,
 				OpenFor: *breakerOpen}},
-		ShutdownTimeout: *shutdown, Logger: log,
+		ShutdownTimeout: *shutdown, StartupWait: *startupWait, Logger: log,
 	})
 }
