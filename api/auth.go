@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5"
@@ -73,8 +74,8 @@ func CreateKey(ctx context.Context, db ledger.DBTX, role Role, merchantID, name 
 	if (role == RoleMerchant) != (merchantID != "") {
 		return Key{}, "", fmt.Errorf("%w: a merchant key names exactly one merchant; other roles name none", ErrInvalidKey)
 	}
-	if len(name) > 200 {
-		return Key{}, "", fmt.Errorf("%w: name longer than 200 characters", ErrInvalidKey)
+	if utf8.RuneCountInString(name) > 200 || !utf8.ValidString(name) || strings.ContainsRune(name, 0) {
+		return Key{}, "", fmt.Errorf("%w: name must be up to 200 characters of valid UTF-8 without NUL", ErrInvalidKey)
 	}
 	if merchantID != "" {
 		if _, err := merchants.Get(ctx, db, merchantID); err != nil {

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -42,8 +43,8 @@ func Create(ctx context.Context, db ledger.DBTX, id, name string) (Merchant, err
 	if !idPattern.MatchString(id) {
 		return Merchant{}, fmt.Errorf("%w: id %q: lowercase letters, digits, '_' or '-', 1-63 characters", ErrInvalid, id)
 	}
-	if name == "" || len(name) > 200 {
-		return Merchant{}, fmt.Errorf("%w: name must be 1-200 characters", ErrInvalid)
+	if name == "" || utf8.RuneCountInString(name) > 200 || !utf8.ValidString(name) || strings.ContainsRune(name, 0) {
+		return Merchant{}, fmt.Errorf("%w: name must be 1-200 characters of valid UTF-8 without NUL", ErrInvalid)
 	}
 	m := Merchant{ID: id, Name: name}
 	err := db.QueryRow(ctx, `INSERT INTO merchants (id, name) VALUES ($1, $2) RETURNING created_at`, id, name).Scan(&m.CreatedAt)

@@ -2,7 +2,9 @@ package merchants_test
 
 import (
 	"context"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -60,4 +62,24 @@ func TestCreateAndFund(t *testing.T) {
 	rep, err := ledger.Verify(ctx, pool)
 	require.NoError(t, err)
 	require.True(t, rep.OK())
+}
+
+// A name's limit is counted in characters, not bytes: 200 "ç" (400 bytes)
+// are accepted, 201 are not; invalid UTF-8 and NUL are refused before the
+// database sees them (PostgreSQL would answer an error, a 500 upstream).
+func TestCreateNameLimitsInCharacters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t)
+	m, err := merchants.Create(ctx, pool, "m1", strings.Repeat("ç", 200))
+	require.NoError(t, err)
+	require.Equal(t, 200, utf8.RuneCountInString(m.Name))
+	for name, bad := range map[string]string{
+		"201 chars": strings.Repeat("ç", 201), "invalid utf-8": "Loja \xff", "NUL": "Loja\x00",
+	} {
+		_, err := merchants.Create(ctx, pool, "m2", bad)
+		require.ErrorIs(t, err, merchants.ErrInvalid, name)
+	}
+	_, err = merchants.Get(ctx, pool, "m2")
+	require.ErrorIs(t, err, merchants.ErrNotFound)
 }
