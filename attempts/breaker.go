@@ -22,6 +22,18 @@ import (
 // Definitive answers (succeeded, failed, processing, 409, 429) show the
 // provider is up. Lookups are never held back: they are how unknowns end.
 //
+// A call whose credentials the provider refused (OutcomeAuthRefused: 401,
+// 403) opens its circuit at once, whatever the window holds: one refusal
+// is a diagnosis, not a statistic, and every later call would be refused
+// the same way until an operator acts. The circuit is the provider's and
+// that operation's, like any other: a wrong or revoked key (401) opens
+// each operation's circuit at that operation's first refused call (one
+// refused request per operation, nothing processed), while a key lacking
+// one permission (403, e.g. a restricted key without payouts) holds only
+// the operations it cannot do, and new work for them routes to the next
+// provider of their route. The half-open probe after OpenFor tells when
+// the key works again.
+//
 // The zero BreakerConfig turns the breakers off.
 type BreakerConfig struct {
 	Window      time.Duration
@@ -140,6 +152,7 @@ func (b *breakers) record(provider, operation string, o Outcome) {
 		return
 	}
 	failed := o == OutcomeNotSent || o == OutcomeUnknown
+	refused := o == OutcomeAuthRefused
 	now := b.clock.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -155,7 +168,7 @@ func (b *breakers) record(provider, operation string, o Outcome) {
 			return // a call that started before the circuit opened
 		}
 		c.probing = false
-		if failed {
+		if failed || refused {
 			c.openedAt = now
 			b.set(provider, operation, c, CircuitOpen, "the probe call failed: open again")
 			return
@@ -165,6 +178,11 @@ func (b *breakers) record(provider, operation string, o Outcome) {
 		return
 	case CircuitOpen:
 		return // calls that started before it opened
+	}
+	if refused {
+		c.openedAt = now
+		b.set(provider, operation, c, CircuitOpen, "the provider refused saldo's credentials")
+		return
 	}
 	c.calls = append(c.calls, callMark{at: now, failed: failed})
 	cut := 0

@@ -112,3 +112,31 @@ func TestOpenCircuitHoldsSendsBack(t *testing.T) {
 	require.Equal(t, CircuitClosed, h.svc.Circuit("fake", "pix_transfer"))
 	h.requireNoViolations()
 }
+
+// Issue 14: one call whose credentials the provider refused opens that
+// provider's circuit for the operation at once (no MinCalls: every later
+// call would be refused too), leaves its other operations and other
+// providers alone, and a refused probe opens it again.
+func TestBreakerOpensAtOnceOnRefusedCredentials(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	b := newBreakers(BreakerConfig{Window: time.Minute, MinCalls: 50, FailureRate: 0.5, OpenFor: 30 * time.Second},
+		clock, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	const p, op = "stripe", "bank_payout"
+	b.record(p, op, OutcomeSucceeded)
+	b.record(p, op, OutcomeAuthRefused)
+	require.Equal(t, CircuitOpen, b.circuits[circuitKey{p, op}].state, "one refusal opens it")
+	require.True(t, b.isOpen(p, op))
+	require.False(t, b.isOpen(p, "card_charge"), "a 403 on payouts says nothing of charges")
+	require.False(t, b.isOpen("pix", op))
+	clock.Advance(30 * time.Second)
+	ok, _ := b.allow(p, op)
+	require.True(t, ok, "half-open: one probe")
+	b.record(p, op, OutcomeAuthRefused)
+	require.Equal(t, CircuitOpen, b.circuits[circuitKey{p, op}].state, "still refused: open again")
+	clock.Advance(30 * time.Second)
+	ok, _ = b.allow(p, op)
+	require.True(t, ok)
+	b.record(p, op, OutcomeProcessing)
+	require.Equal(t, CircuitClosed, b.circuits[circuitKey{p, op}].state, "the key works again: closed")
+}

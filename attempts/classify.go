@@ -19,6 +19,15 @@ const (
 	// OutcomeRateLimited: 429 (or an adapter's rate_limited reading). Nothing
 	// was processed: re-send after Retry-After or backoff, same key.
 	OutcomeRateLimited Outcome = "rate_limited"
+	// OutcomeAuthRefused: the provider refused our credentials (an
+	// adapter's auth_refused reading of a 4xx: a wrong, revoked or expired
+	// key, a missing permission). Nothing was processed, so the same
+	// request may go out again, but only once an operator has fixed the
+	// configuration: the attempt waits (Config.AuthRefusedWait, not the
+	// rate-limit pace), the call does not count towards MaxSends, the
+	// breaker opens the provider's circuit for the operation at once, and
+	// saldo_provider_auth_refused_total counts it (alert on any increase).
+	OutcomeAuthRefused Outcome = "auth_refused"
 	// OutcomeInFlight: 409 for this key (another request with it is running)
 	// or the provider says the reference already exists: never re-send with a
 	// new key; wait, then query (the attempt becomes unknown and is resolved
@@ -44,15 +53,19 @@ const (
 )
 
 // Outcomes lists every outcome.
-var Outcomes = []Outcome{OutcomeNotSent, OutcomeRateLimited, OutcomeInFlight, OutcomeSucceeded,
+var Outcomes = []Outcome{OutcomeNotSent, OutcomeRateLimited, OutcomeAuthRefused, OutcomeInFlight, OutcomeSucceeded,
 	OutcomeProcessing, OutcomeFailed, OutcomeUnknown, OutcomeKeyMisuse}
 
 // Resendable reports whether the same request may be sent again: only when
-// the provider provably holds nothing for it (not sent, rate limited).
-func (o Outcome) Resendable() bool { return o == OutcomeNotSent || o == OutcomeRateLimited }
+// the provider provably holds nothing for it (not sent, rate limited,
+// credentials refused).
+func (o Outcome) Resendable() bool {
+	return o == OutcomeNotSent || o == OutcomeRateLimited || o == OutcomeAuthRefused
+}
 
 // Status is the attempt status this outcome leads to from pending. Not sent,
-// rate limited and processing keep the attempt pending.
+// rate limited, credentials refused and processing keep the attempt
+// pending.
 func (o Outcome) Status() Status {
 	switch o {
 	case OutcomeSucceeded:
@@ -75,6 +88,9 @@ func (o Outcome) Status() Status {
 //     2xx, otherwise unknown;
 //   - a non-2xx answer to a request that was never fully written: not sent
 //     (the provider cannot hold a complete request);
+//   - an auth_refused reading of a 4xx (401, 403): credentials refused,
+//     whether or not the request was fully written or the body read (the
+//     provider refused before any work);
 //   - key misuse refinement: key_misuse; 429 or rate_limited: rate limited;
 //     409, in_flight or duplicate: in flight;
 //   - 2xx: by the reported state (succeeded, processing, failed), unknown
@@ -85,6 +101,9 @@ func Classify(r providers.SubmitResult) Outcome {
 	ex := r.Exchange
 	code := ex.StatusCode
 	is2xx := code >= 200 && code < 300
+	if r.Refinement == providers.RefineAuthRefused && code >= 400 && code < 500 {
+		return OutcomeAuthRefused
+	}
 	if code == 0 {
 		if ex.Wrote {
 			return OutcomeUnknown

@@ -51,6 +51,12 @@ func TestClassifyTable(t *testing.T) {
 		{"429", res(true, nil, 429, "", ""), OutcomeRateLimited},
 		{"429 body cut", res(true, errWire, 429, "", ""), OutcomeRateLimited},
 		{"400 rate_limited refinement", res(true, nil, 400, providers.RefineRateLimited, ""), OutcomeRateLimited},
+		{"401 auth_refused refinement", res(true, nil, 401, providers.RefineAuthRefused, ""), OutcomeAuthRefused},
+		{"403 auth_refused refinement", res(true, nil, 403, providers.RefineAuthRefused, ""), OutcomeAuthRefused},
+		{"401 auth_refused, body cut", res(true, errWire, 401, providers.RefineAuthRefused, ""), OutcomeAuthRefused},
+		{"401 auth_refused, never fully written", res(false, nil, 401, providers.RefineAuthRefused, ""), OutcomeAuthRefused},
+		{"401 without a refinement is a refusal (failed)", res(true, nil, 401, "", ""), OutcomeFailed},
+		{"500 with auth_refused refinement stays unknown", res(true, nil, 500, providers.RefineAuthRefused, ""), OutcomeUnknown},
 		{"500", res(true, nil, 500, "", ""), OutcomeUnknown},
 		{"500 with declined refinement stays unknown", res(true, nil, 500, providers.RefineDeclined, ""), OutcomeUnknown},
 		{"502", res(true, nil, 502, "", ""), OutcomeUnknown},
@@ -74,7 +80,7 @@ func TestClassifyExhaustive(t *testing.T) {
 	t.Parallel()
 	codes := []int{0, 100, 200, 201, 202, 204, 301, 302, 400, 401, 402, 403, 404, 408, 409, 410, 422, 425, 429, 500, 501, 502, 503, 504, 599}
 	refs := []providers.Refinement{providers.RefineNone, providers.RefineDeclined, providers.RefineInFlight,
-		providers.RefineDuplicate, providers.RefineKeyMisuse, providers.RefineRateLimited}
+		providers.RefineDuplicate, providers.RefineKeyMisuse, providers.RefineRateLimited, providers.RefineAuthRefused}
 	states := []providers.State{"", providers.StateSucceeded, providers.StateProcessing, providers.StateFailed, "weird"}
 	seen := map[Outcome]bool{}
 	for _, wrote := range []bool{false, true} {
@@ -106,6 +112,10 @@ func TestClassifyExhaustive(t *testing.T) {
 						if o == OutcomeRateLimited {
 							require.True(t, code == http.StatusTooManyRequests || ref == providers.RefineRateLimited, name)
 						}
+						// Credentials refused only on an adapter's reading of a 4xx.
+						if o == OutcomeAuthRefused {
+							require.True(t, ref == providers.RefineAuthRefused && code >= 400 && code < 500, name)
+						}
 						// A written request lost in transit is never re-sendable.
 						if wrote && code == 0 {
 							require.Equal(t, OutcomeUnknown, o, name)
@@ -131,12 +141,13 @@ func TestClassifyExhaustive(t *testing.T) {
 func TestOutcomeStatus(t *testing.T) {
 	t.Parallel()
 	want := map[Outcome]Status{
-		OutcomeNotSent: StatusPending, OutcomeRateLimited: StatusPending, OutcomeProcessing: StatusPending,
-		OutcomeSucceeded: StatusSucceeded, OutcomeFailed: StatusFailed,
+		OutcomeNotSent: StatusPending, OutcomeRateLimited: StatusPending, OutcomeAuthRefused: StatusPending,
+		OutcomeProcessing: StatusPending,
+		OutcomeSucceeded:  StatusSucceeded, OutcomeFailed: StatusFailed,
 		OutcomeUnknown: StatusUnknown, OutcomeInFlight: StatusUnknown, OutcomeKeyMisuse: StatusUnknown,
 	}
 	for _, o := range Outcomes {
 		require.Equal(t, want[o], o.Status(), o)
-		require.Equal(t, o == OutcomeNotSent || o == OutcomeRateLimited, o.Resendable(), o)
+		require.Equal(t, o == OutcomeNotSent || o == OutcomeRateLimited || o == OutcomeAuthRefused, o.Resendable(), o)
 	}
 }

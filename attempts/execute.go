@@ -34,7 +34,8 @@ type ExecuteResult struct {
 //     elsewhere): the request may have left, so the attempt becomes unknown
 //     and is resolved by lookup, never re-sent blind;
 //   - the re-send backoff has not elapsed: RetryIn;
-//   - MaxSends reached, or the provider's key has expired since the attempt
+//   - MaxSends reached (calls whose credentials were refused not
+//     counted), or the provider's key has expired since the attempt
 //     opened (R14): unknown, resolved by lookup;
 //   - a provider without idempotency keys (R20): before any re-send, a
 //     lookup by reference once the consistency window since the last call
@@ -73,6 +74,12 @@ func (s *Service) Execute(ctx context.Context, id uuid.UUID) (ExecuteResult, err
 	}
 	caps := prov.Capabilities()
 	now := s.clock.Now()
+	maxed := false
+	if a.CallCount >= s.cfg.MaxSends && !a.CallInFlight() {
+		if maxed, err = s.maxedSends(ctx, s.pool, a); err != nil {
+			return res, err
+		}
+	}
 
 	switch {
 	case a.CallInFlight():
@@ -81,7 +88,7 @@ func (s *Service) Execute(ctx context.Context, id uuid.UUID) (ExecuteResult, err
 	case a.NextSendAt != nil && now.Before(*a.NextSendAt):
 		res.RetryIn = a.NextSendAt.Sub(now)
 		return res, nil
-	case a.CallCount >= s.cfg.MaxSends:
+	case maxed:
 		return s.executeToUnknown(ctx, a, fmt.Sprintf("%d calls made without a definitive answer; resolve by lookup", a.CallCount))
 	case a.CallCount > 0 && a.KeyExpiresAt != nil && !now.Before(*a.KeyExpiresAt):
 		return s.executeToUnknown(ctx, a, fmt.Sprintf("provider key expired at %s: a re-send could create a second operation (R14)",
@@ -317,6 +324,16 @@ func (s *Service) afterCall(ctx context.Context, after *afterCommit, r recordReq
 	a, ex := r.a, r.sr.Exchange
 	after.add(func() {
 		s.metrics.call(a, r.outcome)
+		if r.outcome == OutcomeAuthRefused {
+			// The alert: every call of this provider (and operation) will be
+			// refused until an operator fixes its credentials. The adapter
+			// redacts its key from what it reports (errText).
+			s.metrics.authRefused(a)
+			s.log.ErrorContext(ctx, "provider refused saldo's credentials: nothing was processed; the attempt waits "+
+				"until an operator fixes the provider's API key or its permissions", "attempt_id", a.ID, "kind", a.Kind,
+				"provider", a.Provider, "operation", a.Operation, "reference", a.Reference, "call", r.callNo,
+				"status_code", ex.StatusCode, "provider_request_id", ex.ProviderRequestID, "error", truncate(r.errText(), 300))
+		}
 		s.log.InfoContext(ctx, "attempt call", "attempt_id", a.ID, "kind", a.Kind, "provider", a.Provider,
 			"reference", a.Reference, "call", r.callNo, "outcome", r.outcome, "status_code", ex.StatusCode,
 			"wire_calls", ex.WireCalls, "duration", ex.Ended.Sub(ex.Started), "error", truncate(r.errText(), 300))
@@ -374,14 +391,26 @@ func (s *Service) applyOutcome(ctx context.Context, tx pgx.Tx, after *afterCommi
 		if la.Status != StatusPending || la.CallCount != callNo {
 			return out, nil
 		}
-		if la.CallCount >= s.cfg.MaxSends {
-			tr, err := s.transition(ctx, tx, after, la, change{To: StatusUnknown, Actor: ActorWorker,
-				Reason: fmt.Sprintf("%d calls made without a definitive answer; resolve by lookup", la.CallCount)})
-			out.a = tr.Attempt
-			return out, err
+		if outcome != OutcomeAuthRefused && la.CallCount >= s.cfg.MaxSends {
+			maxed, err := s.maxedSends(ctx, tx, la)
+			if err != nil {
+				return out, err
+			}
+			if maxed {
+				tr, err := s.transition(ctx, tx, after, la, change{To: StatusUnknown, Actor: ActorWorker,
+					Reason: fmt.Sprintf("%d calls made without a definitive answer; resolve by lookup", la.CallCount)})
+				out.a = tr.Attempt
+				return out, err
+			}
 		}
 		out.retryIn = backoff(s.cfg.SendBackoffBase, s.cfg.SendBackoffMax, callNo)
-		if outcome == OutcomeRateLimited && ex.RetryAfter > 0 {
+		switch {
+		case outcome == OutcomeAuthRefused:
+			// Nothing was processed, but nothing will be until an
+			// operator fixes the credentials: wait long, whatever
+			// Retry-After says.
+			out.retryIn = backoff(s.cfg.AuthRefusedWait, s.cfg.AuthRefusedWait, 1)
+		case outcome == OutcomeRateLimited && ex.RetryAfter > 0:
 			out.retryIn = ex.RetryAfter
 		}
 		now := s.clock.Now()
@@ -389,6 +418,21 @@ func (s *Service) applyOutcome(ctx context.Context, tx pgx.Tx, after *afterCommi
 			WHERE id = $1 RETURNING `+attemptColumns, la.ID, now.Add(out.retryIn), now))
 		return out, err
 	}
+}
+
+// maxedSends reports whether a (its calls all recorded) has made MaxSends
+// calls that count: a call whose credentials the provider refused does
+// not (nothing was processed, and the attempt waits for an operator).
+func (s *Service) maxedSends(ctx context.Context, db DB, a Attempt) (bool, error) {
+	if a.CallCount < s.cfg.MaxSends {
+		return false, nil
+	}
+	var refused int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM attempt_events WHERE attempt_id = $1 AND type = 'call'
+		AND outcome = $2`, a.ID, string(OutcomeAuthRefused)).Scan(&refused); err != nil {
+		return false, fmt.Errorf("attempts: count refused calls of %s: %w", a.ID, err)
+	}
+	return a.CallCount-refused >= s.cfg.MaxSends, nil
 }
 
 // callReason is the reason of the transition a definitive call answer makes.

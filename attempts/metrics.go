@@ -24,6 +24,10 @@ type Metrics struct {
 	// currency (alert on any increase; the attempt goes to review), by the
 	// field that differed.
 	Mismatches *prometheus.CounterVec
+	// AuthRefused counts calls whose credentials the provider refused
+	// (OutcomeAuthRefused: 401, 403), by provider and operation: alert on
+	// any increase, an operator must fix the provider's key or permissions.
+	AuthRefused *prometheus.CounterVec
 	// OldestUnknownAge is the age in seconds of the oldest unknown attempt.
 	OldestUnknownAge prometheus.Gauge
 	// ReviewQueueSize is the number of attempts in review: open ones, and
@@ -33,7 +37,9 @@ type Metrics struct {
 	ResolverLag prometheus.Gauge
 }
 
-// NewMetrics builds the collectors (names prefixed saldo_attempts_).
+// NewMetrics builds the collectors (names prefixed saldo_attempts_, and
+// saldo_provider_auth_refused_total, which is about a provider's
+// configuration rather than an attempt).
 func NewMetrics() *Metrics {
 	labels := []string{"kind", "provider"}
 	return &Metrics{
@@ -50,6 +56,9 @@ func NewMetrics() *Metrics {
 		Mismatches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "saldo_attempts_report_mismatches_total",
 			Help: "Provider reports contradicting the attempt's provider, operation, amount or currency (alert; sent to review)."},
 			append(labels, "field")),
+		AuthRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "saldo_provider_auth_refused_total",
+			Help: "Provider calls refused for saldo's credentials (401, 403): nothing processed, the attempt waits (alert on increase)."},
+			[]string{"provider", "operation"}),
 		OldestUnknownAge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "saldo_attempts_oldest_unknown_age_seconds",
 			Help: "Age of the oldest unknown attempt, refreshed by the sweeper."}),
 		ReviewQueueSize: prometheus.NewGauge(prometheus.GaugeOpts{Name: "saldo_attempts_review_queue_size",
@@ -62,12 +71,18 @@ func NewMetrics() *Metrics {
 // Collectors returns every collector, for registration.
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.Calls, m.Transitions, m.ReviewFlagged, m.Conflicts, m.Divergences, m.Mismatches,
-		m.OldestUnknownAge, m.ReviewQueueSize, m.ResolverLag}
+		m.AuthRefused, m.OldestUnknownAge, m.ReviewQueueSize, m.ResolverLag}
 }
 
 func (m *Metrics) call(a Attempt, o Outcome) {
 	if m != nil {
 		m.Calls.WithLabelValues(string(a.Kind), a.Provider, string(o)).Inc()
+	}
+}
+
+func (m *Metrics) authRefused(a Attempt) {
+	if m != nil {
+		m.AuthRefused.WithLabelValues(a.Provider, a.Operation).Inc()
 	}
 }
 

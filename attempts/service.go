@@ -87,7 +87,17 @@ type Config struct {
 	SendBackoffMax  time.Duration
 	// MaxSends is how many calls an attempt may start before it stops
 	// re-sending and becomes unknown (resolved by lookup). Default 20.
+	// Calls whose credentials the provider refused (OutcomeAuthRefused)
+	// do not count: nothing was processed, and the attempt waits for an
+	// operator, however long that takes (the key lifetime, R14, still
+	// bounds it).
 	MaxSends int
+	// AuthRefusedWait is how long an attempt waits after the provider
+	// refused saldo's credentials (401, 403) before the same request goes
+	// out again (half-jittered: between half of it and all of it). An
+	// operator must fix the key: re-sending at the rate-limit pace would
+	// only hammer the provider with refused requests. Default 10m.
+	AuthRefusedWait time.Duration
 	// ResolveSchedule is the delay before each lookup of an unknown attempt;
 	// the last one repeats (R15). Default 30s, 1m, 2m, 5m, 10m, 30m.
 	ResolveSchedule []time.Duration
@@ -180,6 +190,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	def(&cfg.SendBackoffBase, time.Second)
 	def(&cfg.SendBackoffMax, 5*time.Minute)
+	def(&cfg.AuthRefusedWait, 10*time.Minute)
 	def(&cfg.ProcessingReviewAfter, 24*time.Hour)
 	def(&cfg.StaleCallAfter, 5*time.Minute)
 	def(&cfg.SweepInterval, time.Minute)

@@ -224,6 +224,12 @@ const (
 	RefineKeyMisuse Refinement = "key_misuse"
 	// RefineRateLimited: the provider rate limited us; nothing processed.
 	RefineRateLimited Refinement = "rate_limited"
+	// RefineAuthRefused: the provider refused our credentials (a wrong,
+	// revoked or expired key, or one lacking a permission: 401, 403) before
+	// doing any work; nothing processed. The request itself is fine: an
+	// operator must fix the configuration, then the same request (same key,
+	// same bytes) may go out again.
+	RefineAuthRefused Refinement = "auth_refused"
 )
 
 // SubmitResult is the outcome of one Submit: the raw exchange plus what the

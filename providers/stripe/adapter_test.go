@@ -52,7 +52,7 @@ func TestClassifyEveryStripeAnswer_R1_R2(t *testing.T) {
 		{name: "429 with Retry-After", fault: &stripefake.Fault{Kind: stripefake.FaultRateLimit, RetryAfter: 7},
 			in: charge("1.00", "USD", stripefake.PMVisa), want: attempts.OutcomeRateLimited, refine: providers.RefineRateLimited},
 		{name: "403 permission", fault: &stripefake.Fault{Kind: stripefake.FaultForbidden},
-			in: payout("1.00", "USD"), want: attempts.OutcomeRateLimited, refine: providers.RefineRateLimited},
+			in: payout("1.00", "USD"), want: attempts.OutcomeAuthRefused, refine: providers.RefineAuthRefused},
 		{name: "400 with Stripe-Should-Retry true", fault: &stripefake.Fault{Kind: stripefake.FaultShouldRetry400},
 			in: payout("1.00", "USD"), want: attempts.OutcomeRateLimited, refine: providers.RefineRateLimited},
 		{name: "500 api_error", fault: &stripefake.Fault{Kind: stripefake.FaultServerError},
@@ -88,14 +88,20 @@ func TestClassifyEveryStripeAnswer_R1_R2(t *testing.T) {
 		log, buf := logBuffer()
 		p := newProvider(t, f.URL(), func(c *stripe.Config) { c.APIKey = "sk_test_revokedKey123"; c.Logger = log })
 		res := submit(t, p, charge("1.00", "USD", stripefake.PMVisa), ref(), key())
-		mustOutcome(t, res, attempts.OutcomeRateLimited)
+		mustOutcome(t, res, attempts.OutcomeAuthRefused)
+		if res.Refinement != providers.RefineAuthRefused {
+			t.Errorf("Refinement = %q, want %q", res.Refinement, providers.RefineAuthRefused)
+		}
+		if strings.Contains(buf.String(), "sk_test_revokedKey123") || strings.Contains(res.FailureReason, "sk_test_revokedKey123") {
+			t.Errorf("the key leaked: %s %s", buf.String(), res.FailureReason)
+		}
 		if !strings.Contains(buf.String(), "level=ERROR") || !strings.Contains(buf.String(), "status=401") {
 			t.Errorf("no alert logged: %s", buf.String())
 		}
 		if n := len(f.Objects("payment_intent")); n != 0 {
 			t.Errorf("%d objects created by a refused request", n)
 		}
-		reached[attempts.OutcomeRateLimited] = true
+		reached[attempts.OutcomeAuthRefused] = true
 	})
 	t.Run("400 idempotency_error: key misuse", func(t *testing.T) {
 		_, p := newFake(t)

@@ -38,10 +38,12 @@ const (
 //   - 429 (rate_limit, lock_timeout): RefineRateLimited, re-sent after
 //     Retry-After;
 //   - 401 and 403: Stripe processed nothing (authentication or permission
-//     refused before any work), so RefineRateLimited: the attempt stays
-//     pending and is re-sent with the same key after backoff, and the
-//     adapter logs an ERROR alert (the key is wrong, revoked or lacks a
-//     permission: an operator must act);
+//     refused before any work, and nothing is stored under the key), so
+//     RefineAuthRefused: the attempt stays pending and waits (the attempts
+//     core's AuthRefusedWait, its circuit opened, the refusal counted in
+//     saldo_provider_auth_refused_total) until the same request, same key,
+//     goes out again; the adapter logs an ERROR alert (the key is wrong,
+//     revoked or lacks a permission: an operator must act);
 //   - any other 4xx with Stripe-Should-Retry: true: Stripe kept nothing for
 //     the key and says the same request may succeed, so it is not a
 //     definitive failure: RefineRateLimited (same key, after backoff);
@@ -113,7 +115,7 @@ func (p *Provider) refine(ex providers.Exchange, e *stripego.Error) providers.Re
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
 		p.log.Error("stripe: request refused: the API key is wrong, revoked or lacks a permission; attempts stay pending until an operator fixes it",
 			"status", status, "type", string(typ), "code", string(code), "request_id", ex.ProviderRequestID)
-		return providers.RefineRateLimited
+		return providers.RefineAuthRefused
 	case status >= 500:
 		return providers.RefineNone
 	case typ == stripego.ErrorTypeCard:
