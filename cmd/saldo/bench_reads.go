@@ -1,0 +1,734 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/shopspring/decimal"
+
+	"github.com/saldo/saldo/api"
+	"github.com/saldo/saldo/audit"
+	"github.com/saldo/saldo/internal/engine"
+	"github.com/saldo/saldo/ledger"
+	"github.com/saldo/saldo/merchants"
+	"github.com/saldo/saldo/money"
+	"github.com/saldo/saldo/payouts"
+	"github.com/saldo/saldo/providers"
+	"github.com/saldo/saldo/providers/sim"
+)
+
+func init() {
+	registerBenchmark(benchmark{
+		Name:    "reads",
+		Summary: "API reads (balances, entries pages, balance at an instant, statement, CSV) on a ledger of N postings, writers running",
+		Run:     runBenchReads,
+	})
+}
+
+// readsOptions configure saldo bench reads.
+type readsOptions struct {
+	Postings    int
+	Merchants   int
+	Builders    int
+	Batch       int
+	Samples     int
+	WriterShare float64
+	CSVRows     int
+	DeepPage    int
+	Calibrate   time.Duration
+	PayoutsPerS float64
+	SkipAudit   bool
+}
+
+func runBenchReads(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("bench reads", flag.ContinueOnError)
+	dbURL := databaseURL(fs)
+	var o readsOptions
+	fs.IntVar(&o.Postings, "postings", 10_000_000, "postings the ledger is built with before reads are measured (through ledger.PostMany, in batches)")
+	fs.IntVar(&o.Merchants, "merchants", 8, "merchants the postings are spread over (at least --builders + 1)")
+	fs.IntVar(&o.Builders, "builders", 2, "concurrent batch writers building the ledger (each owns a long account: merchant r<i> available BRL)")
+	fs.IntVar(&o.Batch, "batch", 2000, "transactions per PostMany batch while building")
+	fs.IntVar(&o.Samples, "samples", 2000, "requests measured per read")
+	fs.Float64Var(&o.WriterShare, "writers", 0.5, "writers post at this fraction of the ledger's measured throughput while reads are measured (0: no writers)")
+	fs.IntVar(&o.CSVRows, "csv-rows", 1_000_000, "postings in the measured CSV export")
+	fs.IntVar(&o.DeepPage, "deep-page", 10_000, "the deep entries page measured (50 rows a page; capped by the long account's length)")
+	fs.DurationVar(&o.Calibrate, "calibrate", 3*time.Second, "how long the ledger's throughput (ledger.Poster, 64 workers) is measured before the reads")
+	fs.Float64Var(&o.PayoutsPerS, "payouts", 20, "payouts per second created for the statement's merchant while reads are measured (real payout_reserve entries)")
+	fs.BoolVar(&o.SkipAudit, "skip-audit", false, "skip the audit at the end (never for figures you publish)")
+	server := fs.String("server-url", localServerURL, "server for the throwaway database when no database URL is given")
+	keep := fs.Bool("keep", false, "keep the throwaway database")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %v", fs.Args())
+	}
+	if o.Builders < 1 || o.Merchants < o.Builders+1 || o.Postings < 2*o.Builders || o.Batch < 1 || o.Samples < 10 {
+		return errors.New("bench reads: need --builders >= 1, --merchants > --builders, --postings >= 2 x builders, --batch >= 1, --samples >= 10")
+	}
+	u, cleanup, err := benchDatabase(ctx, dbURL, *server, *keep)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	cfg, err := pgxpool.ParseConfig(u)
+	if err != nil {
+		return err
+	}
+	cfg.MaxConns = 40
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	host, _ := os.Hostname()
+	fmt.Printf("saldo bench reads: %d postings over %d merchants (%d long accounts), %d samples per read, writers at %.0f%% of the ledger's throughput\n",
+		o.Postings, o.Merchants, o.Builders, o.Samples, 100*o.WriterShare)
+	fmt.Printf("machine: %s, %d CPUs, %s; database %s\n\n", host, runtime.NumCPU(), cpuModel(), redact(u))
+	return benchReads(ctx, pool, o)
+}
+
+// readsLedger is the ledger the bench built.
+type readsLedger struct {
+	merchants []string
+	avail     []int64 // each merchant's available BRL account id
+	availUSD  []int64 // each merchant's available USD account id
+	codes     map[int64]string
+}
+
+func benchReads(ctx context.Context, pool *pgxpool.Pool, o readsOptions) error {
+	run := fmt.Sprintf("r%06x", rand.Uint32()&0xffffff)
+	l, err := readsAccounts(ctx, pool, o, run)
+	if err != nil {
+		return err
+	}
+	// Build.
+	start := time.Now()
+	if err := readsBuild(ctx, pool, o, run, l); err != nil {
+		return err
+	}
+	build := time.Since(start)
+	fmt.Printf("build: %d postings in %s: %.0f postings/s through ledger.PostMany (%d builders, %d transactions a batch)\n",
+		o.Postings, build.Round(time.Second), float64(o.Postings)/build.Seconds(), o.Builders, o.Batch)
+	t0 := time.Now()
+	if _, err := pool.Exec(ctx, `VACUUM (ANALYZE) ledger_postings, ledger_transactions, ledger_accounts`); err != nil {
+		return fmt.Errorf("vacuum: %w", err)
+	}
+	fmt.Printf("vacuum analyze (what autovacuum does after a bulk of inserts): %s\n", time.Since(t0).Round(time.Millisecond))
+	var size int64
+	if err := pool.QueryRow(ctx, `SELECT pg_total_relation_size('ledger_postings') + pg_total_relation_size('ledger_transactions')`).Scan(&size); err != nil {
+		return err
+	}
+	fmt.Printf("ledger tables with indexes: %.0f MB\n\n", float64(size)/1e6)
+
+	// The API, in process, on a loopback listener.
+	simSrv := sim.NewServer(sim.Config{Seed: time.Now().UnixNano()}).Start()
+	defer simSrv.Close()
+	httpSettings := providers.HTTPSettings{ConnectTimeout: time.Second, ReadTimeout: 2 * time.Second}
+	caps, err := sim.FetchCapabilities(ctx, simSrv.URL(), httpSettings)
+	if err != nil {
+		return err
+	}
+	prov := sim.NewProvider(simSrv.URL(), sim.WithHTTPSettings(httpSettings), sim.WithCapabilities(caps))
+	eng, err := engine.New(engine.Config{Pool: pool, Providers: []providers.Provider{prov}, PayoutProvider: prov.Name()})
+	if err != nil {
+		return err
+	}
+	srv, err := api.New(api.Config{Pool: pool, Payouts: eng.Payouts, Attempts: eng.Attempts, Charges: eng.Charges})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	defer hs.Close()
+	base := "http://" + ln.Addr().String()
+	_, merchantKey, err := api.CreateKey(ctx, pool, api.RoleMerchant, l.merchants[0], "bench reads", time.Now())
+	if err != nil {
+		return err
+	}
+	_, auditorKey, err := api.CreateKey(ctx, pool, api.RoleAuditor, "", "bench reads", time.Now())
+	if err != nil {
+		return err
+	}
+	c := &readsClient{base: base, http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}}
+
+	// The ledger's throughput, then writers at a share of it.
+	rate, err := readsCalibrate(ctx, pool, o, run, l)
+	if err != nil {
+		return err
+	}
+	wctx, stopWriters := context.WithCancel(ctx)
+	writersDone, written, err := readsWriters(wctx, pool, eng.Payouts, o, run, l, rate*o.WriterShare)
+	if err != nil {
+		stopWriters()
+		return err
+	}
+	wstart := time.Now()
+	stopped := false
+	stop := func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		stopWriters()
+		return <-writersDone
+	}
+	defer stop()
+
+	long := l.codes[l.avail[0]]
+	var results []readResult
+	measure := func(name, target string, path func(i int) string, key string) error {
+		r, err := c.measure(ctx, name, target, o.Samples, path, key)
+		if err != nil {
+			return err
+		}
+		results = append(results, r)
+		fmt.Println(r)
+		return nil
+	}
+	if err := measure("baseline: GET /readyz (SELECT 1)", "", func(int) string { return "/readyz" }, ""); err != nil {
+		return err
+	}
+	if err := measure("merchant balances", "p99 < 2 ms", func(int) string { return "/v1/merchants/" + l.merchants[0] + "/balances" }, merchantKey); err != nil {
+		return err
+	}
+	entries := "/v1/ledger/postings?limit=50&account=" + url.QueryEscape(long)
+	if err := measure("entries page 1 (50 rows)", "p99 < 5 ms", func(int) string { return entries }, auditorKey); err != nil {
+		return err
+	}
+	var lastSeq int64
+	if err := pool.QueryRow(ctx, `SELECT last_seq FROM ledger_accounts WHERE id = $1`, l.avail[0]).Scan(&lastSeq); err != nil {
+		return err
+	}
+	deep := min(int64(o.DeepPage), (lastSeq-1)/50+1)
+	cursor, err := c.walkPostings(ctx, long, auditorKey, (deep-1)*50)
+	if err != nil {
+		return err
+	}
+	if err := measure(fmt.Sprintf("entries page %d (50 rows)", deep), "p99 < 5 ms",
+		func(int) string { return entries + "&cursor=" + cursor }, auditorKey); err != nil {
+		return err
+	}
+	var first, last time.Time
+	if err := pool.QueryRow(ctx, `SELECT (SELECT posted_at FROM ledger_postings WHERE account_id = $1 AND seq = 1), last_posted_at
+		FROM ledger_accounts WHERE id = $1`, l.avail[0]).Scan(&first, &last); err != nil {
+		return err
+	}
+	span := last.Sub(first)
+	rng := rand.New(rand.NewPCG(1, 2))
+	if err := measure("balance at an instant", "p99 < 10 ms", func(int) string {
+		at := first.Add(time.Duration(rng.Int64N(int64(span) + 1))).UTC().Format(time.RFC3339Nano)
+		return "/v1/ledger/balance?account=" + url.QueryEscape(long) + "&at=" + url.QueryEscape(at)
+	}, auditorKey); err != nil {
+		return err
+	}
+	stmt := "/v1/merchants/" + l.merchants[0] + "/statement?limit=50"
+	if err := measure("statement page 1 (50 rows, 3 accounts)", "p99 < 5 ms", func(int) string { return stmt }, merchantKey); err != nil {
+		return err
+	}
+	stmtCursor, err := c.walkStatement(ctx, stmt, merchantKey, 1000)
+	if err != nil {
+		return err
+	}
+	if err := measure("statement page 1000 (50 rows)", "p99 < 5 ms", func(int) string { return stmt + "&cursor=" + stmtCursor }, merchantKey); err != nil {
+		return err
+	}
+	if err := readsCSV(ctx, pool, c, o, l, auditorKey); err != nil {
+		return err
+	}
+	if err := stop(); err != nil {
+		return fmt.Errorf("writers: %w", err)
+	}
+	fmt.Printf("writers: %d transfers and payouts while reads were measured (%.0f/s, target %.0f/s)\n",
+		written.Load(), float64(written.Load())/time.Since(wstart).Seconds(), rate*o.WriterShare+o.PayoutsPerS)
+	if o.SkipAudit {
+		fmt.Println("audit: skipped (--skip-audit)")
+		return nil
+	}
+	t0 = time.Now()
+	res, err := audit.Run(ctx, pool)
+	if err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	fmt.Printf("audit (ledger, attempts, payouts, charges, reconcile) in %s: %s\n", time.Since(t0).Round(time.Second), res.Summary())
+	if !res.OK() {
+		return exitError{Code: 1}
+	}
+	return nil
+}
+
+// readsAccounts creates the merchants and their accounts, and funds the
+// long ones.
+func readsAccounts(ctx context.Context, pool *pgxpool.Pool, o readsOptions, run string) (*readsLedger, error) {
+	l := &readsLedger{codes: map[int64]string{}}
+	for i := range o.Merchants {
+		id := fmt.Sprintf("%s%d", run, i)
+		if _, err := merchants.Create(ctx, pool, id, "bench reads merchant"); err != nil {
+			return nil, err
+		}
+		l.merchants = append(l.merchants, id)
+		for _, spec := range []ledger.AccountSpec{ledger.MerchantAvailable(id, money.BRL), ledger.MerchantAvailable(id, money.USD)} {
+			acc, err := ledger.EnsureAccount(ctx, pool, spec)
+			if err != nil {
+				return nil, err
+			}
+			l.codes[acc.ID] = acc.Code
+			if spec.Currency == money.BRL {
+				l.avail = append(l.avail, acc.ID)
+			} else {
+				l.availUSD = append(l.availUSD, acc.ID)
+			}
+		}
+		if i < o.Builders {
+			for _, cur := range []money.Currency{money.BRL, money.USD} {
+				if _, err := merchants.Fund(ctx, pool, merchants.Funding{MerchantID: id, Amount: money.MustParse("1000000000000.00", cur.Code()),
+					Key: "bench-reads-" + cur.Code(), Reason: "bench reads funding", Actor: "bench"}); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	return l, nil
+}
+
+// readsBuild posts o.Postings postings (two per transfer) through
+// ledger.PostMany, batch after batch, with o.Builders builders at once.
+// Builder b moves money from its long account (merchant b's available
+// BRL, or its available USD for one transfer in ten) to the other
+// accounts of its share of the merchants, so builders never wait for each
+// other's locks.
+func readsBuild(ctx context.Context, pool *pgxpool.Pool, o readsOptions, run string, l *readsLedger) error {
+	transfers := o.Postings / 2
+	var done atomic.Int64
+	errs := make(chan error, o.Builders)
+	var wg sync.WaitGroup
+	for b := range o.Builders {
+		var others []int
+		for m := o.Builders; m < o.Merchants; m++ {
+			if m%o.Builders == b || o.Merchants-o.Builders < o.Builders {
+				others = append(others, m)
+			}
+		}
+		n := transfers / o.Builders
+		if b < transfers%o.Builders {
+			n++
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(b), 7))
+			batch := make([]ledger.TransactionInput, 0, o.Batch)
+			for i := 0; i < n; {
+				batch = batch[:0]
+				for ; i < n && len(batch) < o.Batch; i++ {
+					to := others[rng.IntN(len(others))]
+					from, dest, cur := l.avail[b], l.avail[to], money.BRL
+					if i%10 == 9 {
+						from, dest, cur = l.availUSD[b], l.availUSD[to], money.USD
+					}
+					amt := decimal.New(int64(1+rng.IntN(10_000)), -2)
+					batch = append(batch, ledger.TransactionInput{
+						IdempotencyKey: run + "-" + strconv.Itoa(b) + "-" + strconv.Itoa(i), CauseKind: "bench", CauseID: run,
+						Postings: []ledger.PostingInput{
+							{AccountID: from, Amount: amt.Neg(), Currency: cur},
+							{AccountID: dest, Amount: amt, Currency: cur},
+						},
+					})
+				}
+				if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					_, err := ledger.PostMany(ctx, tx, batch)
+					return err
+				}); err != nil {
+					errs <- fmt.Errorf("build: builder %d: %w", b, err)
+					return
+				}
+				done.Add(int64(len(batch)))
+			}
+		}()
+	}
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	tick := time.NewTicker(30 * time.Second)
+	defer tick.Stop()
+	start := time.Now()
+	for {
+		select {
+		case <-finished:
+			select {
+			case err := <-errs:
+				return err
+			default:
+				return nil
+			}
+		case err := <-errs:
+			return err
+		case <-tick.C:
+			d := done.Load()
+			fmt.Printf("  build: %d of %d postings, %.0f postings/s\n", 2*d, o.Postings, float64(2*d)/time.Since(start).Seconds())
+		}
+	}
+}
+
+// readsTransfer is one writer's transfer: from a long account to another
+// merchant's account, through the Poster.
+func readsTransfer(run string, l *readsLedger, o readsOptions, rng *rand.Rand, key string) ledger.TransactionInput {
+	b := rng.IntN(o.Builders)
+	to := o.Builders + rng.IntN(o.Merchants-o.Builders)
+	return ledger.TransactionInput{IdempotencyKey: key, CauseKind: "bench", CauseID: run,
+		Postings: []ledger.PostingInput{
+			{AccountID: l.avail[b], Amount: decimal.New(-1, -2), Currency: money.BRL},
+			{AccountID: l.avail[to], Amount: decimal.New(1, -2), Currency: money.BRL},
+		}}
+}
+
+// readsCalibrate measures the ledger's throughput on this ledger:
+// ledger.Poster with 64 workers for o.Calibrate, in transfers per second.
+func readsCalibrate(ctx context.Context, pool *pgxpool.Pool, o readsOptions, run string, l *readsLedger) (float64, error) {
+	if o.WriterShare <= 0 {
+		return 0, nil
+	}
+	p := ledger.NewPoster(pool, ledger.PosterOptions{})
+	defer p.Close()
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	var firstErr atomic.Value
+	deadline := time.Now().Add(o.Calibrate)
+	for w := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 11))
+			for i := 0; time.Now().Before(deadline); i++ {
+				if _, err := p.Post(ctx, readsTransfer(run, l, o, rng, fmt.Sprintf("%s-cal-%d-%d", run, w, i))); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+				n.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if err, _ := firstErr.Load().(error); err != nil {
+		return 0, fmt.Errorf("calibrate: %w", err)
+	}
+	rate := float64(n.Load()) / o.Calibrate.Seconds()
+	fmt.Printf("ledger throughput on this ledger: %.0f transfers/s (ledger.Poster, 64 workers, %s); writers post at %.0f/s during the reads\n",
+		rate, o.Calibrate, rate*o.WriterShare)
+	return rate, nil
+}
+
+// readsWriters posts transfers at rate per second through a Poster, and
+// creates o.PayoutsPerS payouts a second for the statement's merchant,
+// until ctx ends. done answers the first error (nil after ctx ended).
+func readsWriters(ctx context.Context, pool *pgxpool.Pool, pay *payouts.Service, o readsOptions, run string, l *readsLedger, rate float64) (<-chan error, *atomic.Int64, error) {
+	done := make(chan error, 1)
+	written := new(atomic.Int64)
+	// The statement's merchant needs money in its available BRL account
+	// for its payouts: it is the first long account, funded above.
+	p := ledger.NewPoster(pool, ledger.PosterOptions{})
+	tokens := make(chan struct{}, 4096)
+	var wg sync.WaitGroup
+	var firstErr atomic.Value
+	fail := func(err error) {
+		if ctx.Err() == nil {
+			firstErr.CompareAndSwap(nil, err)
+		}
+	}
+	if rate > 0 {
+		wg.Add(1)
+		go func() { // the pacer
+			defer wg.Done()
+			t := time.NewTicker(5 * time.Millisecond)
+			defer t.Stop()
+			start, sent := time.Now(), 0
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					due := int(time.Since(start).Seconds() * rate)
+					for ; sent < due; sent++ {
+						select {
+						case tokens <- struct{}{}:
+						default: // writers are behind: the token is lost, the rate honest
+						}
+					}
+				}
+			}
+		}()
+		for w := range 64 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(uint64(w), 13))
+				for i := 0; ; i++ {
+					select {
+					case <-ctx.Done():
+						return
+					case <-tokens:
+					}
+					if _, err := p.Post(context.WithoutCancel(ctx), readsTransfer(run, l, o, rng, fmt.Sprintf("%s-w-%d-%d", run, w, i))); err != nil {
+						fail(err)
+						return
+					}
+					written.Add(1)
+				}
+			}()
+		}
+	}
+	if o.PayoutsPerS > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.NewTicker(time.Duration(float64(time.Second) / o.PayoutsPerS))
+			defer t.Stop()
+			for i := 0; ; i++ {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+				_, err := pay.CreatePayout(context.WithoutCancel(ctx), payouts.PayoutRequest{MerchantID: l.merchants[0],
+					ClientKey: fmt.Sprintf("%s-po-%d", run, i), Operation: providers.OpPixTransfer, Amount: money.MustParse("1.00", "BRL"),
+					Destination: &providers.Destination{PixKey: &providers.PixKey{Type: "email", Value: "bench@example.com"}}})
+				if err != nil {
+					fail(err)
+					return
+				}
+				written.Add(1)
+			}
+		}()
+	}
+	go func() {
+		wg.Wait()
+		p.Close()
+		err, _ := firstErr.Load().(error)
+		done <- err
+	}()
+	return done, written, nil
+}
+
+// readsClient makes the measured requests.
+type readsClient struct {
+	base string
+	http *http.Client
+}
+
+func (c *readsClient) get(ctx context.Context, path, key string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	res, err := c.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if res.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(res.Body, 1000))
+		res.Body.Close()
+		return nil, fmt.Errorf("GET %s: %d %s", path, res.StatusCode, b)
+	}
+	return res, nil
+}
+
+func (c *readsClient) getJSON(ctx context.Context, path, key string, v any) error {
+	res, err := c.get(ctx, path, key)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	return json.NewDecoder(res.Body).Decode(v)
+}
+
+type readResult struct {
+	name, target string
+	p50, p99     time.Duration
+	n            int
+}
+
+func (r readResult) String() string {
+	t := ""
+	if r.target != "" {
+		t = "  target " + r.target
+	}
+	return fmt.Sprintf("%-42s p50 %6.2f ms  p99 %6.2f ms  (%d requests)%s", r.name, ms(r.p50), ms(r.p99), r.n, t)
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// measure makes n requests one after the other (after n/10 unmeasured)
+// and reads each answer whole.
+func (c *readsClient) measure(ctx context.Context, name, target string, n int, path func(int) string, key string) (readResult, error) {
+	lat := make([]time.Duration, 0, n)
+	for i := -n / 10; i < n; i++ {
+		t0 := time.Now()
+		res, err := c.get(ctx, path(i), key)
+		if err != nil {
+			return readResult{}, fmt.Errorf("%s: %w", name, err)
+		}
+		_, err = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if err != nil {
+			return readResult{}, fmt.Errorf("%s: %w", name, err)
+		}
+		if i >= 0 {
+			lat = append(lat, time.Since(t0))
+		}
+	}
+	slices.Sort(lat)
+	return readResult{name: name, target: target, p50: lat[len(lat)/2], p99: lat[len(lat)*99/100], n: n}, nil
+}
+
+// walkPostings pages through skip postings of the account (500 a page,
+// then 50) and returns the cursor of the page after them.
+func (c *readsClient) walkPostings(ctx context.Context, code, key string, skip int64) (string, error) {
+	cursor := ""
+	for skip > 0 {
+		limit := int64(500)
+		if skip < 500 {
+			limit = 50
+		}
+		var pg struct {
+			Data       []json.RawMessage `json:"data"`
+			NextCursor string            `json:"next_cursor"`
+		}
+		if err := c.getJSON(ctx, fmt.Sprintf("/v1/ledger/postings?limit=%d&account=%s&cursor=%s", limit, url.QueryEscape(code), cursor), key, &pg); err != nil {
+			return "", err
+		}
+		if pg.NextCursor == "" {
+			return "", errors.New("walk: the account ended early")
+		}
+		cursor, skip = pg.NextCursor, skip-int64(len(pg.Data))
+	}
+	return cursor, nil
+}
+
+// walkStatement follows pages-1 statement pages and returns the cursor of
+// the next one.
+func (c *readsClient) walkStatement(ctx context.Context, path, key string, pages int) (string, error) {
+	cursor := ""
+	for range pages - 1 {
+		var pg struct {
+			NextCursor string `json:"next_cursor"`
+		}
+		p := path
+		if cursor != "" {
+			p += "&cursor=" + cursor
+		}
+		if err := c.getJSON(ctx, p, key, &pg); err != nil {
+			return "", err
+		}
+		if pg.NextCursor == "" {
+			return "", errors.New("walk: the statement ended early")
+		}
+		cursor = pg.NextCursor
+	}
+	return cursor, nil
+}
+
+// readsCSV exports about o.CSVRows postings of the second long account
+// (or the first when there is one) as CSV, streamed, and reports MB/s and
+// this process's peak resident memory during the export (the API and the
+// client are both in it).
+func readsCSV(ctx context.Context, pool *pgxpool.Pool, c *readsClient, o readsOptions, l *readsLedger, key string) error {
+	acc := l.avail[min(1, o.Builders-1)]
+	var to *time.Time
+	if err := pool.QueryRow(ctx, `SELECT posted_at FROM ledger_postings WHERE account_id = $1 AND seq = $2`, acc, o.CSVRows+1).Scan(&to); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return err
+	}
+	path := "/v1/ledger/export.csv?account=" + url.QueryEscape(l.codes[acc])
+	if to != nil {
+		path += "&to=" + url.QueryEscape(to.UTC().Format(time.RFC3339Nano))
+	}
+	runtime.GC()
+	resetPeakRSS()
+	before := vmStatus("VmHWM")
+	t0 := time.Now()
+	res, err := c.get(ctx, path, key)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	var rows, bytesRead int64
+	br := bufio.NewReaderSize(res.Body, 64<<10)
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := br.Read(buf)
+		rows += int64(bytes.Count(buf[:n], []byte{'\n'}))
+		bytesRead += int64(n)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("csv: %w", err)
+		}
+	}
+	d := time.Since(t0)
+	after := vmStatus("VmHWM")
+	fmt.Printf("%-42s %d rows, %.1f MB in %s: %.1f MB/s; peak RSS of the process %s before, %s during (VmHWM, reset before the export)  target: constant memory\n",
+		"CSV export of one account", rows-1, float64(bytesRead)/1e6, d.Round(time.Millisecond), float64(bytesRead)/1e6/d.Seconds(), before, after)
+	return nil
+}
+
+// resetPeakRSS resets VmHWM to the current RSS (Linux: clear_refs 5).
+func resetPeakRSS() { _ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) }
+
+// vmStatus reads one field of /proc/self/status (e.g. VmHWM: "123456 kB").
+func vmStatus(field string) string {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return "?"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			f := strings.Fields(v)
+			if len(f) == 2 {
+				if kb, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+					return fmt.Sprintf("%.0f MB", float64(kb)/1024)
+				}
+			}
+			return strings.TrimSpace(v)
+		}
+	}
+	return "?"
+}
+
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "unknown CPU"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "model name"); ok {
+			return strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+		}
+	}
+	return "unknown CPU"
+}
