@@ -130,9 +130,9 @@ func (s *Server) balanceAt(w http.ResponseWriter, r *http.Request) {
 }
 
 // exportCSV streams postings as CSV, one row per posting: every posting of
-// one account (?account=CODE) in sequence order, or of the whole ledger in
-// transaction order. Optional from/to bound posted_at (from inclusive, to
-// exclusive).
+// one account (?account=CODE) in sequence order (exportAccountCSV), or of
+// the whole ledger in transaction order. Optional from/to bound posted_at
+// (from inclusive, to exclusive).
 func (s *Server) exportCSV(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	from, hasFrom, err := timeParam(r, "from")
@@ -151,10 +151,8 @@ func (s *Server) exportCSV(w http.ResponseWriter, r *http.Request) {
 			s.problem(w, r, err)
 			return
 		}
-		if _, err := ledger.AccountByCode(r.Context(), s.pool, code); err != nil {
-			s.problem(w, r, err)
-			return
-		}
+		s.exportAccountCSV(w, r, s.pool, code, from, to)
+		return
 	}
 	keep := func(p ledger.Posting) bool {
 		return (!hasFrom || !p.PostedAt.Before(from)) && (!hasTo || p.PostedAt.Before(to))
@@ -173,33 +171,19 @@ func (s *Server) exportCSV(w http.ResponseWriter, r *http.Request) {
 	}
 	cursor := ""
 	for {
-		if code != "" {
-			pg, err := ledger.ListPostings(r.Context(), s.pool, code, ledger.PageRequest{Cursor: cursor, Limit: ledger.MaxPageSize})
-			if err != nil {
-				s.log.ErrorContext(r.Context(), "api: csv export aborted", "error", err)
-				return
-			}
-			for _, p := range pg.Postings {
-				if keep(p) {
-					row(p, "", "")
-				}
-			}
-			cursor = pg.NextCursor
-		} else {
-			pg, err := ledger.ListTransactions(r.Context(), s.pool, ledger.TransactionFilter{}, ledger.PageRequest{Cursor: cursor, Limit: ledger.MaxPageSize})
-			if err != nil {
-				s.log.ErrorContext(r.Context(), "api: csv export aborted", "error", err)
-				return
-			}
-			for _, t := range pg.Transactions {
-				for _, p := range t.Postings {
-					if keep(p) {
-						row(p, t.CauseKind, t.CauseID)
-					}
-				}
-			}
-			cursor = pg.NextCursor
+		pg, err := ledger.ListTransactions(r.Context(), s.pool, ledger.TransactionFilter{}, ledger.PageRequest{Cursor: cursor, Limit: ledger.MaxPageSize})
+		if err != nil {
+			s.log.ErrorContext(r.Context(), "api: csv export aborted", "error", err)
+			return
 		}
+		for _, t := range pg.Transactions {
+			for _, p := range t.Postings {
+				if keep(p) {
+					row(p, t.CauseKind, t.CauseID)
+				}
+			}
+		}
+		cursor = pg.NextCursor
 		cw.Flush()
 		if cursor == "" || cw.Error() != nil {
 			return

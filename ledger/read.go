@@ -48,22 +48,36 @@ func encodeCursor(kind string, scope int64, order Order, key int64) string {
 }
 
 func decodeCursor(c, kind string, scope int64, order Order) (int64, error) {
+	got, key, err := parseCursor(c, kind, order)
+	if err != nil {
+		return 0, err
+	}
+	if got != scope {
+		return 0, fmt.Errorf("%w: issued for another listing", ErrInvalidCursor)
+	}
+	return key, nil
+}
+
+// parseCursor reads a cursor of the kind and order, and returns its scope
+// (which the caller must check) and position.
+func parseCursor(c, kind string, order Order) (scope, key int64, err error) {
 	raw, err := base64.RawURLEncoding.DecodeString(c)
 	if err != nil {
-		return 0, fmt.Errorf("%w: not base64url", ErrInvalidCursor)
+		return 0, 0, fmt.Errorf("%w: not base64url", ErrInvalidCursor)
 	}
 	parts := strings.Split(string(raw), ":")
 	if len(parts) != 4 || parts[0] != kind {
-		return 0, fmt.Errorf("%w: not a %s cursor", ErrInvalidCursor, kind)
+		return 0, 0, fmt.Errorf("%w: not a %s cursor", ErrInvalidCursor, kind)
 	}
-	if parts[1] != strconv.FormatInt(scope, 10) || parts[2] != strconv.Itoa(int(order)) {
-		return 0, fmt.Errorf("%w: issued for another listing", ErrInvalidCursor)
+	if parts[2] != strconv.Itoa(int(order)) {
+		return 0, 0, fmt.Errorf("%w: issued for another listing", ErrInvalidCursor)
 	}
-	key, err := strconv.ParseInt(parts[3], 10, 64)
-	if err != nil || key < 0 {
-		return 0, fmt.Errorf("%w: bad position", ErrInvalidCursor)
+	scope, err1 := strconv.ParseInt(parts[1], 10, 64)
+	key, err2 := strconv.ParseInt(parts[3], 10, 64)
+	if err1 != nil || err2 != nil || key < 0 {
+		return 0, 0, fmt.Errorf("%w: bad position", ErrInvalidCursor)
 	}
-	return key, nil
+	return scope, key, nil
 }
 
 const postingColumns = `p.transaction_id, p.leg, p.account_id, a.code, p.seq, p.amount::text, p.currency,
@@ -150,36 +164,42 @@ func transactionWhere(ctx context.Context, db DBTX, where string, arg any) (Tran
 // probes, one round trip). It is stable once no transaction that started
 // before at is still in flight.
 func BalanceAt(ctx context.Context, db DBTX, code string, at time.Time) (money.Amount, error) {
-	acc, err := AccountByCode(ctx, db, code)
-	if err != nil {
-		return money.Amount{}, err
-	}
-	// Invariant: posting lo (0 = none) is at or before at; postings after
-	// hi are after it. Each step probes the middle posting.
+	// One round trip: the account by its code, then the search.
+	var cur string
 	var s *string
-	err = db.QueryRow(ctx, `
-		WITH RECURSIVE search(lo, hi) AS (
-			SELECT 0::bigint, $2::bigint
+	err := db.QueryRow(ctx, `
+		WITH RECURSIVE acc AS (
+			SELECT id, last_seq, currency FROM ledger_accounts WHERE code = $1
+		), search(lo, hi) AS (
+			SELECT 0::bigint, acc.last_seq FROM acc
 			UNION ALL
-			SELECT CASE WHEN p.posted_at <= $3 THEN (s.lo + s.hi + 1) / 2 ELSE s.lo END,
-			       CASE WHEN p.posted_at <= $3 THEN s.hi ELSE (s.lo + s.hi + 1) / 2 - 1 END
+			SELECT CASE WHEN p.posted_at <= $2 THEN (s.lo + s.hi + 1) / 2 ELSE s.lo END,
+			       CASE WHEN p.posted_at <= $2 THEN s.hi ELSE (s.lo + s.hi + 1) / 2 - 1 END
 			FROM search s
-			JOIN ledger_postings p ON p.account_id = $1 AND p.seq = (s.lo + s.hi + 1) / 2
+			JOIN ledger_postings p ON p.account_id = (SELECT id FROM acc) AND p.seq = (s.lo + s.hi + 1) / 2
 			WHERE s.lo < s.hi
 		)
-		SELECT (SELECT p.balance_after::text FROM ledger_postings p WHERE p.account_id = $1 AND p.seq = s.lo)
-		FROM search s WHERE s.lo >= s.hi`, acc.ID, acc.LastSeq, at).Scan(&s)
+		SELECT acc.currency,
+		       (SELECT p.balance_after::text FROM ledger_postings p WHERE p.account_id = acc.id AND p.seq = s.lo)
+		FROM search s, acc WHERE s.lo >= s.hi`, code, at).Scan(&cur, &s)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return money.Amount{}, fmt.Errorf("%w: %s", ErrAccountNotFound, code)
+	}
 	if err != nil {
 		return money.Amount{}, fmt.Errorf("ledger: balance of %s at %s: %w", code, at, err)
 	}
+	c, err := money.LookupCurrency(cur)
+	if err != nil {
+		return money.Amount{}, fmt.Errorf("ledger: account %s: %w", code, err)
+	}
 	if s == nil {
-		return money.Zero(acc.Currency), nil
+		return money.Zero(c), nil
 	}
 	d, err := decimal.NewFromString(*s)
 	if err != nil {
 		return money.Amount{}, err
 	}
-	return money.New(d, acc.Currency)
+	return money.New(d, c)
 }
 
 // PageRequest asks for one page of a listing. Cursor is the NextCursor of
@@ -203,33 +223,50 @@ type PostingsPage struct {
 // sequence order (Ascending: oldest first). The order is stable: new
 // postings only ever append at the end.
 func ListPostings(ctx context.Context, db DBTX, code string, req PageRequest) (PostingsPage, error) {
-	acc, err := AccountByCode(ctx, db, code)
-	if err != nil {
-		return PostingsPage{}, err
-	}
 	limit := pageSize(req.Limit)
-	var after int64
+	var after, scope int64
 	if req.Order == Descending {
 		after = 1<<63 - 1
 	}
 	if req.Cursor != "" {
-		if after, err = decodeCursor(req.Cursor, "postings", acc.ID, req.Order); err != nil {
+		var err error
+		if scope, after, err = parseCursor(req.Cursor, "postings", req.Order); err != nil {
 			return PostingsPage{}, err
 		}
 	}
+	// One round trip: the account and the page, the page reaching the
+	// account through its code.
 	q := `SELECT ` + postingColumns + ` FROM ledger_postings p JOIN ledger_accounts a ON a.id = p.account_id
-		WHERE p.account_id = $1 AND p.seq > $2 ORDER BY p.seq LIMIT $3`
+		WHERE p.account_id = (SELECT id FROM ledger_accounts WHERE code = $1) AND p.seq > $2 ORDER BY p.seq LIMIT $3`
 	if req.Order == Descending {
 		q = `SELECT ` + postingColumns + ` FROM ledger_postings p JOIN ledger_accounts a ON a.id = p.account_id
-		WHERE p.account_id = $1 AND p.seq < $2 ORDER BY p.seq DESC LIMIT $3`
+		WHERE p.account_id = (SELECT id FROM ledger_accounts WHERE code = $1) AND p.seq < $2 ORDER BY p.seq DESC LIMIT $3`
 	}
-	rows, err := db.Query(ctx, q, acc.ID, after, limit+1)
+	b := &pgx.Batch{}
+	b.Queue(`SELECT `+accountColumns+` FROM ledger_accounts WHERE code = $1`, code)
+	b.Queue(q, code, after, limit+1)
+	res := db.SendBatch(ctx, b)
+	defer res.Close()
+	acc, err := scanAccount(res.QueryRow())
+	if errors.Is(err, pgx.ErrNoRows) {
+		return PostingsPage{}, fmt.Errorf("%w: %s", ErrAccountNotFound, code)
+	}
+	if err != nil {
+		return PostingsPage{}, fmt.Errorf("ledger: list postings of %s: %w", code, err)
+	}
+	rows, err := res.Query()
 	if err != nil {
 		return PostingsPage{}, fmt.Errorf("ledger: list postings of %s: %w", code, err)
 	}
 	ps, err := scanPostings(rows)
 	if err != nil {
 		return PostingsPage{}, fmt.Errorf("ledger: list postings of %s: %w", code, err)
+	}
+	if err := res.Close(); err != nil {
+		return PostingsPage{}, fmt.Errorf("ledger: list postings of %s: %w", code, err)
+	}
+	if req.Cursor != "" && scope != acc.ID {
+		return PostingsPage{}, fmt.Errorf("%w: issued for another listing", ErrInvalidCursor)
 	}
 	page := PostingsPage{Postings: ps}
 	if len(ps) > limit {

@@ -1,12 +1,10 @@
 package ledger
 
 import (
-	"cmp"
 	"context"
 	"encoding/base64"
 	"fmt"
 	"hash/fnv"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -65,8 +63,6 @@ type statementAccount struct {
 	// account has nothing more in the statement's time range.
 	bound int64
 	done  bool
-	// ended: this page read past the end of the time range.
-	ended bool
 }
 
 // MerchantStatement returns one page of the merchant's statement: the
@@ -105,9 +101,6 @@ func MerchantStatement(ctx context.Context, db DBTX, req StatementRequest) (Stat
 	}
 	entries, more, err := statementRows(ctx, db, req, accs, limit)
 	if err != nil {
-		return StatementPage{}, err
-	}
-	if err := statementCauses(ctx, db, entries); err != nil {
 		return StatementPage{}, err
 	}
 	page := StatementPage{Entries: entries}
@@ -297,9 +290,13 @@ const lastSeqBeforeSQL = `
 	)
 	SELECT lo FROM search WHERE lo >= hi`
 
-// statementRows reads up to limit+1 postings of each open account past its
-// bound, keeps those in the time range, merges them and takes the first
-// limit, moving each account's bound past what it took.
+// statementRows reads, in one statement, up to limit+1 postings of each
+// open account past its bound, keeps those in the time range, merges them
+// and takes the first limit+1 with their transactions' causes; it then
+// moves each account's bound past what the page took. Rows past the
+// range's far end are only ever at the end of an account's rows (posted_at
+// never goes backwards along its sequence), so filtering after each
+// account's LIMIT loses nothing.
 func statementRows(ctx context.Context, db DBTX, req StatementRequest, accs []*statementAccount, limit int) ([]StatementEntry, bool, error) {
 	var ids, bounds []int64
 	byID := make(map[int64]*statementAccount, len(accs))
@@ -317,7 +314,14 @@ func statementRows(ctx context.Context, db DBTX, req StatementRequest, accs []*s
 	if req.Order == Descending {
 		q = statementDescSQL
 	}
-	rows, err := db.Query(ctx, q, ids, bounds, limit+1)
+	var from, to *time.Time
+	if !req.From.IsZero() {
+		from = &req.From
+	}
+	if !req.To.IsZero() {
+		to = &req.To
+	}
+	rows, err := db.Query(ctx, q, ids, bounds, limit+1, from, to)
 	if err != nil {
 		return nil, false, fmt.Errorf("ledger: statement of %s: %w", req.MerchantID, err)
 	}
@@ -329,17 +333,10 @@ func statementRows(ctx context.Context, db DBTX, req StatementRequest, accs []*s
 			leg           int16
 			amount, after string
 		)
-		if err := rows.Scan(&e.AccountID, &e.Seq, &e.TransactionID, &leg, &amount, &after, &e.PostedAt); err != nil {
+		if err := rows.Scan(&e.AccountID, &e.Seq, &e.TransactionID, &leg, &amount, &after, &e.PostedAt, &e.CauseKind, &e.CauseID); err != nil {
 			return nil, false, fmt.Errorf("ledger: statement of %s: %w", req.MerchantID, err)
 		}
 		a := byID[e.AccountID]
-		// A row past the range's far end ends the account: posted_at never
-		// goes backwards along its sequence, and its rows come in seq order.
-		if a.ended || req.Order == Descending && !req.From.IsZero() && e.PostedAt.Before(req.From) ||
-			req.Order == Ascending && !req.To.IsZero() && !e.PostedAt.Before(req.To) {
-			a.ended = true
-			continue
-		}
 		e.Leg, e.AccountCode, e.Currency, e.Purpose = int(leg), a.code, a.currency, a.purpose
 		if e.Amount, err = decimal.NewFromString(amount); err != nil {
 			return nil, false, err
@@ -352,84 +349,32 @@ func statementRows(ctx context.Context, db DBTX, req StatementRequest, accs []*s
 	if err := rows.Err(); err != nil {
 		return nil, false, fmt.Errorf("ledger: statement of %s: %w", req.MerchantID, err)
 	}
-	slices.SortFunc(out, func(x, y StatementEntry) int {
-		c := x.PostedAt.Compare(y.PostedAt)
-		if c == 0 {
-			c = cmp.Compare(x.AccountID, y.AccountID)
-		}
-		if c == 0 {
-			c = cmp.Compare(x.Seq, y.Seq)
-		}
-		if req.Order == Descending {
-			return -c
-		}
-		return c
-	})
 	more := len(out) > limit
-	left := make(map[int64]bool)
 	if more {
-		for _, e := range out[limit:] {
-			left[e.AccountID] = true
-		}
 		out = out[:limit]
 	}
 	for _, e := range out {
 		byID[e.AccountID].bound = e.Seq
 	}
-	// An account whose range ended on this page, and whose rows in range
-	// were all taken, has nothing more.
-	for _, a := range accs {
-		if a.ended && !left[a.id] {
-			a.done = true
-		}
-	}
 	return out, more, nil
 }
 
-const statementSelect = `SELECT p.account_id, p.seq, p.transaction_id, p.leg, p.amount::text, p.balance_after::text, p.posted_at
-	FROM unnest($1::bigint[], $2::bigint[]) AS c(account_id, bound)
-	CROSS JOIN LATERAL (
-		SELECT * FROM ledger_postings p WHERE p.account_id = c.account_id AND `
+// statementSQL: each account's next limit+1 postings by primary key (the
+// LATERAL), the time range, the merge in statement order, and the causes
+// of the page's transactions only.
+const statementSQL = `SELECT p.account_id, p.seq, p.transaction_id, p.leg, p.amount::text, p.balance_after::text, p.posted_at,
+		t.cause_kind, t.cause_id
+	FROM (
+		SELECT p.* FROM unnest($1::bigint[], $2::bigint[]) AS c(account_id, bound)
+		CROSS JOIN LATERAL (
+			SELECT p.account_id, p.seq, p.transaction_id, p.leg, p.amount, p.balance_after, p.posted_at
+			FROM ledger_postings p WHERE p.account_id = c.account_id AND %s LIMIT $3) p
+		WHERE ($4::timestamptz IS NULL OR p.posted_at >= $4) AND ($5::timestamptz IS NULL OR p.posted_at < $5)
+		ORDER BY %s LIMIT $3) p
+	JOIN ledger_transactions t ON t.id = p.transaction_id
+	ORDER BY %[2]s`
 
-// Each account's rows come in seq order, which statementRows relies on.
-const (
-	statementAscSQL  = statementSelect + `p.seq > c.bound ORDER BY p.seq LIMIT $3) p`
-	statementDescSQL = statementSelect + `p.seq < c.bound ORDER BY p.seq DESC LIMIT $3) p`
+var (
+	statementAscSQL  = fmt.Sprintf(statementSQL, "p.seq > c.bound ORDER BY p.seq", "p.posted_at, p.account_id, p.seq")
+	statementDescSQL = fmt.Sprintf(statementSQL, "p.seq < c.bound ORDER BY p.seq DESC", "p.posted_at DESC, p.account_id DESC, p.seq DESC")
 )
-
-// statementCauses fills each entry's cause from its transaction.
-func statementCauses(ctx context.Context, db DBTX, entries []StatementEntry) error {
-	if len(entries) == 0 {
-		return nil
-	}
-	ids := make([]int64, 0, len(entries))
-	for _, e := range entries {
-		ids = append(ids, e.TransactionID)
-	}
-	rows, err := db.Query(ctx, `SELECT id, cause_kind, cause_id FROM ledger_transactions WHERE id = ANY ($1)`, ids)
-	if err != nil {
-		return fmt.Errorf("ledger: statement causes: %w", err)
-	}
-	defer rows.Close()
-	type cause struct{ kind, id string }
-	causes := make(map[int64]cause, len(ids))
-	for rows.Next() {
-		var id int64
-		var c cause
-		if err := rows.Scan(&id, &c.kind, &c.id); err != nil {
-			return fmt.Errorf("ledger: statement causes: %w", err)
-		}
-		causes[id] = c
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("ledger: statement causes: %w", err)
-	}
-	for i := range entries {
-		c, ok := causes[entries[i].TransactionID]
-		if !ok {
-			return fmt.Errorf("ledger: statement: transaction %d of a posting not found", entries[i].TransactionID)
-		}
-		entries[i].CauseKind, entries[i].CauseID = c.kind, c.id
-	}
-	return nil
-}
