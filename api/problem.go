@@ -74,6 +74,7 @@ func badRequest(detail string) *apiError {
 func problemFor(err error) Problem {
 	var ae *apiError
 	var fe *payouts.FieldError
+	var ue *payouts.UnroutableError
 	var cfe *charges.FieldError
 	var pe *money.ParseError
 	var mfr *attempts.ManualFailRefusedError
@@ -86,6 +87,9 @@ func problemFor(err error) Problem {
 	case errors.Is(err, payouts.ErrRefundExceedsCharge):
 		return Problem{Status: http.StatusUnprocessableEntity, Code: "refund_exceeds_charge", Title: "Refund exceeds the charge",
 			Detail: "succeeded and open refunds of this charge would exceed what was charged", Field: "amount"}
+	case errors.As(err, &ue):
+		return Problem{Status: http.StatusUnprocessableEntity, Code: "destination_not_routed", Title: "No provider pays this destination",
+			Detail: trimPkg(ue.Error()) + "; nothing was written", Field: ue.Field}
 	case errors.As(err, &fe):
 		return Problem{Status: http.StatusBadRequest, Code: "validation_failed", Title: "Validation failed", Detail: fe.Reason, Field: fe.Field}
 	case errors.As(err, &cfe):

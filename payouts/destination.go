@@ -130,9 +130,12 @@ func ValidateBankAccount(field string, a providers.BankAccount) (providers.BankA
 }
 
 // ValidateDestination checks a destination for op: a Pix transfer takes a Pix
-// key or a bank account; a bank payout takes a bank account only; an
-// account transfer takes a Stripe connected account (stripe_account
-// "acct_...", issue 14) and nothing else.
+// key or a bank account; a bank payout takes a Brazilian bank account or a
+// bank account attached to the platform's Stripe account
+// (stripe_bank_account "ba_...", issue 14); an account transfer takes a
+// Stripe connected account (stripe_account "acct_...") and nothing else.
+// Which provider pays which kind is routing's business (providers.Routes,
+// Capabilities.Destinations).
 func ValidateDestination(op providers.Operation, d *providers.Destination) (*providers.Destination, error) {
 	if d == nil {
 		return nil, invalid("destination", "required")
@@ -149,19 +152,19 @@ func ValidateDestination(op providers.Operation, d *providers.Destination) (*pro
 		out.HolderTaxID = t
 	}
 	kinds := 0
-	for _, set := range []bool{d.PixKey != nil, d.BankAccount != nil, d.StripeAccount != ""} {
+	for _, set := range []bool{d.PixKey != nil, d.BankAccount != nil, d.StripeAccount != "", d.StripeBankAccount != ""} {
 		if set {
 			kinds++
 		}
 	}
 	switch {
 	case kinds > 1:
-		return nil, invalid("destination", "give exactly one of pix_key, bank_account or stripe_account")
+		return nil, invalid("destination", "give exactly one of pix_key, bank_account, stripe_account or stripe_bank_account")
 	case op == providers.OpAccountTransfer && d.StripeAccount == "":
 		return nil, invalid("destination", "an account_transfer needs a stripe_account")
 	case d.PixKey != nil:
 		if op != providers.OpPixTransfer {
-			return nil, invalid("destination.pix_key", "a bank payout needs a bank_account")
+			return nil, invalid("destination.pix_key", "a bank payout needs a bank_account or a stripe_bank_account")
 		}
 		k, err := ValidatePixKey("destination.pix_key", *d.PixKey)
 		if err != nil {
@@ -182,14 +185,28 @@ func ValidateDestination(op providers.Operation, d *providers.Destination) (*pro
 			return nil, invalid("destination.stripe_account", "not a Stripe connected account id (acct_ followed by letters and digits)")
 		}
 		out.StripeAccount = d.StripeAccount
+	case d.StripeBankAccount != "":
+		if op != providers.OpBankPayout {
+			return nil, invalid("destination.stripe_bank_account", "a bank account of the Stripe account is paid by a bank_payout")
+		}
+		if !stripeBankAccountRe.MatchString(d.StripeBankAccount) {
+			return nil, invalid("destination.stripe_bank_account",
+				"not a Stripe external bank account id (ba_ followed by letters and digits)")
+		}
+		out.StripeBankAccount = d.StripeBankAccount
 	default:
-		return nil, invalid("destination", "needs a pix_key, a bank_account or a stripe_account")
+		return nil, invalid("destination", "needs a pix_key, a bank_account, a stripe_account or a stripe_bank_account")
 	}
 	return out, nil
 }
 
-// stripeAccountRe is a Stripe connected account id.
-var stripeAccountRe = regexp.MustCompile(`^acct_[A-Za-z0-9]{1,250}$`)
+var (
+	// stripeAccountRe is a Stripe connected account id.
+	stripeAccountRe = regexp.MustCompile(`^acct_[A-Za-z0-9]{1,250}$`)
+	// stripeBankAccountRe is the id of an external bank account attached
+	// to the platform's Stripe account.
+	stripeBankAccountRe = regexp.MustCompile(`^ba_[A-Za-z0-9]{1,250}$`)
+)
 
 func stripPunct(s, cut string) string {
 	return strings.Map(func(r rune) rune {

@@ -2,6 +2,7 @@ package payouts_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/saldo/saldo/payouts"
@@ -32,6 +33,48 @@ func TestValidateDestinationStripeAccount(t *testing.T) {
 		{"bank payout to an account", providers.OpBankPayout, &providers.Destination{StripeAccount: "acct_1"}, "destination.stripe_account"},
 		{"two kinds", providers.OpAccountTransfer, &providers.Destination{StripeAccount: "acct_1", BankAccount: bank}, "destination"},
 		{"none", providers.OpAccountTransfer, &providers.Destination{}, "destination"},
+	} {
+		_, err := payouts.ValidateDestination(c.op, c.d)
+		var fe *payouts.FieldError
+		if !errors.As(err, &fe) || fe.Field != c.field || !errors.Is(err, payouts.ErrInvalid) {
+			t.Errorf("%s: %v, want a %s error", c.name, err, c.field)
+		}
+	}
+}
+
+// A bank account attached to the platform's Stripe account
+// (stripe_bank_account "ba_...") is the destination of a bank_payout, and
+// of nothing else; holder name and tax id follow the rules of every kind
+// (issue 14, R21).
+func TestValidateDestinationStripeBankAccount(t *testing.T) {
+	got, err := payouts.ValidateDestination(providers.OpBankPayout, &providers.Destination{StripeBankAccount: "ba_1NxWeekly",
+		HolderName: " Loja A ", HolderTaxID: "529.982.247-25"})
+	if err != nil || got.StripeBankAccount != "ba_1NxWeekly" || got.HolderName != "Loja A" || got.HolderTaxID != "52998224725" ||
+		got.PixKey != nil || got.BankAccount != nil || got.StripeAccount != "" || got.Kind() != providers.DestStripeBankAccount {
+		t.Fatalf("%+v %v", got, err)
+	}
+	bank := &providers.BankAccount{ISPB: "60701190", Branch: "0001", Account: "12345-6", Type: "checking"}
+	pix := &providers.PixKey{Type: "email", Value: "ana@example.com"}
+	long := strings.Repeat("x", 141)
+	for _, c := range []struct {
+		name  string
+		op    providers.Operation
+		d     *providers.Destination
+		field string
+	}{
+		{"not a bank account id", providers.OpBankPayout, &providers.Destination{StripeBankAccount: "ba_"}, "destination.stripe_bank_account"},
+		{"a card id", providers.OpBankPayout, &providers.Destination{StripeBankAccount: "card_1ABC"}, "destination.stripe_bank_account"},
+		{"a connected account id", providers.OpBankPayout, &providers.Destination{StripeBankAccount: "acct_1ABC"}, "destination.stripe_bank_account"},
+		{"punctuation", providers.OpBankPayout, &providers.Destination{StripeBankAccount: "ba_1-2"}, "destination.stripe_bank_account"},
+		{"Pix transfer to it", providers.OpPixTransfer, &providers.Destination{StripeBankAccount: "ba_1ABC"}, "destination.stripe_bank_account"},
+		{"account transfer to it", providers.OpAccountTransfer, &providers.Destination{StripeBankAccount: "ba_1ABC"}, "destination"},
+		{"with a bank account", providers.OpBankPayout, &providers.Destination{StripeBankAccount: "ba_1ABC", BankAccount: bank}, "destination"},
+		{"with a Pix key", providers.OpBankPayout, &providers.Destination{StripeBankAccount: "ba_1ABC", PixKey: pix}, "destination"},
+		{"with a connected account", providers.OpBankPayout, &providers.Destination{StripeBankAccount: "ba_1ABC", StripeAccount: "acct_1"}, "destination"},
+		{"bad holder tax id", providers.OpBankPayout, &providers.Destination{StripeBankAccount: "ba_1ABC", HolderTaxID: "123"}, "destination.holder_tax_id"},
+		{"holder name too long", providers.OpBankPayout, &providers.Destination{StripeBankAccount: "ba_1ABC", HolderName: long}, "destination.holder_name"},
+		{"bank payout to a Pix key", providers.OpBankPayout, &providers.Destination{PixKey: pix}, "destination.pix_key"},
+		{"bank payout to nothing", providers.OpBankPayout, &providers.Destination{}, "destination"},
 	} {
 		_, err := payouts.ValidateDestination(c.op, c.d)
 		var fe *payouts.FieldError

@@ -278,10 +278,10 @@ func (s *Service) prepareCreate(ctx context.Context, req PayoutRequest) (createR
 	if len(req.ClientKey) > 255 {
 		return createReq{}, invalid("client_key", "longer than 255 characters")
 	}
-	if err := checkCurrency("currency", req.Operation, req.Amount.Currency()); err != nil {
+	if err := checkCurrency("currency", req.Operation, dest, req.Amount.Currency()); err != nil {
 		return createReq{}, err
 	}
-	provider, err := s.providerFor("operation", req.Operation)
+	provider, err := s.providerFor("", req.Operation, dest)
 	if err != nil {
 		return createReq{}, err
 	}

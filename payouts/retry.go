@@ -84,13 +84,16 @@ func (s *Service) transient(a attempts.Attempt) bool {
 // failed, p was just marked failed by the same transaction), points p at
 // it, and returns the carry of the reserve from failed to the new attempt.
 // The next attempt goes to the provider after failed's in the operation's
-// failover order (providers.Routes), else to the same provider; if neither
-// accepts the operation (ok false), there is no next attempt and the
-// caller releases the reserve as for any failure.
+// failover order that pays the payout's kind of destination
+// (providers.Routes.Next: a Stripe bank account never fails over to a Pix
+// PSP), else to the same provider; if neither accepts the operation (ok
+// false), there is no next attempt and the caller releases the reserve as
+// for any failure.
 func (s *Service) openNext(ctx context.Context, tx pgx.Tx, p Payout, failed attempts.Attempt, sendAfter time.Time) (
 	np Payout, carry ledger.TransactionInput, ok bool, err error) {
 	var na attempts.Attempt
-	candidates := slices.Compact([]string{s.routes.Next(p.Operation, failed.Provider), failed.Provider})
+	candidates := slices.Compact([]string{s.routes.Next(p.Operation, failed.Provider, p.Destination.Kind(), s.attempts.Provider),
+		failed.Provider})
 	for _, provider := range candidates {
 		na, err = s.attempts.Open(ctx, tx, attempts.OpenParams{Kind: p.Kind, SubjectID: p.ID, Provider: provider,
 			Input: operationInput(&p), SendAfter: sendAfter})

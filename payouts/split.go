@@ -99,7 +99,7 @@ func (s *Service) CreateSplit(ctx context.Context, req SplitRequest) (Split, err
 	if err := validateCommon(req.Legs[0].Amount, req.Description, req.Metadata); err != nil {
 		return Split{}, err
 	}
-	if err := checkCurrency("currency", req.Legs[0].Operation, req.Legs[0].Amount.Currency()); err != nil {
+	if err := checkCurrency("currency", req.Legs[0].Operation, req.Legs[0].Destination, req.Legs[0].Amount.Currency()); err != nil {
 		return Split{}, err
 	}
 	currency := req.Legs[0].Amount.Currency().Code()
@@ -127,10 +127,10 @@ func (s *Service) CreateSplit(ctx context.Context, req SplitRequest) (Split, err
 			return Split{}, invalid(field+"."+fe.Field, "%s", fe.Reason)
 		}
 		req.Legs[i].Destination = dest
-		if err := checkCurrency("currency", l.Operation, l.Amount.Currency()); err != nil {
+		if err := checkCurrency("currency", l.Operation, dest, l.Amount.Currency()); err != nil {
 			return Split{}, err
 		}
-		provider, err := s.providerFor(join(field, "operation"), l.Operation)
+		provider, err := s.providerFor(field, l.Operation, dest)
 		if err != nil {
 			return Split{}, err
 		}

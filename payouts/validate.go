@@ -25,11 +25,16 @@ const MaxDescription = 140
 // PostgreSQL's length() does): runes, not bytes.
 func chars(s string) int { return utf8.RuneCountInString(s) }
 
-// checkCurrency: outgoing operations run on Brazilian rails (Pix, a bank
-// account named by its ISPB), which move BRL only.
-func checkCurrency(field string, op providers.Operation, cur money.Currency) error {
-	switch op {
-	case providers.OpPixTransfer, providers.OpBankPayout:
+// checkCurrency: Pix transfers and bank payouts to a Brazilian bank account
+// run on Brazilian rails (Pix, a bank account named by its ISPB), which
+// move BRL only. A bank payout to a bank account attached to the Stripe
+// account is paid in that account's currency (the Stripe adapter checks
+// the amount's shape; Stripe refuses a currency the account does not pay
+// out in).
+func checkCurrency(field string, op providers.Operation, dest *providers.Destination, cur money.Currency) error {
+	switch {
+	case op == providers.OpBankPayout && dest.Kind() == providers.DestStripeBankAccount:
+	case op == providers.OpPixTransfer, op == providers.OpBankPayout:
 		if cur != money.BRL {
 			return invalid(field, "a %s is paid in BRL, not %s", op, cur.Code())
 		}
@@ -122,23 +127,76 @@ var payoutOperations = []providers.Operation{providers.OpPixTransfer, providers.
 // payoutOperation reports whether op is one of payoutOperations.
 func payoutOperation(op providers.Operation) bool { return slices.Contains(payoutOperations, op) }
 
-// providerFor is the provider that takes a new op: the first of its route
-// whose circuit is not open (every one open: the first, whose calls wait
-// for it), else the default provider. With neither, the request is refused
-// naming field.
-func (s *Service) providerFor(field string, op providers.Operation) (string, error) {
+// ErrUnroutable matches every UnroutableError.
+var ErrUnroutable = errors.New("payouts: no provider routed for the operation pays this kind of destination")
+
+// UnroutableError refuses a valid request whose destination no provider
+// routed for its operation pays (a stripe_bank_account while bank_payout
+// is routed to a Pix PSP only). It comes before anything is written; the
+// API answers 422 naming Field.
+type UnroutableError struct {
+	Field     string // "destination", "legs[1].destination"
+	Operation providers.Operation
+	Kind      providers.DestinationKind
+	Providers []string                    // the providers op is routed to
+	Takes     []providers.DestinationKind // the kinds they pay
+}
+
+func (e *UnroutableError) Error() string {
+	takes := make([]string, len(e.Takes))
+	for i, k := range e.Takes {
+		takes[i] = string(k)
+	}
+	what := "none"
+	if len(takes) > 0 {
+		what = strings.Join(takes, " or ")
+	}
+	return fmt.Sprintf("payouts: no provider here pays a %s to a %s: %s goes to %s, which pay %s", e.Operation, e.Kind,
+		e.Operation, strings.Join(e.Providers, ", "), what)
+}
+
+// Is makes every UnroutableError match ErrUnroutable.
+func (e *UnroutableError) Is(target error) bool { return target == ErrUnroutable }
+
+// providerFor is the provider that takes a new op to dest: the first of
+// op's route that pays dest's kind of destination and whose circuit is not
+// open (every such one open: the first, whose calls wait for it), else the
+// default provider. A route none of whose providers pays dest's kind
+// (likewise a default provider that supports op but not dest's kind) is
+// an UnroutableError naming prefix's destination; no route and no default
+// provider, a FieldError naming prefix's operation. prefix is "" for a
+// payout, "legs[i]" for a split leg.
+func (s *Service) providerFor(prefix string, op providers.Operation, dest *providers.Destination) (string, error) {
+	kind := dest.Kind()
+	at := func(field string) string {
+		if prefix == "" {
+			return field
+		}
+		return join(prefix, field)
+	}
 	if list := s.routes[op]; len(list) > 0 {
-		for _, p := range list {
+		takers := s.routes.Takers(op, kind, s.attempts.Provider)
+		if len(takers) == 0 {
+			return "", &UnroutableError{Field: at("destination"), Operation: op, Kind: kind, Providers: list,
+				Takes: s.routes.Kinds(op, s.attempts.Provider)}
+		}
+		for _, p := range takers {
 			if !s.attempts.CircuitOpen(p, string(op)) {
 				return p, nil
 			}
 		}
-		return list[0], nil
+		return takers[0], nil
 	}
 	if s.provider != "" {
+		if p, ok := s.attempts.Provider(s.provider); ok && op.HasDestination() {
+			if c := p.Capabilities(); c.Supports(op) && !c.Takes(op, kind) {
+				return "", &UnroutableError{Field: at("destination"), Operation: op, Kind: kind,
+					Providers: []string{s.provider}, Takes: c.Destinations[op]}
+			}
+		}
 		return s.provider, nil
 	}
-	return "", invalid(field, "no provider takes %s here", op)
+	return "", invalid(at("operation"), "no provider takes %s here", op)
 }
 
 func providerFor(routes providers.Routes, fallback string, op providers.Operation) string {

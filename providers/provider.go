@@ -33,6 +33,12 @@ const (
 	OpAccountTransfer Operation = "account_transfer"
 )
 
+// HasDestination reports whether o carries a Destination (outgoing money
+// to someone: pix_transfer, bank_payout, account_transfer).
+func (o Operation) HasDestination() bool {
+	return o == OpPixTransfer || o == OpBankPayout || o == OpAccountTransfer
+}
+
 // Valid reports whether o is one of the known operations.
 func (o Operation) Valid() bool {
 	switch o {
@@ -72,6 +78,14 @@ type Capabilities struct {
 	TransientFailures []string
 	// Operations the provider supports.
 	Operations []Operation
+	// Destinations are the destination kinds the provider pays, for each
+	// supported operation that carries a destination (HasDestination): a
+	// Pix PSP pays Pix keys and Brazilian bank accounts, Stripe pays
+	// connected accounts (account_transfer) and the bank accounts attached
+	// to the platform's Stripe account (bank_payout). An operation that
+	// carries a destination and names no kind here takes none. Routing
+	// reads it (Takes, Routes.Takers, Routes.Next).
+	Destinations map[Operation][]DestinationKind
 }
 
 // Supports reports whether op is among c.Operations.
@@ -84,15 +98,68 @@ func (c Capabilities) Supports(op Operation) bool {
 	return false
 }
 
-// Destination is where outgoing money goes: a Pix key, a bank account, or
-// an account held at the provider (a Stripe connected account, for
-// account_transfer). Exactly one of PixKey, BankAccount or StripeAccount is
-// set.
+// Takes reports whether the provider takes op to a destination of kind:
+// it supports op and, when op carries a destination, kind is among
+// Destinations[op]. An operation without a destination takes kind "".
+func (c Capabilities) Takes(op Operation, kind DestinationKind) bool {
+	if !c.Supports(op) {
+		return false
+	}
+	if !op.HasDestination() {
+		return kind == ""
+	}
+	for _, k := range c.Destinations[op] {
+		if k == kind {
+			return true
+		}
+	}
+	return false
+}
+
+// DestinationKind names which of a Destination's kinds is set.
+type DestinationKind string
+
+// Destination kinds: the JSON names of Destination's fields.
+const (
+	DestPixKey            DestinationKind = "pix_key"
+	DestBankAccount       DestinationKind = "bank_account"
+	DestStripeAccount     DestinationKind = "stripe_account"
+	DestStripeBankAccount DestinationKind = "stripe_bank_account"
+)
+
+// Kind is the kind of d: "" for a nil destination or one that sets no
+// kind; the first set, in the order of the constants, when several are
+// (validation refuses that).
+func (d *Destination) Kind() DestinationKind {
+	switch {
+	case d == nil:
+		return ""
+	case d.PixKey != nil:
+		return DestPixKey
+	case d.BankAccount != nil:
+		return DestBankAccount
+	case d.StripeAccount != "":
+		return DestStripeAccount
+	case d.StripeBankAccount != "":
+		return DestStripeBankAccount
+	}
+	return ""
+}
+
+// Destination is where outgoing money goes: a Pix key, a Brazilian bank
+// account, an account held at the provider (a Stripe connected account,
+// for account_transfer), or a bank account attached to the platform's
+// Stripe account (for a Stripe bank_payout). Exactly one of PixKey,
+// BankAccount, StripeAccount or StripeBankAccount is set.
 type Destination struct {
 	PixKey      *PixKey      `json:"pix_key,omitempty"`
 	BankAccount *BankAccount `json:"bank_account,omitempty"`
 	// StripeAccount is a Stripe connected account id ("acct_...").
 	StripeAccount string `json:"stripe_account,omitempty"`
+	// StripeBankAccount is the id ("ba_...") of an external bank account
+	// attached to the platform's Stripe account: a Stripe payout's
+	// destination.
+	StripeBankAccount string `json:"stripe_bank_account,omitempty"`
 	// Name and TaxID of the holder, when known (shown on statements).
 	HolderName  string `json:"holder_name,omitempty"`
 	HolderTaxID string `json:"holder_tax_id,omitempty"`

@@ -35,4 +35,12 @@ func TestServeStripeFlags(t *testing.T) {
 	require.ErrorContains(t, err, `pix_charge is routed to "stripe", which does not support it`)
 	require.NotContains(t, err.Error(), key)
 
+	// Stripe pays a bank_payout (to a stripe_bank_account) and an
+	// account_transfer: the routes pass the check, and serve goes on to
+	// the (unreachable) database.
+	err = runServe(ctx, []string{db, "--stripe-base-url", "http://127.0.0.1:1", "--route", "bank_payout=stripe,account_transfer=stripe"})
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "routed to")
+	require.NotContains(t, err.Error(), key)
+
 }

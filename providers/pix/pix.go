@@ -57,6 +57,10 @@ func (p *Provider) Capabilities() providers.Capabilities {
 	}
 	if p.cfg.SendBaseURL != "" {
 		c.Operations = append(c.Operations, providers.OpPixTransfer, providers.OpBankPayout)
+		c.Destinations = map[providers.Operation][]providers.DestinationKind{
+			providers.OpPixTransfer: {providers.DestPixKey, providers.DestBankAccount},
+			providers.OpBankPayout:  {providers.DestBankAccount},
+		}
 	}
 	return c
 }

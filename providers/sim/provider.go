@@ -107,6 +107,7 @@ func FetchCapabilities(ctx context.Context, baseURL string, settings providers.H
 		Webhooks:          wc.Webhooks,
 		Statements:        wc.Statements,
 		Operations:        wc.Operations,
+		Destinations:      Destinations(), // fixed by the sim's code, not its configuration
 	}, nil
 }
 

@@ -216,11 +216,22 @@ func capabilitiesOf(cfg Config) providers.Capabilities {
 		Statements:        true,
 		Operations: []providers.Operation{providers.OpPixTransfer, providers.OpBankPayout, providers.OpRefund,
 			providers.OpCardCharge, providers.OpPixCharge},
+		Destinations: Destinations(),
 	}
 	if c.IdempotencyKeys {
 		c.KeyLifetime = cfg.KeyLifetime
 	}
 	return c
+}
+
+// Destinations are the destination kinds the sim pays, as a Pix PSP does:
+// a Pix transfer to a Pix key or a Brazilian bank account, a bank payout
+// to a Brazilian bank account. They are not configurable.
+func Destinations() map[providers.Operation][]providers.DestinationKind {
+	return map[providers.Operation][]providers.DestinationKind{
+		providers.OpPixTransfer: {providers.DestPixKey, providers.DestBankAccount},
+		providers.OpBankPayout:  {providers.DestBankAccount},
+	}
 }
 
 // Handler is the server's HTTP handler, for `saldo sim-provider` or any

@@ -283,7 +283,7 @@ func validateDestination(op providers.Operation, d *providers.Destination) *apiE
 	if d == nil {
 		return invalid("destination", "destination is required for %s", op)
 	}
-	if (d.PixKey == nil) == (d.BankAccount == nil) {
+	if (d.PixKey == nil) == (d.BankAccount == nil) || d.StripeAccount != "" || d.StripeBankAccount != "" {
 		return invalid("destination", "destination needs exactly one of pix_key and bank_account")
 	}
 	if op == providers.OpBankPayout && d.BankAccount == nil {

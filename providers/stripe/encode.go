@@ -45,6 +45,9 @@ var (
 	amountRe   = regexp.MustCompile(`^(0|[1-9][0-9]{0,17})(\.[0-9]{1,8})?$`)
 	accountRe  = regexp.MustCompile(`^acct_[A-Za-z0-9]{1,250}$`)
 	piRe       = regexp.MustCompile(`^pi_[A-Za-z0-9]{1,250}$`)
+	// baRe: an external bank account (ba_...) attached to the platform's
+	// Stripe account, a payout's destination.
+	baRe = regexp.MustCompile(`^ba_[A-Za-z0-9]{1,250}$`)
 	// pmRe: a PaymentMethod id (pm_...) or, for saldo's tokenised cards
 	// (charges takes "tok_..."), a legacy card token, Card or Source id,
 	// which PaymentIntents take in payment_method for backward
@@ -143,8 +146,8 @@ func metadata(in map[string]string, reference string, extra map[string]string) (
 // or sent, what Stripe would refuse: unknown currencies' shapes, more
 // decimals than Stripe's minor unit, a three-decimal amount not ending in
 // 0, fractional ISK, a charge over eight digits, a refund of anything but
-// a PaymentIntent, a transfer to anything but acct_..., a payout to a
-// destination Stripe cannot pay.
+// a PaymentIntent, a transfer to anything but acct_..., a payout to
+// anything but a bank account attached to the Stripe account (ba_...).
 func (p *Provider) EncodePayload(in providers.OperationInput, reference string) ([]byte, error) {
 	if !in.Operation.Valid() || !p.caps.Supports(in.Operation) {
 		return nil, fmt.Errorf("%w: %s at stripe", providers.ErrUnsupported, in.Operation)
@@ -239,8 +242,9 @@ func (p *Provider) EncodePayload(in providers.OperationInput, reference string) 
 			Metadata:      md,
 		}
 	case providers.OpBankPayout:
-		if d := in.Destination; d != nil && (d.PixKey != nil || d.BankAccount != nil || d.StripeAccount != "") {
-			return nil, fmt.Errorf("%w: destination: a Stripe payout goes to the bank account attached to the Stripe account for the currency; it cannot pay a Pix key, another bank account or a connected account (use account_transfer)", providers.ErrInvalidInput)
+		d := in.Destination
+		if d == nil || d.PixKey != nil || d.BankAccount != nil || d.StripeAccount != "" || !baRe.MatchString(d.StripeBankAccount) {
+			return nil, fmt.Errorf("%w: destination: a Stripe payout goes to a bank account attached to the platform's Stripe account (stripe_bank_account ba_...); it cannot pay a Pix key, another bank account or a connected account (use account_transfer)", providers.ErrInvalidInput)
 		}
 		if in.CardToken != "" || in.ChargeProviderID != "" || in.ChargeReference != "" {
 			return nil, fmt.Errorf("%w: a payout has no card or charge", providers.ErrInvalidInput)
@@ -250,8 +254,11 @@ func (p *Provider) EncodePayload(in providers.OperationInput, reference string) 
 			return nil, err
 		}
 		params = &stripego.PayoutParams{
-			Amount:      stripego.Int64(minor),
-			Currency:    stripego.String(cur),
+			Amount:   stripego.Int64(minor),
+			Currency: stripego.String(cur),
+			// The external account to pay; it must be in the currency
+			// (Stripe refuses a mismatch with a definitive 400).
+			Destination: stripego.String(d.StripeBankAccount),
 			Description: desc,
 			Metadata:    md,
 		}

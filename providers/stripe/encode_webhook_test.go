@@ -73,6 +73,10 @@ func TestEncodePayloadMinorUnitsAndRefusals_R5(t *testing.T) {
 	if v, _ := url.ParseQuery(string(b)); v.Get("transfer_group") != r || v.Get("destination") != "acct_1ABC" {
 		t.Errorf("transfer: %s", b)
 	}
+	b, _ = p.EncodePayload(payout("1.00", "USD"), r)
+	if v, _ := url.ParseQuery(string(b)); v.Get("destination") != payoutBankAccount || v.Get("amount") != "100" {
+		t.Errorf("payout: %s", b)
+	}
 	b, _ = p.EncodePayload(refund("pi_123", "1.00", "USD"), r)
 	if v, _ := url.ParseQuery(string(b)); v.Get("payment_intent") != "pi_123" || v.Has("currency") {
 		t.Errorf("refund: %s", b)
@@ -100,10 +104,26 @@ func TestEncodePayloadMinorUnitsAndRefusals_R5(t *testing.T) {
 			providers.ErrInvalidInput},
 		{"payout to a Pix key", providers.OperationInput{Operation: providers.OpBankPayout, Amount: "1.00", Currency: "BRL",
 			Destination: &providers.Destination{PixKey: &providers.PixKey{Type: "email", Value: "a@b.co"}}}, providers.ErrInvalidInput},
+		{"payout without a destination", providers.OperationInput{Operation: providers.OpBankPayout, Amount: "1.00", Currency: "BRL"},
+			providers.ErrInvalidInput},
+		{"payout to a Brazilian bank account", providers.OperationInput{Operation: providers.OpBankPayout, Amount: "1.00", Currency: "BRL",
+			Destination: &providers.Destination{BankAccount: &providers.BankAccount{ISPB: "12345678", Branch: "1", Account: "12", Type: "checking"}}},
+			providers.ErrInvalidInput},
+		{"payout to a connected account", providers.OperationInput{Operation: providers.OpBankPayout, Amount: "1.00", Currency: "BRL",
+			Destination: &providers.Destination{StripeAccount: "acct_1ABC"}}, providers.ErrInvalidInput},
+		{"payout to a card id", providers.OperationInput{Operation: providers.OpBankPayout, Amount: "1.00", Currency: "BRL",
+			Destination: &providers.Destination{StripeBankAccount: "card_1ABC"}}, providers.ErrInvalidInput},
+		{"payout to a bank account and a connected account", providers.OperationInput{Operation: providers.OpBankPayout, Amount: "1.00",
+			Currency: "BRL", Destination: &providers.Destination{StripeBankAccount: "ba_1ABC", StripeAccount: "acct_1ABC"}},
+			providers.ErrInvalidInput},
+		{"transfer to a Stripe bank account", providers.OperationInput{Operation: providers.OpAccountTransfer, Amount: "1.00", Currency: "USD",
+			Destination: &providers.Destination{StripeBankAccount: "ba_1ABC"}}, providers.ErrInvalidInput},
 		{"saldo_reference in metadata", providers.OperationInput{Operation: providers.OpBankPayout, Amount: "1.00", Currency: "BRL",
-			Metadata: map[string]string{"saldo_reference": "x"}}, providers.ErrInvalidInput},
+			Destination: &providers.Destination{StripeBankAccount: "ba_1ABC"}, Metadata: map[string]string{"saldo_reference": "x"}},
+			providers.ErrInvalidInput},
 		{"metadata key with brackets", providers.OperationInput{Operation: providers.OpBankPayout, Amount: "1.00", Currency: "BRL",
-			Metadata: map[string]string{"a[b]": "x"}}, providers.ErrInvalidInput},
+			Destination: &providers.Destination{StripeBankAccount: "ba_1ABC"}, Metadata: map[string]string{"a[b]": "x"}},
+			providers.ErrInvalidInput},
 		{"pix transfer", providers.OperationInput{Operation: providers.OpPixTransfer, Amount: "1.00", Currency: "BRL"}, providers.ErrUnsupported},
 		{"pix charge", providers.OperationInput{Operation: providers.OpPixCharge, Amount: "1.00", Currency: "BRL"}, providers.ErrUnsupported},
 	}

@@ -161,8 +161,13 @@ func transfer(acct, amount, cur string) providers.OperationInput {
 		Destination: &providers.Destination{StripeAccount: acct}, Metadata: map[string]string{"saldo_payout_id": "s1"}}
 }
 
+// payoutBankAccount is the external bank account (attached to the
+// platform's Stripe account) the test payouts go to.
+const payoutBankAccount = "ba_1SaldoWeeklyPayout"
+
 func payout(amount, cur string) providers.OperationInput {
 	return providers.OperationInput{Operation: providers.OpBankPayout, Amount: amount, Currency: cur,
+		Destination: &providers.Destination{StripeBankAccount: payoutBankAccount},
 		Description: "weekly", Metadata: map[string]string{"saldo_payout_id": "p1"}}
 }
 

@@ -140,6 +140,12 @@ func New(cfg Config) (*Provider, error) {
 			Statements:        true,
 			Operations: []providers.Operation{providers.OpCardCharge, providers.OpRefund,
 				providers.OpAccountTransfer, providers.OpBankPayout},
+			// A transfer pays a connected account; a payout, a bank
+			// account attached to the platform's Stripe account.
+			Destinations: map[providers.Operation][]providers.DestinationKind{
+				providers.OpAccountTransfer: {providers.DestStripeAccount},
+				providers.OpBankPayout:      {providers.DestStripeBankAccount},
+			},
 		},
 		log:       log,
 		tolerance: WebhookTolerance,

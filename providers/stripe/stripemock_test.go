@@ -3,6 +3,7 @@ package stripe_test
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,6 +29,14 @@ func TestStripeMockAcceptsEveryRequest_R12(t *testing.T) {
 	for _, in := range creates {
 		t.Run(string(in.Operation)+"_"+in.Currency, func(t *testing.T) {
 			r := ref()
+			if in.Operation == providers.OpBankPayout {
+				// The payout names its bank account (stripe_bank_account):
+				// stripe-mock checks the destination parameter too.
+				b, err := p.EncodePayload(in, r)
+				if err != nil || !strings.Contains(string(b), "destination="+payoutBankAccount) {
+					t.Fatalf("the payout does not name its destination: %s %v", b, err)
+				}
+			}
 			res := submit(t, p, in, r, key())
 			if res.Exchange.StatusCode != http.StatusOK || res.Exchange.Err != nil {
 				t.Fatalf("stripe-mock refused %s: %d %v %s", in.Operation, res.Exchange.StatusCode, res.Exchange.Err, res.Exchange.Body)

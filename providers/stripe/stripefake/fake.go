@@ -40,6 +40,10 @@ const (
 	PMProcessing   = "pm_card_processing" // the PaymentIntent stays processing
 )
 
+// DefaultExternalAccount is the external bank account a payout that names
+// no destination goes to.
+const DefaultExternalAccount = "ba_fakeDefault0000"
+
 // KeyLifetime is how long a key is kept.
 const KeyLifetime = 24 * time.Hour
 
@@ -572,12 +576,22 @@ func (s *Server) create(path string, form url.Values) (int, []byte) {
 		o["reversed"], o["amount_reversed"], o["description"] = false, 0, form.Get("description")
 		s.add(o)
 	case "/v1/payouts":
+		// A payout goes to an external account of the platform's account:
+		// the one named in destination, else the default for the currency.
+		dest := form.Get("destination")
+		if dest != "" && !regexp.MustCompile(`^(ba|card)_[A-Za-z0-9]+$`).MatchString(dest) {
+			return apiError(http.StatusBadRequest, "invalid_request_error", "resource_missing", "No such external account: '"+dest+"'", map[string]any{"param": "destination"})
+		}
+		if dest == "" {
+			dest = DefaultExternalAccount
+		}
 		if amount > s.balance {
 			return apiError(http.StatusBadRequest, "invalid_request_error", "balance_insufficient",
 				"You have insufficient funds in your Stripe account for this payout.", map[string]any{"stored": true})
 		}
 		s.balance -= amount
 		o["object"], o["status"], o["arrival_date"] = "payout", "pending", now.Add(48*time.Hour).Unix()
+		o["destination"] = dest
 		o["failure_code"], o["failure_message"], o["description"] = nil, nil, form.Get("description")
 		s.add(o)
 	default:
