@@ -254,7 +254,7 @@ func TestFailoverSkipsAProviderThatCannotPayTheDestination_R16_R22(t *testing.T)
 	require.NoError(t, err)
 	e, err := engine.New(engine.Config{Pool: pool, Routes: routes, Clock: clock,
 		PayoutRetry: payouts.RetryPolicy{MaxAttempts: 3, Backoff: time.Second},
-		Providers: []providers.Provider{a.NewProvider(sim.WithName("simA"), settings), st, b.NewProvider(sim.WithName("simB"), settings)}})
+		Providers:   []providers.Provider{a.NewProvider(sim.WithName("simA"), settings), st, b.NewProvider(sim.WithName("simB"), settings)}})
 	require.NoError(t, err)
 	_, err = merchants.Create(ctx, pool, "m1", "Loja")
 	require.NoError(t, err)
