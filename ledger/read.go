@@ -83,6 +83,11 @@ func parseCursor(c, kind string, order Order) (scope, key int64, err error) {
 const postingColumns = `p.transaction_id, p.leg, p.account_id, a.code, p.seq, p.amount::text, p.currency,
 	p.balance_after::text, p.posted_at, p.hash`
 
+// pagePostingColumns are postingColumns for a query whose $1 is the
+// account's code.
+const pagePostingColumns = `p.transaction_id, p.leg, p.account_id, $1::text, p.seq, p.amount::text, p.currency,
+	p.balance_after::text, p.posted_at, p.hash`
+
 func scanPostings(rows pgx.Rows) ([]Posting, error) {
 	defer rows.Close()
 	var out []Posting
@@ -236,10 +241,12 @@ func ListPostings(ctx context.Context, db DBTX, code string, req PageRequest) (P
 	}
 	// One round trip: the account and the page, the page reaching the
 	// account through its code.
-	q := `SELECT ` + postingColumns + ` FROM ledger_postings p JOIN ledger_accounts a ON a.id = p.account_id
+	// No join with ledger_accounts per row: the code is the parameter, and a
+	// busy account's row is a chain of updated versions to walk.
+	q := `SELECT ` + pagePostingColumns + ` FROM ledger_postings p
 		WHERE p.account_id = (SELECT id FROM ledger_accounts WHERE code = $1) AND p.seq > $2 ORDER BY p.seq LIMIT $3`
 	if req.Order == Descending {
-		q = `SELECT ` + postingColumns + ` FROM ledger_postings p JOIN ledger_accounts a ON a.id = p.account_id
+		q = `SELECT ` + pagePostingColumns + ` FROM ledger_postings p
 		WHERE p.account_id = (SELECT id FROM ledger_accounts WHERE code = $1) AND p.seq < $2 ORDER BY p.seq DESC LIMIT $3`
 	}
 	b := &pgx.Batch{}
