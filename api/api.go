@@ -44,6 +44,7 @@ import (
 
 	"github.com/saldo/saldo/attempts"
 	"github.com/saldo/saldo/charges"
+	"github.com/saldo/saldo/internal/replica"
 	"github.com/saldo/saldo/payouts"
 	"github.com/saldo/saldo/providers"
 )
@@ -101,6 +102,13 @@ type Config struct {
 	// and tests, whose receivers listen on loopback; never in production
 	// (server-side request forgery into the platform's network).
 	AllowPrivateNotificationURLs bool
+	// Reads, optional, sends the reads that may be a little stale (balances,
+	// the merchant statement, the ledger's entries, balances at an instant
+	// and CSV export) to a streaming replica while it is fresh enough, with
+	// the Saldo-Replica-Lag header on each answer it serves (package
+	// internal/replica). Authentication, scoping and every other route read
+	// the primary. Nil: everything reads Pool.
+	Reads *replica.Reads
 }
 
 // DefaultMaxBodyBytes is the default request body limit.
@@ -118,6 +126,9 @@ type Server struct {
 	clock   Clock
 	log     *slog.Logger
 	router  chi.Router
+	// reads routes a stale-tolerant GET to the replica: r.With(s.reads.Route).
+	// Its handler reads through s.db(r).
+	reads *replica.Reads
 }
 
 // New builds the API handler. Mount it at the root of a listener (it serves
@@ -161,7 +172,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Charges != nil {
 		cfg.WebhookHandlers = append([]WebhookHandler{cfg.Charges.HandleProviderEvent}, cfg.WebhookHandlers...)
 	}
-	s := &Server{cfg: cfg, pool: cfg.Pool, payouts: cfg.Payouts, att: cfg.Attempts, clock: cfg.Clock, log: cfg.Logger}
+	s := &Server{cfg: cfg, pool: cfg.Pool, payouts: cfg.Payouts, att: cfg.Attempts, clock: cfg.Clock, log: cfg.Logger,
+		reads: cfg.Reads}
 	s.router = s.routes()
 	return s, nil
 }
@@ -204,8 +216,8 @@ func (s *Server) routes() chi.Router {
 			write := s.allow(RoleMerchant, RoleAdmin)
 
 			r.With(read).Get("/", s.getMerchant)
-			r.With(read).Get("/balances", s.balances)
-			r.With(read).Get("/statement", s.statement)
+			r.With(read, s.reads.Route).Get("/balances", s.balances)
+			r.With(read, s.reads.Route).Get("/statement", s.statement)
 
 			r.With(write, s.idempotent(true)).Post("/payouts", s.createPayout)
 			r.With(write, s.idempotent(true)).Post("/pix-transfers", s.createPixTransfer)
@@ -231,7 +243,7 @@ func (s *Server) routes() chi.Router {
 		})
 
 		r.Route("/ledger", func(r chi.Router) {
-			r.Use(s.allow(RoleAuditor, RoleAdmin))
+			r.Use(s.allow(RoleAuditor, RoleAdmin), s.reads.Route) // every ledger read may come from the replica
 			r.Get("/transactions", s.listTransactions)
 			r.Get("/transactions/{transaction_id}", s.getTransaction)
 			r.Get("/postings", s.listPostings)
@@ -255,6 +267,10 @@ func (s *Server) routes() chi.Router {
 	})
 	return r
 }
+
+// db is the pool a handler reads: the replica when its route has
+// s.reads.Route and the replica was chosen, else the primary.
+func (s *Server) db(r *http.Request) *pgxpool.Pool { return replica.DB(r.Context(), s.pool) }
 
 func (s *Server) recoverer(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

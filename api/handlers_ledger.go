@@ -39,7 +39,7 @@ func (s *Server) listTransactions(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, err)
 		return
 	}
-	pg, err := ledger.ListTransactions(r.Context(), s.pool,
+	pg, err := ledger.ListTransactions(r.Context(), s.db(r),
 		ledger.TransactionFilter{CauseKind: q.Get("cause_kind"), CauseID: q.Get("cause_id")},
 		ledger.PageRequest{Cursor: q.Get("cursor"), Limit: limit, Order: order})
 	if err != nil {
@@ -59,7 +59,7 @@ func (s *Server) getTransaction(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, errNotFound)
 		return
 	}
-	t, err := ledger.TransactionByID(r.Context(), s.pool, id)
+	t, err := ledger.TransactionByID(r.Context(), s.db(r), id)
 	if err != nil {
 		s.problem(w, r, err)
 		return
@@ -94,7 +94,7 @@ func (s *Server) listPostings(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, err)
 		return
 	}
-	pg, err := ledger.ListPostings(r.Context(), s.pool, code, ledger.PageRequest{Cursor: r.URL.Query().Get("cursor"), Limit: limit, Order: order})
+	pg, err := ledger.ListPostings(r.Context(), s.db(r), code, ledger.PageRequest{Cursor: r.URL.Query().Get("cursor"), Limit: limit, Order: order})
 	if err != nil {
 		s.problem(w, r, err)
 		return
@@ -120,7 +120,7 @@ func (s *Server) balanceAt(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		at = s.clock.Now()
 	}
-	b, err := ledger.BalanceAt(r.Context(), s.pool, code, at)
+	b, err := ledger.BalanceAt(r.Context(), s.db(r), code, at)
 	if err != nil {
 		s.problem(w, r, err)
 		return
@@ -151,7 +151,7 @@ func (s *Server) exportCSV(w http.ResponseWriter, r *http.Request) {
 			s.problem(w, r, err)
 			return
 		}
-		s.exportAccountCSV(w, r, s.pool, code, from, to)
+		s.exportAccountCSV(w, r, s.db(r), code, from, to)
 		return
 	}
 	keep := func(p ledger.Posting) bool {
@@ -171,7 +171,7 @@ func (s *Server) exportCSV(w http.ResponseWriter, r *http.Request) {
 	}
 	cursor := ""
 	for {
-		pg, err := ledger.ListTransactions(r.Context(), s.pool, ledger.TransactionFilter{}, ledger.PageRequest{Cursor: cursor, Limit: ledger.MaxPageSize})
+		pg, err := ledger.ListTransactions(r.Context(), s.db(r), ledger.TransactionFilter{}, ledger.PageRequest{Cursor: cursor, Limit: ledger.MaxPageSize})
 		if err != nil {
 			s.log.ErrorContext(r.Context(), "api: csv export aborted", "error", err)
 			return

@@ -122,7 +122,7 @@ type balanceJSON struct {
 
 func (s *Server) balances(w http.ResponseWriter, r *http.Request) {
 	id := chi.URLParam(r, "merchant_id")
-	bs, err := ledger.MerchantBalances(r.Context(), s.pool, id)
+	bs, err := ledger.MerchantBalances(r.Context(), s.db(r), id)
 	if err != nil {
 		s.problem(w, r, err)
 		return

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/saldo/saldo/internal/replica"
 	"github.com/saldo/saldo/ledger"
 	"github.com/saldo/saldo/money"
 )
@@ -85,7 +86,7 @@ func (s *Server) statement(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, invalidField("to", "must be after from"))
 		return
 	}
-	pg, err := ledger.MerchantStatement(r.Context(), s.pool, req)
+	pg, err := ledger.MerchantStatement(r.Context(), s.db(r), req)
 	if err != nil {
 		s.problem(w, r, err)
 		return
@@ -152,7 +153,7 @@ func (s *Server) statementCauses(ctx context.Context, merchantID string, es []le
 	b.Queue(`SELECT a.id::text, p.kind, p.id, coalesce(p.charge_id, '') FROM attempts a JOIN payouts p ON p.id = a.subject_id
 		WHERE a.id = ANY ($1::uuid[]) AND a.direction = 'out'`, attemptIDs)
 	b.Queue(`SELECT id, merchant_id FROM charges WHERE id = ANY ($1::text[])`, chargeIDs)
-	res := s.pool.SendBatch(ctx, b)
+	res := replica.DB(ctx, s.pool).SendBatch(ctx, b)
 	defer res.Close()
 	rows, err := res.Query()
 	if err != nil {

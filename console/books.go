@@ -26,7 +26,7 @@ import (
 
 func (c *Console) merchantsPage(w http.ResponseWriter, r *http.Request, s *Session) {
 	after := r.URL.Query().Get("after")
-	ms, err := merchants.List(r.Context(), c.pool, after, 101)
+	ms, err := merchants.List(r.Context(), c.db(r.Context()), after, 101)
 	if err != nil {
 		c.internal(w, r, s, err)
 		return
@@ -63,7 +63,7 @@ const recentMovements = 30
 func (c *Console) merchantView(w http.ResponseWriter, r *http.Request, s *Session) {
 	ctx := r.Context()
 	mid := r.PathValue("mid")
-	m, err := merchants.Get(ctx, c.pool, mid)
+	m, err := merchants.Get(ctx, c.db(ctx), mid)
 	if errors.Is(err, merchants.ErrNotFound) {
 		c.notFound(w, r, s)
 		return
@@ -73,14 +73,14 @@ func (c *Console) merchantView(w http.ResponseWriter, r *http.Request, s *Sessio
 		return
 	}
 	d := merchantData{M: m}
-	if d.Balances, err = ledger.MerchantBalances(ctx, c.pool, mid); err != nil {
+	if d.Balances, err = ledger.MerchantBalances(ctx, c.db(ctx), mid); err != nil {
 		c.internal(w, r, s, err)
 		return
 	}
 	for _, b := range d.Balances {
 		for _, spec := range []ledger.AccountSpec{ledger.MerchantAvailable(mid, b.Currency), ledger.MerchantReserved(mid, b.Currency),
 			ledger.MerchantPending(mid, b.Currency)} {
-			pg, err := ledger.ListPostings(ctx, c.pool, spec.Code(), ledger.PageRequest{Limit: recentMovements, Order: ledger.Descending})
+			pg, err := ledger.ListPostings(ctx, c.db(ctx), spec.Code(), ledger.PageRequest{Limit: recentMovements, Order: ledger.Descending})
 			if errors.Is(err, ledger.ErrAccountNotFound) {
 				continue
 			}
@@ -254,7 +254,7 @@ func (c *Console) accountsPage(w http.ResponseWriter, r *http.Request, s *Sessio
 	}
 	const limit = 100
 	like := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(prefix) + "%"
-	rows, err := c.pool.Query(r.Context(), `SELECT id, code, owner_kind, owner_id, purpose, currency, balance::text, last_seq, created_at
+	rows, err := c.db(r.Context()).Query(r.Context(), `SELECT id, code, owner_kind, owner_id, purpose, currency, balance::text, last_seq, created_at
 		FROM ledger_accounts WHERE code LIKE $1 AND ($2 = '' OR (created_at, id) < ($3, $2::bigint))
 		ORDER BY created_at DESC, id DESC LIMIT $4`, like, afterID, afterAt, limit+1)
 	if err != nil {
@@ -309,7 +309,7 @@ func (c *Console) accountQuery(r *http.Request) (accountData, int, string, error
 	if _, err := ledger.ParseCode(code); err != nil {
 		return accountData{}, http.StatusNotFound, "No such account.", nil
 	}
-	acc, err := ledger.AccountByCode(r.Context(), c.pool, code)
+	acc, err := ledger.AccountByCode(r.Context(), c.db(r.Context()), code)
 	if errors.Is(err, ledger.ErrAccountNotFound) {
 		return accountData{}, http.StatusNotFound, "No such account.", nil
 	}
@@ -323,7 +323,7 @@ func (c *Console) accountQuery(r *http.Request) (accountData, int, string, error
 	} else {
 		d.Order = "desc"
 	}
-	pg, err := ledger.ListPostings(r.Context(), c.pool, code, ledger.PageRequest{Cursor: d.Cursor, Limit: 50, Order: order})
+	pg, err := ledger.ListPostings(r.Context(), c.db(r.Context()), code, ledger.PageRequest{Cursor: d.Cursor, Limit: 50, Order: order})
 	if errors.Is(err, ledger.ErrInvalidCursor) {
 		return d, http.StatusBadRequest, "That page cursor is not valid for this account.", nil
 	}
@@ -351,7 +351,7 @@ func (c *Console) accountPage(w http.ResponseWriter, r *http.Request, s *Session
 		if !ok {
 			errMsg = "The instant must look like 2026-12-02T12:00 or 2026-12-02T12:00:00Z (UTC)."
 		} else {
-			b, err := ledger.BalanceAt(r.Context(), c.pool, d.A.Code, t)
+			b, err := ledger.BalanceAt(r.Context(), c.db(r.Context()), d.A.Code, t)
 			if err != nil {
 				c.internal(w, r, s, err)
 				return
@@ -427,7 +427,7 @@ func (c *Console) loadTransaction(r *http.Request) (ledger.Transaction, bool, er
 	if err != nil || id <= 0 {
 		return ledger.Transaction{}, false, nil
 	}
-	t, err := ledger.TransactionByID(r.Context(), c.pool, id)
+	t, err := ledger.TransactionByID(r.Context(), c.db(r.Context()), id)
 	if errors.Is(err, ledger.ErrTransactionNotFound) {
 		return t, false, nil
 	}
@@ -452,7 +452,7 @@ func (c *Console) transactionPage(w http.ResponseWriter, r *http.Request, s *Ses
 	for _, p := range t.Postings {
 		ph := postingHash{Posting: p}
 		if p.Seq > 1 {
-			if err := c.pool.QueryRow(ctx, `SELECT hash FROM ledger_postings WHERE account_id = $1 AND seq = $2`,
+			if err := c.db(ctx).QueryRow(ctx, `SELECT hash FROM ledger_postings WHERE account_id = $1 AND seq = $2`,
 				p.AccountID, p.Seq-1).Scan(&ph.PrevHash); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 				c.internal(w, r, s, err)
 				return
@@ -474,14 +474,14 @@ func (c *Console) causeLinks(ctx context.Context, d *txData) {
 			return
 		}
 		d.AttemptLink, d.AttemptLabel = Prefix+"/attempts/"+id.String(), "attempt "+id.String()
-		if a, err := c.att.Get(ctx, c.pool, id); err == nil {
+		if a, err := c.att.Get(ctx, c.db(ctx), id); err == nil {
 			if link, _ := c.subjectLink(ctx, a); link != "" {
 				d.CauseLink, d.CauseLabel = link, string(a.Kind)+" "+a.SubjectID
 			}
 		}
 	case charges.CauseCredit:
 		var mid string
-		if err := c.pool.QueryRow(ctx, `SELECT merchant_id FROM charges WHERE id = $1`, t.CauseID).Scan(&mid); err == nil {
+		if err := c.db(ctx).QueryRow(ctx, `SELECT merchant_id FROM charges WHERE id = $1`, t.CauseID).Scan(&mid); err == nil {
 			d.CauseLink, d.CauseLabel = Prefix+"/merchants/"+mid+"/charges/"+t.CauseID, "charge "+t.CauseID
 		}
 	case merchants.CauseFunding:

@@ -47,7 +47,7 @@ func (c *Console) charts(ctx context.Context) ([]chart, error) {
 	for _, st := range statuses {
 		counts[st] = make([]float64, chartHours)
 	}
-	rows, err := c.pool.Query(ctx, `SELECT floor(extract(epoch FROM created_at - $1) / 3600)::int, status, count(*)
+	rows, err := c.db(ctx).Query(ctx, `SELECT floor(extract(epoch FROM created_at - $1) / 3600)::int, status, count(*)
 		FROM payouts WHERE created_at >= $1 AND created_at < $2 GROUP BY 1, 2`, start, end)
 	if err != nil {
 		return nil, err
@@ -79,7 +79,7 @@ func (c *Console) charts(ctx context.Context) ([]chart, error) {
 	// resolved).
 	unknown := make([]float64, chartHours+1)
 	review := make([]float64, chartHours+1)
-	rows, err = c.pool.Query(ctx, `SELECT i,
+	rows, err = c.db(ctx).Query(ctx, `SELECT i,
 			(SELECT count(*) FROM attempts a WHERE a.unknown_at <= t AND (a.resolved_at IS NULL OR a.resolved_at > t)),
 			(SELECT count(*) FROM attempts a WHERE a.review_at <= t AND (a.resolved_at IS NULL OR a.resolved_at > t OR a.diverged_at IS NOT NULL))
 		FROM generate_series(0, $2::int) AS i, LATERAL (SELECT $1::timestamptz + i * interval '1 hour' AS t) x`, start, chartHours)
@@ -112,7 +112,7 @@ func (c *Console) charts(ctx context.Context) ([]chart, error) {
 		p50, p90, p99 float64
 	}
 	var lats []lat
-	rows, err = c.pool.Query(ctx, `SELECT a.provider, count(*),
+	rows, err = c.db(ctx).Query(ctx, `SELECT a.provider, count(*),
 			percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM e.ended_at - e.started_at) * 1000),
 			percentile_cont(0.9) WITHIN GROUP (ORDER BY extract(epoch FROM e.ended_at - e.started_at) * 1000),
 			percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM e.ended_at - e.started_at) * 1000)

@@ -55,6 +55,7 @@ import (
 
 	"github.com/saldo/saldo/attempts"
 	"github.com/saldo/saldo/charges"
+	"github.com/saldo/saldo/internal/replica"
 	"github.com/saldo/saldo/payouts"
 )
 
@@ -92,6 +93,13 @@ type Config struct {
 	// QueuePageSize is how many flagged and how many old unknown attempts
 	// a page of the review queue lists (default 100).
 	QueuePageSize int
+	// Reads, optional, serves the books pages (merchants, a merchant's
+	// balances and movements, ledger accounts, an account's entries, a
+	// transaction, their CSVs) and the charts from a streaming replica while
+	// it is fresh enough, with the Saldo-Replica-Lag header (package
+	// internal/replica). Sessions, the review queue, attempts, payouts,
+	// charges, reconciliation and every form read the primary.
+	Reads *replica.Reads
 }
 
 // Prefix is where the console is mounted.
@@ -211,26 +219,29 @@ func (c *Console) routes() {
 	ops := []Role{RoleOperator, RoleAuditor, RoleAdmin}
 	books := []Role{RoleAuditor, RoleAdmin}
 	merchantRead := []Role{RoleMerchant, RoleAuditor, RoleAdmin}
+	// stale: a page that may come from the read replica (its handler reads
+	// through c.db).
+	stale := c.cfg.Reads.Route
 
 	m.Handle("GET "+Prefix+"/{$}", c.page(all, c.home))
 	m.Handle("GET "+Prefix+"/review", c.page(ops, c.reviewQueue))
 	m.Handle("GET "+Prefix+"/attempts/{id}", c.page(ops, c.attemptPage))
 	m.Handle("POST "+Prefix+"/attempts/{id}/resolve", c.form([]Role{RoleOperator}, c.resolve))
 
-	m.Handle("GET "+Prefix+"/merchants", c.page(books, c.merchantsPage))
-	m.Handle("GET "+Prefix+"/merchants/{mid}", c.merchantPage(merchantRead, c.merchantView))
+	m.Handle("GET "+Prefix+"/merchants", stale(c.page(books, c.merchantsPage)))
+	m.Handle("GET "+Prefix+"/merchants/{mid}", stale(c.merchantPage(merchantRead, c.merchantView)))
 	m.Handle("GET "+Prefix+"/merchants/{mid}/payouts/{id}", c.merchantPage(merchantRead, c.payoutPage))
 	m.Handle("GET "+Prefix+"/merchants/{mid}/splits/{id}", c.merchantPage(merchantRead, c.splitPage))
 	m.Handle("GET "+Prefix+"/merchants/{mid}/charges/{id}", c.merchantPage(merchantRead, c.chargePage))
 
-	m.Handle("GET "+Prefix+"/ledger", c.page(books, c.accountsPage))
-	m.Handle("GET "+Prefix+"/ledger/account", c.page(books, c.accountPage))
-	m.Handle("GET "+Prefix+"/ledger/account.csv", c.page(books, c.accountCSV))
-	m.Handle("GET "+Prefix+"/ledger/transactions/{id}", c.page(books, c.transactionPage))
-	m.Handle("GET "+Prefix+"/ledger/transactions/{id}/csv", c.page(books, c.transactionCSV))
+	m.Handle("GET "+Prefix+"/ledger", stale(c.page(books, c.accountsPage)))
+	m.Handle("GET "+Prefix+"/ledger/account", stale(c.page(books, c.accountPage)))
+	m.Handle("GET "+Prefix+"/ledger/account.csv", stale(c.page(books, c.accountCSV)))
+	m.Handle("GET "+Prefix+"/ledger/transactions/{id}", stale(c.page(books, c.transactionPage)))
+	m.Handle("GET "+Prefix+"/ledger/transactions/{id}/csv", stale(c.page(books, c.transactionCSV)))
 	m.Handle("GET "+Prefix+"/audit", c.page(books, c.auditPage))
 	m.Handle("POST "+Prefix+"/audit/run", c.form(books, c.runAudit))
-	m.Handle("GET "+Prefix+"/charts", c.page(ops, c.chartsPage))
+	m.Handle("GET "+Prefix+"/charts", stale(c.page(ops, c.chartsPage)))
 	m.Handle("GET "+Prefix+"/providers", c.page(ops, c.providersPage))
 	m.Handle("GET "+Prefix+"/reconcile", c.page(ops, c.reconcilePage))
 	m.Handle("GET "+Prefix+"/reconcile/divergences/{id}", c.page(ops, c.divergencePage))
@@ -243,6 +254,10 @@ func (c *Console) routes() {
 }
 
 // ---- helpers ----
+
+// db is the pool a page reads: the replica when its route is stale and the
+// replica was chosen, else the primary.
+func (c *Console) db(ctx context.Context) *pgxpool.Pool { return replica.DB(ctx, c.pool) }
 
 func randomToken() string {
 	b := make([]byte, 32)

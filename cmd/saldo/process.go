@@ -27,6 +27,7 @@ import (
 	"github.com/saldo/saldo/internal/dbfault"
 	"github.com/saldo/saldo/internal/engine"
 	"github.com/saldo/saldo/internal/groupcommit"
+	"github.com/saldo/saldo/internal/replica"
 	"github.com/saldo/saldo/ledger"
 	"github.com/saldo/saldo/payouts"
 	"github.com/saldo/saldo/providers"
@@ -41,7 +42,12 @@ const defaultMaxWorkers = 200
 
 type processConfig struct {
 	DatabaseURL string
-	Listen      string // HTTP address (the API, or /metrics and /healthz for workers only); empty: none
+	// ReadDatabaseURL, when set, is a streaming replica the API and the
+	// console read stale-tolerant pages from (package internal/replica),
+	// while it is within ReadMaxLag (default replica.DefaultMaxLag).
+	ReadDatabaseURL string
+	ReadMaxLag      time.Duration
+	Listen          string // HTTP address (the API, or /metrics and /healthz for workers only); empty: none
 	// MetricsListen, when set, serves GET /metrics on its own listener and
 	// not on Listen, so the API's clients never reach it.
 	MetricsListen string
@@ -184,7 +190,15 @@ func runProcess(ctx context.Context, pc processConfig) error {
 		// process of a fleet can be scraped.
 		var handler http.Handler
 		if pc.RunAPI {
-			handler, err = buildHTTP(e, reg, log, pc.MetricsListen == "", !pc.NotifyDenyPrivate, pc.ConsoleInsecure)
+			reads, closeReads, err := openReads(pool, pc, log)
+			if err != nil {
+				return err
+			}
+			defer closeReads()
+			if reads != nil {
+				reg.MustRegister(reads.Collectors()...)
+			}
+			handler, err = buildHTTP(e, reads, reg, log, pc.MetricsListen == "", !pc.NotifyDenyPrivate, pc.ConsoleInsecure)
 			if err != nil {
 				return err
 			}
@@ -267,9 +281,9 @@ func runProcess(ctx context.Context, pc processConfig) error {
 // allowPrivate lets merchants register notification URLs on loopback and
 // private addresses (saldo dev); consoleInsecure drops Secure from the
 // console's cookies (saldo dev).
-func buildHTTP(e *engine.Engine, reg *prometheus.Registry, log *slog.Logger, serveMetrics, allowPrivate, consoleInsecure bool) (http.Handler, error) {
+func buildHTTP(e *engine.Engine, reads *replica.Reads, reg *prometheus.Registry, log *slog.Logger, serveMetrics, allowPrivate, consoleInsecure bool) (http.Handler, error) {
 	apiSrv, err := api.New(api.Config{Pool: e.Pool, Payouts: e.Payouts, Attempts: e.Attempts, Charges: e.Charges,
-		Providers: e.Providers, Logger: log, AllowPrivateNotificationURLs: allowPrivate})
+		Providers: e.Providers, Logger: log, AllowPrivateNotificationURLs: allowPrivate, Reads: reads})
 	if err != nil {
 		return nil, err
 	}
@@ -309,7 +323,7 @@ func buildHTTP(e *engine.Engine, reg *prometheus.Registry, log *slog.Logger, ser
 	r.Handle("/ops/river", apiSrv.RequireRoles(ui, api.RoleOperator, api.RoleAdmin))
 	r.Handle("/ops/river/*", apiSrv.RequireRoles(ui, api.RoleOperator, api.RoleAdmin))
 	con, err := console.New(console.Config{Pool: e.Pool, Attempts: e.Attempts, Payouts: e.Payouts, Charges: e.Charges,
-		Logger: log.With("component", "console"), Insecure: consoleInsecure})
+		Logger: log.With("component", "console"), Insecure: consoleInsecure, Reads: reads})
 	if err != nil {
 		return nil, err
 	}
@@ -317,6 +331,36 @@ func buildHTTP(e *engine.Engine, reg *prometheus.Registry, log *slog.Logger, ser
 	r.Handle(console.Prefix+"/*", con)
 	r.Handle("/*", apiSrv)
 	return r, nil
+}
+
+// openReads opens the read replica's pool and starts measuring its lag,
+// when pc names one. A replica that does not answer is no reason not to
+// start: reads go to the primary until it does (saldo_replica_up).
+func openReads(primary *pgxpool.Pool, pc processConfig, log *slog.Logger) (*replica.Reads, func(), error) {
+	if pc.ReadDatabaseURL == "" {
+		return nil, func() {}, nil
+	}
+	cfg, err := pgxpool.ParseConfig(pc.ReadDatabaseURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read database URL: %w", err)
+	}
+	// A replica that stops answering must cost a routed read little: it is
+	// dropped and served by the primary.
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	}
+	cfg.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
+	rpool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read database: %w", err)
+	}
+	reads, err := replica.New(replica.Config{Primary: primary, Replica: rpool, MaxLag: pc.ReadMaxLag,
+		Logger: log.With("component", "replica")})
+	if err != nil {
+		rpool.Close()
+		return nil, nil, err
+	}
+	return reads, func() { reads.Close(); rpool.Close() }, nil
 }
 
 // methodLabel bounds the method label: a client may send any token as a

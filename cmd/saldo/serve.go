@@ -11,7 +11,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/internal/replica"
 	"github.com/saldo/saldo/payouts"
 	"github.com/saldo/saldo/providers"
 	"github.com/saldo/saldo/providers/sim"
@@ -97,6 +100,11 @@ func runServe(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	env := &envDefaults{}
 	dbURL := databaseURL(fs)
+	readURL := fs.String("read-database-url", os.Getenv("SALDO_READ_DATABASE_URL"),
+		"PostgreSQL URL of a streaming replica of --database-url: balance, statement, ledger, export and console "+
+			"book reads go to it while it is within --read-max-lag ($SALDO_READ_DATABASE_URL)")
+	readMaxLag := fs.Duration("read-max-lag", env.duration("SALDO_READ_MAX_LAG", replica.DefaultMaxLag),
+		"reads go to the primary while the replica may be further behind than this ($SALDO_READ_MAX_LAG)")
 	listen := fs.String("listen", envOr("SALDO_LISTEN", "127.0.0.1:8080"), "API listen address ($SALDO_LISTEN)")
 	metricsListen := fs.String("metrics-listen", os.Getenv("SALDO_METRICS_LISTEN"),
 		"serve GET /metrics on this address instead of on --listen, away from the API's clients ($SALDO_METRICS_LISTEN)")
@@ -210,6 +218,14 @@ func runServe(ctx context.Context, args []string) error {
 	if *maxWorkers <= 0 {
 		problems = append(problems, "--max-workers must be positive")
 	}
+	if *readMaxLag <= 0 {
+		problems = append(problems, "--read-max-lag must be positive")
+	}
+	if *readURL != "" {
+		if _, err := pgxpool.ParseConfig(*readURL); err != nil {
+			problems = append(problems, "--read-database-url: not a PostgreSQL URL")
+		}
+	}
 	if *breakerWindow < 0 || *breakerMin < 1 || *breakerRate <= 0 || *breakerRate > 1 || *breakerOpen <= 0 {
 		problems = append(problems, "--breaker-window must not be negative, --breaker-min-calls at least 1, "+
 			"--breaker-failure-rate in (0, 1], --breaker-open-for positive")
@@ -277,7 +293,7 @@ func runServe(ctx context.Context, args []string) error {
 	log.Info("starting saldo", "roles", *roles, "listen", *listen, "providers", configured, "routes", routes.String(),
 		"default_provider", fallback)
 	return runProcess(ctx, processConfig{
-		DatabaseURL: u, Listen: *listen, MetricsListen: *metricsListen, RunAPI: runAPI, RunWorkers: runWorkers,
+		DatabaseURL: u, ReadDatabaseURL: *readURL, ReadMaxLag: *readMaxLag, Listen: *listen, MetricsListen: *metricsListen, RunAPI: runAPI, RunWorkers: runWorkers,
 		Providers: provs, PayoutProvider: fallback, ChargeProvider: fallback, Routes: routes,
 		PayoutRetry: payouts.RetryPolicy{MaxAttempts: *retryMax, Within: *retryWithin, Backoff: *retryBackoff},
 		MaxWorkers:  *maxWorkers, NotifyDenyPrivate: !*notifyPrivate,

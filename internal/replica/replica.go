@@ -1,0 +1,440 @@
+// Package replica sends reads that may be a little stale (balances, ledger
+// entries, exports, statements, the console's books) to a streaming replica
+// of saldo's database, and says in each answer how far behind it may be.
+//
+// # What the lag means
+//
+// Every Interval the package samples the primary's WAL insert position
+// (pg_current_wal_insert_lsn(), taken at local time t) and then the
+// replica's replay position (pg_last_wal_replay_lsn()). A commit was
+// acknowledged only after its commit record was inserted, so once the
+// replica has replayed past the position sampled at t, it holds every commit
+// acknowledged before t. The newest such t is the replica's horizon; the lag
+// of an answer is the time from the horizon to the moment the answer was
+// chosen: "this answer holds every write acknowledged more than lag ago".
+// It is an upper bound, exact to the sampling interval, and it is right on
+// an idle primary (no writes: the replica replays up to the sampled position
+// and the lag stays near zero, where now() - pg_last_xact_replay_timestamp()
+// would grow without end). Only when no sample is old enough (the replica
+// is further behind than the samples kept) does the package fall back on the
+// commit timestamp of the last replayed transaction.
+//
+// # When the primary answers instead
+//
+// A read goes to the primary, counted in saldo_replica_fallbacks_total by
+// reason, when:
+//   - unavailable: the last measurement failed (the replica is down, refuses
+//     connections, does not answer within the timeout) or the server is not
+//     in recovery (promoted: it no longer follows the primary);
+//   - lagging: the lag is beyond MaxLag (measurements that stop coming in
+//     make the lag grow, so a stuck replica is left too);
+//   - failed: the replica's answer was a 404 or a 5xx (the replica died
+//     between two measurements, a query was cancelled by a recovery conflict,
+//     or the row is not there yet): that answer is dropped unsent and the
+//     request is served again on the primary, so a replica never causes an
+//     error or a false "not found".
+//
+// Only GETs that read are routed (Route); a request that writes, or that
+// must see what its caller just wrote, never calls Route and reads the
+// primary.
+package replica
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// LagHeader is the response header of every answer served from the replica:
+// the lag in seconds, e.g. "0.105" (see the package doc).
+const LagHeader = "Saldo-Replica-Lag"
+
+// Defaults.
+const (
+	DefaultMaxLag   = 5 * time.Second
+	DefaultInterval = 100 * time.Millisecond
+)
+
+// Fallback reasons (label values of saldo_replica_fallbacks_total).
+const (
+	ReasonUnavailable = "unavailable"
+	ReasonLagging     = "lagging"
+	ReasonFailed      = "failed"
+)
+
+// Config configures Reads. Primary and Replica are required.
+type Config struct {
+	Primary *pgxpool.Pool
+	Replica *pgxpool.Pool
+	// MaxLag: a replica further behind is not read (default DefaultMaxLag).
+	MaxLag time.Duration
+	// Interval between two measurements of the lag (default
+	// DefaultInterval). Each costs one tiny query on each server.
+	Interval time.Duration
+	// Timeout of one measurement (default 1s, at least Interval).
+	Timeout time.Duration
+	Logger  *slog.Logger
+}
+
+// Reads routes reads to the replica while it is fresh enough. A nil *Reads
+// routes nothing: every read goes to the primary.
+type Reads struct {
+	cfg     Config
+	mu      sync.Mutex
+	st      state
+	samples []sample // refresher goroutine only
+	stop    chan struct{}
+	done    chan struct{}
+
+	nReads     atomic.Uint64
+	nFallbacks [3]atomic.Uint64 // by reasons' index
+
+	reads     prometheus.Counter
+	fallbacks *prometheus.CounterVec
+	lagGauge  prometheus.GaugeFunc
+	upGauge   prometheus.GaugeFunc
+}
+
+// state is the last measurement.
+type state struct {
+	measured bool
+	ok       bool      // the replica answered and is in recovery
+	horizon  time.Time // the replica holds every commit acknowledged before it (zero: unknown)
+	problem  string    // why not ok, for the log
+}
+
+type sample struct {
+	at  time.Time
+	lsn int64
+}
+
+// New starts measuring the replica's lag (one goroutine) and returns the
+// router; Close stops it. The first measurement is made before New returns,
+// so the first request already knows whether the replica is usable.
+func New(cfg Config) (*Reads, error) {
+	if cfg.Primary == nil || cfg.Replica == nil {
+		return nil, errors.New("replica: Config.Primary and Config.Replica are required")
+	}
+	if cfg.MaxLag <= 0 {
+		cfg.MaxLag = DefaultMaxLag
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = time.Second
+	}
+	cfg.Timeout = max(cfg.Timeout, cfg.Interval)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	rd := &Reads{cfg: cfg, stop: make(chan struct{}), done: make(chan struct{})}
+	rd.reads = prometheus.NewCounter(prometheus.CounterOpts{Name: "saldo_replica_reads_total",
+		Help: "Requests answered from the read replica."})
+	rd.fallbacks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "saldo_replica_fallbacks_total",
+		Help: "Requests routed to the read replica but answered by the primary, by reason: unavailable, lagging, failed."},
+		[]string{"reason"})
+	for _, r := range reasons {
+		rd.fallbacks.WithLabelValues(r)
+	}
+	rd.lagGauge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "saldo_replica_lag_seconds",
+		Help: "How far behind the read replica may be (every commit acknowledged longer ago is on it); -1 when unknown."},
+		func() float64 {
+			lag, known := rd.Lag()
+			if !known {
+				return -1
+			}
+			return lag.Seconds()
+		})
+	rd.upGauge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "saldo_replica_up",
+		Help: "1 when the last measurement of the read replica succeeded and it is a standby, else 0."},
+		func() float64 {
+			rd.mu.Lock()
+			defer rd.mu.Unlock()
+			if rd.st.ok {
+				return 1
+			}
+			return 0
+		})
+	rd.refresh()
+	go rd.loop()
+	return rd, nil
+}
+
+var reasons = [3]string{ReasonUnavailable, ReasonLagging, ReasonFailed}
+
+// Stats counts the routed requests since New.
+type Stats struct {
+	// Reads answered from the replica.
+	Reads uint64
+	// Fallbacks answered by the primary, by reason.
+	Fallbacks map[string]uint64
+}
+
+// Stats returns the counts (the same as the metrics).
+func (rd *Reads) Stats() Stats {
+	s := Stats{Reads: rd.nReads.Load(), Fallbacks: map[string]uint64{}}
+	for i, r := range reasons {
+		s.Fallbacks[r] = rd.nFallbacks[i].Load()
+	}
+	return s
+}
+
+func (rd *Reads) fallback(reason string) {
+	for i, r := range reasons {
+		if r == reason {
+			rd.nFallbacks[i].Add(1)
+		}
+	}
+	rd.fallbacks.WithLabelValues(reason).Inc()
+}
+
+// Collectors are the router's metrics, for a Prometheus registry.
+func (rd *Reads) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{rd.reads, rd.fallbacks, rd.lagGauge, rd.upGauge}
+}
+
+// Close stops the measurements. It does not close the pools.
+func (rd *Reads) Close() {
+	if rd == nil {
+		return
+	}
+	select {
+	case <-rd.stop:
+	default:
+		close(rd.stop)
+	}
+	<-rd.done
+}
+
+// MaxLag is the configured bound.
+func (rd *Reads) MaxLag() time.Duration { return rd.cfg.MaxLag }
+
+// Lag is how far behind the replica may be now, and whether that is known
+// (false: the replica is unavailable or no horizon is known).
+func (rd *Reads) Lag() (time.Duration, bool) {
+	rd.mu.Lock()
+	st := rd.st
+	rd.mu.Unlock()
+	if !st.ok || st.horizon.IsZero() {
+		return 0, false
+	}
+	return max(time.Since(st.horizon), 0), true
+}
+
+func (rd *Reads) loop() {
+	defer close(rd.done)
+	t := time.NewTicker(rd.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-rd.stop:
+			return
+		case <-t.C:
+			rd.refresh()
+		}
+	}
+}
+
+// refresh makes one measurement and publishes it.
+func (rd *Reads) refresh() {
+	ctx, cancel := context.WithTimeout(context.Background(), rd.cfg.Timeout)
+	defer cancel()
+	st := rd.measure(ctx)
+	rd.mu.Lock()
+	prev := rd.st
+	rd.st = st
+	rd.mu.Unlock()
+	switch {
+	case st.ok && (!prev.measured || !prev.ok):
+		rd.cfg.Logger.Info("replica: reads go to the read replica", "max_lag", rd.cfg.MaxLag.String())
+	case !st.ok && (!prev.measured || prev.ok || prev.problem != st.problem):
+		rd.cfg.Logger.Warn("replica: read replica unusable; reads go to the primary", "problem", st.problem)
+	}
+}
+
+func (rd *Reads) measure(ctx context.Context) state {
+	t0 := time.Now()
+	var insertLSN int64
+	if err := rd.cfg.Primary.QueryRow(ctx, `SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint`).Scan(&insertLSN); err != nil {
+		// Without the primary's position there is no horizon to measure
+		// against; the primary's own trouble is reported by the primary's
+		// requests, but the replica is not read without a measurement.
+		return state{measured: true, problem: "primary position: " + err.Error()}
+	}
+	var inRecovery bool
+	var replay *int64
+	var replayAge *float64
+	err := rd.cfg.Replica.QueryRow(ctx, `SELECT pg_is_in_recovery(), (pg_last_wal_replay_lsn() - '0/0'::pg_lsn)::bigint,
+		extract(epoch FROM clock_timestamp() - pg_last_xact_replay_timestamp())::float8`).Scan(&inRecovery, &replay, &replayAge)
+	t1 := time.Now()
+	if err != nil {
+		return state{measured: true, problem: err.Error()}
+	}
+	if !inRecovery || replay == nil {
+		return state{measured: true, problem: "the server is not in recovery (not a standby, or promoted): it does not follow the primary"}
+	}
+	rd.samples = append(rd.samples, sample{at: t0, lsn: insertLSN})
+	// Keep samples back to twice the bound: an older horizon means the
+	// replica is not read anyway.
+	keepFrom := t1.Add(-2 * rd.cfg.MaxLag)
+	i := 0
+	for i < len(rd.samples)-1 && rd.samples[i].at.Before(keepFrom) {
+		i++
+	}
+	rd.samples = rd.samples[i:]
+	if len(rd.samples) > 4096 {
+		rd.samples = rd.samples[len(rd.samples)-4096:]
+	}
+	st := state{measured: true, ok: true}
+	for j := len(rd.samples) - 1; j >= 0; j-- {
+		if rd.samples[j].lsn <= *replay {
+			st.horizon = rd.samples[j].at
+			break
+		}
+	}
+	if st.horizon.IsZero() && replayAge != nil {
+		// Further behind than the samples kept: the last replayed commit's
+		// time (on the servers' clocks) is the best bound known.
+		st.horizon = t1.Add(-time.Duration(*replayAge * float64(time.Second)))
+	}
+	return st
+}
+
+// pick decides where a routed read goes: the replica with its lag, or the
+// primary (the fallback counted).
+func (rd *Reads) pick() (time.Duration, bool) {
+	rd.mu.Lock()
+	st := rd.st
+	rd.mu.Unlock()
+	if !st.ok {
+		rd.fallback(ReasonUnavailable)
+		return 0, false
+	}
+	if st.horizon.IsZero() {
+		rd.fallback(ReasonLagging)
+		return 0, false
+	}
+	lag := max(time.Since(st.horizon), 0)
+	if lag > rd.cfg.MaxLag {
+		rd.fallback(ReasonLagging)
+		return 0, false
+	}
+	return lag, true
+}
+
+type ctxKey struct{}
+
+// DB is the pool a routed request reads: the replica when Route chose it,
+// else primary. Handlers of routed requests read through DB; everything else
+// keeps using the primary.
+func DB(ctx context.Context, primary *pgxpool.Pool) *pgxpool.Pool {
+	if p, ok := ctx.Value(ctxKey{}).(*pgxpool.Pool); ok {
+		return p
+	}
+	return primary
+}
+
+// FormatLag is the LagHeader value of lag: seconds with millisecond
+// precision, rounded up (the header is an upper bound).
+func FormatLag(lag time.Duration) string {
+	ms := (lag + time.Millisecond - 1) / time.Millisecond
+	return strconv.FormatFloat(float64(ms)/1000, 'f', 3, 64)
+}
+
+// Route is the middleware of a read that may be stale: while the replica is
+// usable it serves next with DB(ctx) = the replica and sets LagHeader on the
+// answer; otherwise next reads the primary. A replica answer that is a 404
+// or a 5xx is dropped unsent and the request is served again on the primary
+// (the handler must only read: Route is for GETs). A nil *Reads returns next.
+func (rd *Reads) Route(next http.Handler) http.Handler {
+	if rd == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		lag, ok := rd.pick()
+		if !ok {
+			next.ServeHTTP(w, r)
+			return
+		}
+		saved := w.Header().Clone()
+		tw := &tryWriter{ResponseWriter: w, lag: lag}
+		next.ServeHTTP(tw, r.WithContext(context.WithValue(r.Context(), ctxKey{}, rd.cfg.Replica)))
+		if !tw.dropped {
+			if !tw.decided {
+				tw.decide(http.StatusOK) // a handler that wrote nothing: an empty 200
+			}
+			rd.nReads.Add(1)
+			rd.reads.Inc()
+			return
+		}
+		rd.fallback(ReasonFailed)
+		rd.cfg.Logger.WarnContext(r.Context(), "replica: the replica's answer was dropped; the primary answers",
+			"path", r.URL.Path, "status", tw.status)
+		h := w.Header()
+		clear(h)
+		for k, v := range saved {
+			h[k] = v
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// tryWriter holds a replica answer back until its status is known: a 404 or
+// a 5xx is dropped (nothing reaches the client), anything else goes out
+// with LagHeader.
+type tryWriter struct {
+	http.ResponseWriter
+	lag     time.Duration
+	decided bool
+	dropped bool
+	status  int
+}
+
+func (w *tryWriter) decide(code int) {
+	if w.decided {
+		return
+	}
+	w.decided, w.status = true, code
+	if code == http.StatusNotFound || code >= 500 {
+		w.dropped = true
+		return
+	}
+	w.ResponseWriter.Header().Set(LagHeader, FormatLag(w.lag))
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *tryWriter) WriteHeader(code int) {
+	if code >= 100 && code < 200 {
+		return // informational answers are not forwarded from a try
+	}
+	w.decide(code)
+}
+
+func (w *tryWriter) Write(b []byte) (int, error) {
+	w.decide(http.StatusOK)
+	if w.dropped {
+		return len(b), nil
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Flush lets streaming handlers (CSV export) flush.
+func (w *tryWriter) Flush() {
+	if !w.decided || w.dropped {
+		return
+	}
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *tryWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
