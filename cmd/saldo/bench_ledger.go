@@ -100,6 +100,26 @@ func runBenchLedger(ctx context.Context, args []string) error {
 		fmt.Println(res)
 	}
 
+	fmt.Println("\nbytes on disk per transfer, after the run (WAL per workload is above):")
+	lf, err := ledgerbench.LedgerFootprint(ctx, pool)
+	if err != nil {
+		return err
+	}
+	fmt.Println(lf)
+	if *baseline {
+		bf, err := ledgerbench.BaselineFootprint(ctx, pool)
+		if err != nil {
+			return err
+		}
+		fmt.Println(bf)
+		if lt, _, _ := lf.Total(); lt > 0 {
+			if bt, _, _ := bf.Total(); bt > 0 {
+				fmt.Printf("ratio ledger / baseline bytes per transfer: %.1fx\n", lt/bt)
+			}
+		}
+	}
+	fmt.Println()
+
 	rep, err := ledger.Verify(ctx, pool)
 	if err != nil {
 		return fmt.Errorf("audit verify: %w", err)

@@ -16,6 +16,48 @@ import (
 // Linux everywhere that matters).
 const clockTick = 100
 
+// MachineTicks is a reading of the machine's CPU counters (/proc/stat).
+type MachineTicks struct{ busy, total int64 }
+
+// MachineCPU reads the machine's CPU counters; zero when /proc/stat cannot
+// be read.
+func MachineCPU() MachineTicks {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return MachineTicks{}
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return MachineTicks{}
+	}
+	var t MachineTicks
+	// user nice system idle iowait irq softirq steal ...: idle and iowait
+	// are not busy; guest time is already counted in user.
+	for i, s := range f[1:] {
+		if i >= 8 {
+			break
+		}
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return MachineTicks{}
+		}
+		t.total += v
+		if i != 3 && i != 4 {
+			t.busy += v
+		}
+	}
+	return t
+}
+
+// BusySince is the share of all cores busy between m0 and m (0..1).
+func (m MachineTicks) BusySince(m0 MachineTicks) float64 {
+	if m.total <= m0.total || m0.total == 0 {
+		return 0
+	}
+	return float64(m.busy-m0.busy) / float64(m.total-m0.total)
+}
+
 // ProcessCPU returns the CPU time (user + system) this process has used.
 func ProcessCPU() time.Duration {
 	var ru syscall.Rusage

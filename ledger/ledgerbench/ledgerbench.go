@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -78,9 +79,23 @@ type Result struct {
 	Elapsed   time.Duration
 	PerSecond float64
 	P50, P99  time.Duration
-	// BytesPerTransfer is the growth of the run's tables (heap, indexes,
-	// TOAST) divided by Transfers.
-	BytesPerTransfer float64
+	// BytesPerTransfer is the growth of the run's history tables (heap,
+	// indexes, TOAST) divided by Transfers; HeapBytes (heap and TOAST) and
+	// IndexBytes split it. BalanceBytes is the growth of the table of
+	// balances (updated in place: dead row versions that VACUUM reclaims)
+	// divided by Transfers.
+	BytesPerTransfer, HeapBytes, IndexBytes, BalanceBytes float64
+	// WALBytes is the WAL written while the workload ran, divided by
+	// Transfers: the records of this database's relations and the commit
+	// records of their transactions when pg_walinspect can be used (a
+	// superuser on PostgreSQL 15+), else the whole server's WAL
+	// (WALServerWide), which on a shared server includes other databases'.
+	WALBytes      float64
+	WALServerWide bool
+	// MachineCPU is the share of every core of the machine that was busy
+	// while the workload ran (0..1), whoever used it: above 0.9 the run
+	// was bound by the cores, below it by latency (commits, locks).
+	MachineCPU float64
 	// ClientCPU and ServerCPU are CPU time per transfer spent by this
 	// process and by the database backends serving it (read from /proc;
 	// zero when the server is not local). Unlike transfers/s they do not
@@ -92,12 +107,16 @@ type Result struct {
 }
 
 func (r Result) String() string {
+	walScope := ""
+	if r.WALServerWide {
+		walScope = " (whole server)"
+	}
 	cpu := ""
 	if r.ServerCPU > 0 {
 		cpu = fmt.Sprintf("  CPU/transfer client %4.0f us server %4.0f us", us(r.ClientCPU), us(r.ServerCPU))
 	}
-	return fmt.Sprintf("%-32s %8.0f transfers/s  p50 %6.2f ms  p99 %6.2f ms  %6.0f B/transfer%s  (%d in %s, %d refused)",
-		r.Name, r.PerSecond, ms(r.P50), ms(r.P99), r.BytesPerTransfer, cpu, r.Transfers, r.Elapsed.Round(time.Millisecond), r.Refused)
+	return fmt.Sprintf("%-36s %7.0f transfers/s  p50 %6.2f ms  p99 %6.2f ms%s  machine CPU %3.0f%%  WAL %5.0f B/transfer%s  (%d in %s, %d refused)",
+		r.Name, r.PerSecond, ms(r.P50), ms(r.P99), cpu, 100*r.MachineCPU, r.WALBytes, walScope, r.Transfers, r.Elapsed.Round(time.Millisecond), r.Refused)
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
@@ -115,7 +134,8 @@ type transferFunc func(ctx context.Context, round, worker, seq, from, to int, am
 // during the run treats every workload alike.
 type Workload struct {
 	name     string
-	tables   []string
+	tables   []string // the history: written once per transfer
+	balances string   // the balances: updated in place
 	transfer transferFunc
 	pool     *pgxpool.Pool
 	o        Options
@@ -131,6 +151,11 @@ type sample struct {
 	refused   int64
 	elapsed   time.Duration
 	bytes     int64
+	heap      int64
+	balances  int64
+	wal       int64
+	walServer bool
+	busy      float64 // machine CPU busy share
 	client    time.Duration
 	server    time.Duration
 	commits   int64
@@ -138,12 +163,13 @@ type sample struct {
 
 // Measure runs the workload for d and records the sample.
 func (w *Workload) Measure(ctx context.Context, d time.Duration) error {
-	before, err := tablesSize(ctx, w.pool, w.tables...)
+	before, heap0, bal0, lsn0, err := tablesSize(ctx, w.pool, w.balances, w.tables)
 	if err != nil {
 		return err
 	}
 	w.rounds++
 	client0, server0 := ProcessCPU(), BackendsCPU(ctx, w.pool)
+	machine0 := MachineCPU()
 	var commits0 int64
 	if w.commits != nil {
 		commits0 = w.commits()
@@ -152,16 +178,19 @@ func (w *Workload) Measure(ctx context.Context, d time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("ledgerbench: %s: %w", w.name, err)
 	}
+	machine1 := MachineCPU()
 	client1, server1 := ProcessCPU(), BackendsCPU(ctx, w.pool)
+	sm.busy = machine1.BusySince(machine0)
 	sm.commits = int64(len(sm.latencies)) + sm.refused
 	if w.commits != nil {
 		sm.commits = w.commits() - commits0
 	}
-	after, err := tablesSize(ctx, w.pool, w.tables...)
+	after, heap1, bal1, lsn1, err := tablesSize(ctx, w.pool, w.balances, w.tables)
 	if err != nil {
 		return err
 	}
-	sm.bytes = after - before
+	sm.bytes, sm.heap, sm.balances = after-before, heap1-heap0, bal1-bal0
+	sm.wal, sm.walServer = walBytes(ctx, w.pool, lsn0, lsn1)
 	sm.client = client1 - client0
 	if server0 > 0 && server1 > server0 {
 		sm.server = server1 - server0
@@ -174,11 +203,17 @@ func (w *Workload) Measure(ctx context.Context, d time.Duration) error {
 func (w *Workload) Result() Result {
 	r := Result{Name: w.name}
 	var all []time.Duration
-	var bytes int64
+	var bytes, heap, wal, balances int64
 	var client, server time.Duration
 	var commits int64
+	var busy float64
 	for _, sm := range w.samples {
 		commits += sm.commits
+		heap += sm.heap
+		balances += sm.balances
+		wal += sm.wal
+		r.WALServerWide = r.WALServerWide || sm.walServer
+		busy += sm.busy * sm.elapsed.Seconds()
 		all = append(all, sm.latencies...)
 		r.Refused += sm.refused
 		r.Elapsed += sm.elapsed
@@ -193,6 +228,11 @@ func (w *Workload) Result() Result {
 		r.P99 = all[len(all)*99/100]
 		r.PerSecond = float64(r.Transfers) / r.Elapsed.Seconds()
 		r.BytesPerTransfer = float64(bytes) / float64(r.Transfers)
+		r.HeapBytes = float64(heap) / float64(r.Transfers)
+		r.IndexBytes = r.BytesPerTransfer - r.HeapBytes
+		r.BalanceBytes = float64(balances) / float64(r.Transfers)
+		r.WALBytes = float64(wal) / float64(r.Transfers)
+		r.MachineCPU = busy / r.Elapsed.Seconds()
 		r.ClientCPU = client / time.Duration(r.Transfers)
 		r.ServerCPU = server / time.Duration(r.Transfers)
 	}
@@ -272,10 +312,44 @@ func drive(ctx context.Context, o Options, d time.Duration, round int, fn transf
 	return sm, firstErr
 }
 
-func tablesSize(ctx context.Context, pool *pgxpool.Pool, tables ...string) (int64, error) {
-	var n int64
-	err := pool.QueryRow(ctx, `SELECT coalesce(sum(pg_total_relation_size(t::regclass)), 0)::bigint FROM unnest($1::text[]) t`, tables).Scan(&n)
-	return n, err
+// tablesSize returns the total size of tables (heap, TOAST and indexes),
+// the heap and TOAST part alone, the total size of the balances table, and
+// the server's WAL flush position (pg_walinspect reads no further).
+func tablesSize(ctx context.Context, pool *pgxpool.Pool, balancesTable string, tables []string) (total, heap, balances int64, lsn string, err error) {
+	err = pool.QueryRow(ctx, `SELECT coalesce(sum(pg_total_relation_size(t::regclass)), 0)::bigint,
+		coalesce(sum(pg_table_size(t::regclass)), 0)::bigint, pg_total_relation_size($2::regclass),
+		pg_current_wal_flush_lsn()::text
+		FROM unnest($1::text[]) t`, tables, balancesTable).Scan(&total, &heap, &balances, &lsn)
+	return total, heap, balances, lsn, err
+}
+
+// walBytes is the WAL between two positions that belongs to the pool's
+// database: records touching its relations and the commit records of
+// their transactions, read with pg_walinspect (created in the database if
+// missing). Without it (not a superuser, PostgreSQL before 15) it is
+// every byte between the positions, and serverWide is set.
+func walBytes(ctx context.Context, pool *pgxpool.Pool, lsn0, lsn1 string) (n int64, serverWide bool) {
+	var all int64
+	if err := pool.QueryRow(ctx, `SELECT ($2::pg_lsn - $1::pg_lsn)::bigint`, lsn0, lsn1).Scan(&all); err != nil {
+		return 0, true
+	}
+	if _, err := pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_walinspect`); err != nil {
+		fmt.Fprintf(os.Stderr, "ledgerbench: WAL of the whole server (pg_walinspect: %v)\n", err)
+		return all, true
+	}
+	err := pool.QueryRow(ctx, `
+		WITH r AS MATERIALIZED (
+			SELECT xid, resource_manager, record_length,
+			       block_ref LIKE '%/' || (SELECT oid FROM pg_database WHERE datname = current_database()) || '/%' AS ours
+			FROM pg_get_wal_records_info($1::pg_lsn, $2::pg_lsn))
+		SELECT coalesce(sum(record_length), 0)::bigint FROM r
+		WHERE ours OR (resource_manager = 'Transaction' AND xid IN (SELECT xid FROM r WHERE ours AND xid <> '0'))`,
+		lsn0, lsn1).Scan(&n)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "ledgerbench: WAL of the whole server (pg_walinspect: %v)\n", err)
+		return all, true
+	}
+	return n, false
 }
 
 // PrepareLedger prepares the ledger.Post workload: it creates o.Accounts
@@ -347,7 +421,7 @@ func prepareLedger(ctx context.Context, pool *pgxpool.Pool, o Options, name stri
 	if o.Hot {
 		name += " (hot)"
 	}
-	w := &Workload{name: name, tables: []string{"ledger_accounts", "ledger_transactions", "ledger_postings"}, pool: pool, o: o}
+	w := &Workload{name: name, balances: "ledger_accounts", tables: []string{"ledger_transactions", "ledger_postings"}, pool: pool, o: o}
 	w.transfer = func(ctx context.Context, round, worker, seq, from, to int, amount decimal.Decimal) (bool, error) {
 		err := post(ctx, ledger.TransactionInput{
 			IdempotencyKey: fmt.Sprintf("%s-%d-%d-%d", run, round, worker, seq),
@@ -435,7 +509,7 @@ func PrepareBaseline(ctx context.Context, pool *pgxpool.Pool, o Options, mode Ba
 	if o.Hot {
 		name += " (hot)"
 	}
-	w := &Workload{name: name, tables: []string{"saldo_bench_accounts", "saldo_bench_history"}, pool: pool, o: o}
+	w := &Workload{name: name, balances: "saldo_bench_accounts", tables: []string{"saldo_bench_history"}, pool: pool, o: o}
 	w.transfer = func(ctx context.Context, round, worker, seq, from, to int, amount decimal.Decimal) (bool, error) {
 		type leg struct {
 			id    int
@@ -548,6 +622,109 @@ func CheckPool(pool *pgxpool.Pool, o Options) error {
 	}
 	if int(pool.Config().MaxConns) < o.Workers {
 		return fmt.Errorf("ledgerbench: pool has %d connections for %d workers (set pool_max_conns)", pool.Config().MaxConns, o.Workers)
+	}
+	return nil
+}
+
+// Footprint is what a workload's history costs on disk: each relation's
+// bytes divided by the transfers it holds. Sizes taken after a run are
+// exact where growth measured during a run is not: PostgreSQL extends a
+// heap by many pages at once when backends queue to extend it, and those
+// pages then fill with whichever workload writes next.
+type Footprint struct {
+	Name      string
+	Transfers int64
+	Relations []RelationBytes
+}
+
+// RelationBytes is one relation's bytes per transfer.
+type RelationBytes struct {
+	Name  string
+	Index bool
+	// PerTransfer counts a heap's used bytes (tuples, dead tuples, page
+	// headers and line pointers: pgstattuple's table_len - free_space,
+	// or the whole size without pgstattuple) and an index's whole size.
+	PerTransfer float64
+}
+
+// Total is the bytes per transfer of every relation; Heap and Indexes
+// split it.
+func (f Footprint) Total() (total, heap, indexes float64) {
+	for _, r := range f.Relations {
+		total += r.PerTransfer
+		if r.Index {
+			indexes += r.PerTransfer
+		} else {
+			heap += r.PerTransfer
+		}
+	}
+	return total, heap, indexes
+}
+
+func (f Footprint) String() string {
+	t, h, i := f.Total()
+	s := fmt.Sprintf("%-36s %5.0f B/transfer: heap %4.0f, indexes %4.0f  (%d transfers)", f.Name, t, h, i, f.Transfers)
+	for _, r := range f.Relations {
+		s += fmt.Sprintf("\n    %-40s %5.0f", r.Name, r.PerTransfer)
+	}
+	return s
+}
+
+// LedgerFootprint measures the ledger's history tables (transactions and
+// postings, with their indexes) per transaction in the database.
+func LedgerFootprint(ctx context.Context, pool *pgxpool.Pool) (Footprint, error) {
+	f := Footprint{Name: "ledger (transactions + postings)"}
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM ledger_transactions`).Scan(&f.Transfers); err != nil {
+		return f, err
+	}
+	return f, f.measure(ctx, pool, "ledger_transactions", "ledger_postings")
+}
+
+// BaselineFootprint measures the baselines' history table per transfer
+// (two rows per transfer).
+func BaselineFootprint(ctx context.Context, pool *pgxpool.Pool) (Footprint, error) {
+	f := Footprint{Name: "baseline (history)"}
+	if err := pool.QueryRow(ctx, `SELECT count(*) / 2 FROM saldo_bench_history`).Scan(&f.Transfers); err != nil {
+		return f, err
+	}
+	return f, f.measure(ctx, pool, "saldo_bench_history")
+}
+
+func (f *Footprint) measure(ctx context.Context, pool *pgxpool.Pool, tables ...string) error {
+	if f.Transfers == 0 {
+		return nil
+	}
+	_, err := pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pgstattuple`)
+	stattuple := err == nil
+	for _, t := range tables {
+		var heap int64
+		q := `SELECT pg_table_size($1::regclass)`
+		if stattuple {
+			q = `SELECT table_len - free_space + (SELECT coalesce(pg_table_size(reltoastrelid), 0) FROM pg_class WHERE oid = $1::regclass)
+				FROM pgstattuple($1::regclass)`
+		}
+		if err := pool.QueryRow(ctx, q, t).Scan(&heap); err != nil {
+			return fmt.Errorf("ledgerbench: size of %s: %w", t, err)
+		}
+		f.Relations = append(f.Relations, RelationBytes{Name: t, PerTransfer: float64(heap) / float64(f.Transfers)})
+		rows, err := pool.Query(ctx, `SELECT i.indexrelid::regclass::text, pg_relation_size(i.indexrelid)
+			FROM pg_index i WHERE i.indrelid = $1::regclass ORDER BY 1`, t)
+		if err != nil {
+			return fmt.Errorf("ledgerbench: indexes of %s: %w", t, err)
+		}
+		for rows.Next() {
+			var name string
+			var n int64
+			if err := rows.Scan(&name, &n); err != nil {
+				rows.Close()
+				return err
+			}
+			f.Relations = append(f.Relations, RelationBytes{Name: "  index " + name, Index: true, PerTransfer: float64(n) / float64(f.Transfers)})
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
 	}
 	return nil
 }
