@@ -320,8 +320,8 @@ func TestDatabaseGuards(t *testing.T) {
 	// Postings written directly must keep their transaction balanced and
 	// name an existing account in its currency and an existing transaction
 	// (checked at commit).
-	insert := `INSERT INTO ledger_postings (account_id, seq, transaction_id, leg, amount, currency, balance_after, posted_at, prev_hash, hash)
-		VALUES ($1, 99, $2, 3, 5, $3, 5, now(), '\x', '\x')`
+	insert := `INSERT INTO ledger_postings (account_id, seq, transaction_id, leg, amount, currency, balance_after, posted_at, hash)
+		VALUES ($1, 99, $2, 3, 5, $3, 5, now(), '\x')`
 	_, err = f.pool.Exec(ctx, insert, b.ID, posted.ID, "BRL")
 	require.ErrorIs(t, ledger.MapCommitError(err), ledger.ErrUnbalanced)
 	_, err = f.pool.Exec(ctx, insert, b.ID, posted.ID, "USD")
@@ -337,8 +337,8 @@ func TestDatabaseGuards(t *testing.T) {
 	// CHECK constraints): a balanced pair with a zero leg, legs that skip a
 	// number, and a transaction whose cause kind is not a lowercase word.
 	pair := func(tx pgx.Tx, txID int64, legA, legB int, amount string) error {
-		_, err := tx.Exec(ctx, `INSERT INTO ledger_postings (account_id, seq, transaction_id, leg, amount, currency, balance_after, posted_at, prev_hash, hash)
-			VALUES ($1, 90, $2, $3, $4::numeric, 'BRL', 0, now(), '\x', '\x'), ($5, 91, $2, $6, -$4::numeric, 'BRL', 0, now(), '\x', '\x')`,
+		_, err := tx.Exec(ctx, `INSERT INTO ledger_postings (account_id, seq, transaction_id, leg, amount, currency, balance_after, posted_at, hash)
+			VALUES ($1, 90, $2, $3, $4::numeric, 'BRL', 0, now(), '\x'), ($5, 91, $2, $6, -$4::numeric, 'BRL', 0, now(), '\x')`,
 			a.ID, txID, legA, amount, b.ID, legB)
 		return err
 	}

@@ -28,8 +28,9 @@ const (
 	// ViolationBalanceAfter: a posting's balance_after is not the previous
 	// posting's balance_after plus its amount.
 	ViolationBalanceAfter ViolationKind = "balance_after_mismatch"
-	// ViolationHashChain: a posting's hash does not match its content, or its
-	// prev_hash is not the previous posting's hash (tampering).
+	// ViolationHashChain: a posting's hash does not match its content
+	// followed by the hash of the account's previous posting (tampering with
+	// the posting, or with the one before it).
 	ViolationHashChain ViolationKind = "hash_chain_broken"
 	// ViolationCurrency: a posting in a currency other than its account's.
 	ViolationCurrency ViolationKind = "currency_mismatch"
@@ -162,7 +163,7 @@ func Verify(ctx context.Context, db DBTX) (Report, error) {
 // verifyPostings walks every account's history in sequence order once.
 func verifyPostings(ctx context.Context, db DBTX, rep *Report) error {
 	rows, err := db.Query(ctx, `
-		SELECT code, seq, transaction_id, gap, bad_after, negative, bad_hash, bad_prev, bad_currency,
+		SELECT code, seq, transaction_id, gap, bad_after, negative, bad_hash, bad_currency,
 		       orphan, backwards, prev_seq, amount::text, balance_after::text, prev_after::text
 		FROM (
 			SELECT coalesce(a.code, 'account id ' || p.account_id) AS code, p.seq, p.transaction_id, p.amount, p.balance_after,
@@ -175,28 +176,28 @@ func verifyPostings(ctx context.Context, db DBTX, rep *Report) error {
 			       p.hash <> sha256(convert_to(concat_ws('|', 'saldo-ledger-posting-v1',
 			           p.account_id, p.seq, p.transaction_id, p.leg,
 			           trim_scale(p.amount)::text, p.currency, trim_scale(p.balance_after)::text,
-			           (extract(epoch FROM p.posted_at) * 1000000)::bigint), 'UTF8') || p.prev_hash) AS bad_hash,
-			       p.prev_hash <> coalesce(lag(p.hash) OVER w, '\x'::bytea) AS bad_prev,
+			           (extract(epoch FROM p.posted_at) * 1000000)::bigint), 'UTF8')
+			           || coalesce(lag(p.hash) OVER w, '\x'::bytea)) AS bad_hash,
 			       coalesce(p.currency <> a.currency, false) AS bad_currency,
 			       a.id IS NULL OR NOT EXISTS (SELECT 1 FROM ledger_transactions t WHERE t.id = p.transaction_id) AS orphan
 			FROM ledger_postings p LEFT JOIN ledger_accounts a ON a.id = p.account_id
 			WINDOW w AS (PARTITION BY p.account_id ORDER BY p.seq)
 		) x
-		WHERE gap OR bad_after OR negative OR bad_hash OR bad_prev OR bad_currency OR orphan OR backwards`)
+		WHERE gap OR bad_after OR negative OR bad_hash OR bad_currency OR orphan OR backwards`)
 	if err != nil {
 		return fmt.Errorf("ledger: verify: postings: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var (
-			code                                                        string
-			seq, tx                                                     int64
-			gap, badAfter, negative, badHash, badPrev, bc, orphan, back bool
-			prevSeq                                                     *int64
-			amount, after                                               string
-			prevAfter                                                   *string
+			code                                               string
+			seq, tx                                            int64
+			gap, badAfter, negative, badHash, bc, orphan, back bool
+			prevSeq                                            *int64
+			amount, after                                      string
+			prevAfter                                          *string
 		)
-		if err := rows.Scan(&code, &seq, &tx, &gap, &badAfter, &negative, &badHash, &badPrev, &bc,
+		if err := rows.Scan(&code, &seq, &tx, &gap, &badAfter, &negative, &badHash, &bc,
 			&orphan, &back, &prevSeq, &amount, &after, &prevAfter); err != nil {
 			return fmt.Errorf("ledger: verify: postings: %w", err)
 		}
@@ -214,11 +215,7 @@ func verifyPostings(ctx context.Context, db DBTX, rep *Report) error {
 			rep.add(v)
 		}
 		if badHash {
-			v.Kind, v.Detail = ViolationHashChain, "hash does not match the posting's content"
-			rep.add(v)
-		}
-		if badPrev {
-			v.Kind, v.Detail = ViolationHashChain, "prev_hash is not the previous posting's hash"
+			v.Kind, v.Detail = ViolationHashChain, "hash does not match the posting's content and the previous posting's hash"
 			rep.add(v)
 		}
 		if bc {

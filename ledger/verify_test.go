@@ -154,8 +154,9 @@ func TestVerifyDetectsDamage(t *testing.T) {
 	t.Run("forged chain link", func(t *testing.T) {
 		t.Parallel()
 		ctx, f, admin, a, _ := history(t)
-		// Rewrite a middle posting's hash to match tampered content: the
-		// next posting's prev_hash no longer matches.
+		// Rewrite a middle posting's hash (as if to match tampered
+		// content): it no longer matches its content, and the next
+		// posting's hash, computed over it, no longer matches either.
 		exec(t, admin, `UPDATE ledger_postings SET hash = sha256(hash)
 			WHERE account_id = (SELECT id FROM ledger_accounts WHERE code = $1) AND seq = 4`, a)
 		expect(t, ctx, f.pool, true, map[ledger.ViolationKind]int64{ledger.ViolationHashChain: 2})
