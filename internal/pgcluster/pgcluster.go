@@ -84,6 +84,10 @@ type Options struct {
 	// Reuse: when Dir already holds a running cluster started by Start,
 	// return it instead of failing.
 	Reuse bool
+	// Settings are more server settings ("name=value", passed as -c after
+	// the defaults, so they override them), e.g. "synchronous_commit=on"
+	// where a figure must not depend on the test default (off).
+	Settings []string
 }
 
 // Start initialises (if needed) and starts a cluster. The caller stops it
@@ -106,6 +110,12 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{Dir: dir, bin: bin, cred: cred}
+	for _, s := range opts.Settings {
+		if strings.ContainsAny(s, " \t'\"") || !strings.Contains(s, "=") {
+			return nil, fmt.Errorf("pgcluster: setting %q: name=value without spaces or quotes", s)
+		}
+		c.extra = strings.TrimSpace(c.extra + " -c " + s)
+	}
 	if cred != nil {
 		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
 			return nil, err

@@ -36,17 +36,22 @@ func TestStartFromLocalBinaries(t *testing.T) {
 // TestReplicaStreamsFromPrimary makes a real streaming replica of a cluster
 // of its own (pg_basebackup -R, as the postgres user when root): a row
 // committed on the primary appears on the replica, the replica is a hot
-// standby that refuses writes, it catches up after a restart, and Remove
+// standby that refuses writes (Options.Settings reach the primary), it catches up after a restart, and Remove
 // drops its replication slot on the primary.
 func TestReplicaStreamsFromPrimary(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	p, err := pgcluster.Start(ctx, pgcluster.Options{})
+	p, err := pgcluster.Start(ctx, pgcluster.Options{Settings: []string{"synchronous_commit=on"}})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, p.Remove()) }()
 	pc, err := pgx.Connect(ctx, p.URL("postgres"))
 	require.NoError(t, err)
 	defer pc.Close(ctx)
+	var syncCommit string
+	require.NoError(t, pc.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&syncCommit))
+	require.Equal(t, "on", syncCommit, "Options.Settings override the defaults")
+	_, err = pgcluster.Start(ctx, pgcluster.Options{Settings: []string{"work_mem = 1MB"}})
+	require.Error(t, err, "a setting with a space is refused")
 	_, err = pc.Exec(ctx, `CREATE TABLE t (v int); INSERT INTO t VALUES (1)`)
 	require.NoError(t, err)
 
