@@ -217,6 +217,18 @@ func TestStripeBankAccountWithoutAStripeRouteIs422_R21(t *testing.T) {
 			"destination": map[string]any{"stripe_bank_account": "ba_1SaldoLojaBRL"}}}})
 	require.Equal(t, http.StatusUnprocessableEntity, code, "%v", body)
 	require.Equal(t, "legs[0].destination", body["field"])
+	// Malformed, or on another operation: 400 naming the field.
+	for _, c := range []struct{ op, dest, field string }{
+		{"bank_payout", "card_1ABC", "destination.stripe_bank_account"},
+		{"pix_transfer", "ba_1SaldoLojaBRL", "destination.stripe_bank_account"},
+		{"account_transfer", "ba_1SaldoLojaBRL", "destination"},
+	} {
+		code, body = w.post(t, "/v1/merchants/m1/payouts", map[string]any{"operation": c.op, "amount": "10.00",
+			"currency": "BRL", "destination": map[string]any{"stripe_bank_account": c.dest}})
+		require.Equal(t, http.StatusBadRequest, code, "%v", body)
+		require.Equal(t, "validation_failed", body["code"])
+		require.Equal(t, c.field, body["field"], "%v", body)
+	}
 	require.Equal(t, before, w.rows(t), "nothing written")
 
 	code, body = w.post(t, "/v1/merchants/m1/payouts", map[string]any{"operation": "bank_payout", "amount": "10.00",
