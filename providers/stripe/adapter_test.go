@@ -102,6 +102,17 @@ func TestClassifyEveryStripeAnswer_R1_R2(t *testing.T) {
 			t.Errorf("%d objects created by a refused request", n)
 		}
 		reached[attempts.OutcomeAuthRefused] = true
+		// A lookup with that key is refused too: inconclusive (not found
+		// would be a lie), alerted, the key nowhere.
+		buf.Reset()
+		lr, err := p.Lookup(context.Background(), providers.OpBankPayout, ref())
+		if err != nil || lr.Found || lr.Exchange.StatusCode != http.StatusUnauthorized {
+			t.Errorf("lookup with a wrong key: %+v %v", lr, err)
+		}
+		if !strings.Contains(buf.String(), "level=ERROR") || !strings.Contains(buf.String(), "lookup refused") ||
+			strings.Contains(buf.String(), "sk_test_revokedKey123") {
+			t.Errorf("lookup refusal not alerted, or the key leaked: %s", buf.String())
+		}
 	})
 	t.Run("400 idempotency_error: key misuse", func(t *testing.T) {
 		_, p := newFake(t)

@@ -66,6 +66,12 @@ func (p *Provider) Lookup(ctx context.Context, op providers.Operation, reference
 	ex := p.client.Do(ctx, http.MethodGet, p.baseURL+path+"?"+q.Encode(), p.headers(), nil)
 	ex.Err, ex.Body = p.redactErr(ex.Err), p.redactBody(ex.Body)
 	res := providers.LookupResult{Exchange: ex}
+	if ex.StatusCode == http.StatusUnauthorized || ex.StatusCode == http.StatusForbidden {
+		// Inconclusive (never "not found"): the attempt keeps waiting for a
+		// lookup that can answer, and an operator must fix the key.
+		p.log.Error("stripe: lookup refused: the API key is wrong, revoked or lacks a permission; unknown attempts stay unresolved until an operator fixes it",
+			"status", ex.StatusCode, "operation", string(op), "request_id", ex.ProviderRequestID)
+	}
 	if ex.Err != nil || ex.StatusCode != http.StatusOK {
 		return res, nil
 	}
