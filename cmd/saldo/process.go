@@ -350,6 +350,9 @@ func openReads(primary *pgxpool.Pool, pc processConfig, log *slog.Logger) (*repl
 		cfg.ConnConfig.ConnectTimeout = 2 * time.Second
 	}
 	cfg.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
+	// pgx's default (4 on 2 cores) would queue dashboards behind one long
+	// CSV export.
+	cfg.MaxConns = max(cfg.MaxConns, 20)
 	rpool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read database: %w", err)
