@@ -58,6 +58,7 @@ type readsOptions struct {
 	Calibrate   time.Duration
 	PayoutsPerS float64
 	SkipAudit   bool
+	Rounds      int
 }
 
 func runBenchReads(ctx context.Context, args []string) error {
@@ -68,7 +69,8 @@ func runBenchReads(ctx context.Context, args []string) error {
 	fs.IntVar(&o.Merchants, "merchants", 8, "merchants the postings are spread over (at least --builders + 1)")
 	fs.IntVar(&o.Builders, "builders", 2, "concurrent batch writers building the ledger (each owns a long account: merchant r<i> available BRL)")
 	fs.IntVar(&o.Batch, "batch", 2000, "transactions per PostMany batch while building")
-	fs.IntVar(&o.Samples, "samples", 2000, "requests measured per read")
+	fs.IntVar(&o.Samples, "samples", 2000, "requests measured per read, with writers and again without")
+	fs.IntVar(&o.Rounds, "rounds", 10, "interleave the reads in this many rounds (each makes samples/rounds requests of every read)")
 	fs.Float64Var(&o.WriterShare, "writers", 0.5, "writers post at this fraction of the ledger's measured throughput while reads are measured (0: no writers)")
 	fs.IntVar(&o.CSVRows, "csv-rows", 1_000_000, "postings in the measured CSV export")
 	fs.IntVar(&o.DeepPage, "deep-page", 10_000, "the deep entries page measured (50 rows a page; capped by the long account's length)")
@@ -176,6 +178,56 @@ func benchReads(ctx context.Context, pool *pgxpool.Pool, o readsOptions) error {
 	}
 	c := &readsClient{base: base, http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}}
 
+	// The reads, their deep cursors found before anything is measured.
+	long := l.codes[l.avail[0]]
+	entries := "/v1/ledger/postings?limit=50&account=" + url.QueryEscape(long)
+	var lastSeq int64
+	if err := pool.QueryRow(ctx, `SELECT last_seq FROM ledger_accounts WHERE id = $1`, l.avail[0]).Scan(&lastSeq); err != nil {
+		return err
+	}
+	deep := min(int64(o.DeepPage), (lastSeq-1)/50+1)
+	cursor, err := c.walkPostings(ctx, long, auditorKey, (deep-1)*50)
+	if err != nil {
+		return err
+	}
+	var first, last time.Time
+	if err := pool.QueryRow(ctx, `SELECT (SELECT posted_at FROM ledger_postings WHERE account_id = $1 AND seq = 1), last_posted_at
+		FROM ledger_accounts WHERE id = $1`, l.avail[0]).Scan(&first, &last); err != nil {
+		return err
+	}
+	span := last.Sub(first)
+	rng := rand.New(rand.NewPCG(1, 2))
+	stmt := "/v1/merchants/" + l.merchants[0] + "/statement?limit=50"
+	var stmtEntries int64
+	if err := pool.QueryRow(ctx, `SELECT coalesce(sum(last_seq), 0)::bigint FROM ledger_accounts WHERE owner_kind = 'merchant' AND owner_id = $1`,
+		l.merchants[0]).Scan(&stmtEntries); err != nil {
+		return err
+	}
+	stmtDeep := int(min(1000, (stmtEntries-1)/50+1))
+	stmtCursor, err := c.walkStatement(ctx, stmt, merchantKey, stmtDeep)
+	if err != nil {
+		return err
+	}
+	reads := []readSpec{
+		{name: "baseline: GET /readyz (SELECT 1)", path: func() string { return "/readyz" }},
+		{name: "merchant balances", target: 2 * time.Millisecond, key: merchantKey,
+			path: func() string { return "/v1/merchants/" + l.merchants[0] + "/balances" }},
+		{name: "entries page 1 (50 rows)", target: 5 * time.Millisecond, key: auditorKey, path: func() string { return entries }},
+		{name: fmt.Sprintf("entries page %d (50 rows)", deep), target: 5 * time.Millisecond, key: auditorKey,
+			path: func() string { return entries + "&cursor=" + cursor }},
+		{name: "balance at an instant", target: 10 * time.Millisecond, key: auditorKey, path: func() string {
+			at := first.Add(time.Duration(rng.Int64N(int64(span) + 1))).UTC().Format(time.RFC3339Nano)
+			return "/v1/ledger/balance?account=" + url.QueryEscape(long) + "&at=" + url.QueryEscape(at)
+		}},
+		{name: "statement page 1 (50 rows, 3 accounts)", target: 5 * time.Millisecond, key: merchantKey, path: func() string { return stmt }},
+		{name: fmt.Sprintf("statement page %d (50 rows)", stmtDeep), target: 5 * time.Millisecond, key: merchantKey,
+			path: func() string { return stmt + "&cursor=" + stmtCursor }},
+	}
+	idle, err := c.measureRounds(ctx, reads, o.Samples, o.Rounds)
+	if err != nil {
+		return err
+	}
+
 	// The ledger's throughput, then writers at a share of it.
 	rate, err := readsCalibrate(ctx, pool, o, run, l)
 	if err != nil {
@@ -198,65 +250,29 @@ func benchReads(ctx context.Context, pool *pgxpool.Pool, o readsOptions) error {
 		return <-writersDone
 	}
 	defer stop()
-
-	long := l.codes[l.avail[0]]
-	var results []readResult
-	measure := func(name, target string, path func(i int) string, key string) error {
-		r, err := c.measure(ctx, name, target, o.Samples, path, key)
-		if err != nil {
-			return err
+	busy, err := c.measureRounds(ctx, reads, o.Samples, o.Rounds)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\n%d requests per read, one client, interleaved in %d rounds; times in ms; ratios are p99 / the baseline's p99 in the same phase\n", o.Samples, o.Rounds)
+	fmt.Printf("%-40s %17s %17s %17s  %s\n", "", "no writers", "writers running", "", "")
+	fmt.Printf("%-40s %8s %8s %8s %8s %8s  %-12s %s\n", "read", "p50", "p99", "p50", "p99", "ratio", "target", "met (writers running)")
+	for i, r := range reads {
+		met := ""
+		if r.target > 0 {
+			met = "yes"
+			if busy[i].p99 >= r.target {
+				met = "no"
+			}
 		}
-		results = append(results, r)
-		fmt.Println(r)
-		return nil
+		target := ""
+		if r.target > 0 {
+			target = fmt.Sprintf("p99 < %s", r.target)
+		}
+		fmt.Printf("%-40s %8.2f %8.2f %8.2f %8.2f %7.1fx  %-12s %s\n", r.name, ms(idle[i].p50), ms(idle[i].p99), ms(busy[i].p50), ms(busy[i].p99),
+			float64(busy[i].p99)/float64(busy[0].p99), target, met)
 	}
-	if err := measure("baseline: GET /readyz (SELECT 1)", "", func(int) string { return "/readyz" }, ""); err != nil {
-		return err
-	}
-	if err := measure("merchant balances", "p99 < 2 ms", func(int) string { return "/v1/merchants/" + l.merchants[0] + "/balances" }, merchantKey); err != nil {
-		return err
-	}
-	entries := "/v1/ledger/postings?limit=50&account=" + url.QueryEscape(long)
-	if err := measure("entries page 1 (50 rows)", "p99 < 5 ms", func(int) string { return entries }, auditorKey); err != nil {
-		return err
-	}
-	var lastSeq int64
-	if err := pool.QueryRow(ctx, `SELECT last_seq FROM ledger_accounts WHERE id = $1`, l.avail[0]).Scan(&lastSeq); err != nil {
-		return err
-	}
-	deep := min(int64(o.DeepPage), (lastSeq-1)/50+1)
-	cursor, err := c.walkPostings(ctx, long, auditorKey, (deep-1)*50)
-	if err != nil {
-		return err
-	}
-	if err := measure(fmt.Sprintf("entries page %d (50 rows)", deep), "p99 < 5 ms",
-		func(int) string { return entries + "&cursor=" + cursor }, auditorKey); err != nil {
-		return err
-	}
-	var first, last time.Time
-	if err := pool.QueryRow(ctx, `SELECT (SELECT posted_at FROM ledger_postings WHERE account_id = $1 AND seq = 1), last_posted_at
-		FROM ledger_accounts WHERE id = $1`, l.avail[0]).Scan(&first, &last); err != nil {
-		return err
-	}
-	span := last.Sub(first)
-	rng := rand.New(rand.NewPCG(1, 2))
-	if err := measure("balance at an instant", "p99 < 10 ms", func(int) string {
-		at := first.Add(time.Duration(rng.Int64N(int64(span) + 1))).UTC().Format(time.RFC3339Nano)
-		return "/v1/ledger/balance?account=" + url.QueryEscape(long) + "&at=" + url.QueryEscape(at)
-	}, auditorKey); err != nil {
-		return err
-	}
-	stmt := "/v1/merchants/" + l.merchants[0] + "/statement?limit=50"
-	if err := measure("statement page 1 (50 rows, 3 accounts)", "p99 < 5 ms", func(int) string { return stmt }, merchantKey); err != nil {
-		return err
-	}
-	stmtCursor, err := c.walkStatement(ctx, stmt, merchantKey, 1000)
-	if err != nil {
-		return err
-	}
-	if err := measure("statement page 1000 (50 rows)", "p99 < 5 ms", func(int) string { return stmt + "&cursor=" + stmtCursor }, merchantKey); err != nil {
-		return err
-	}
+	fmt.Println()
 	if err := readsCSV(ctx, pool, c, o, l, auditorKey); err != nil {
 		return err
 	}
@@ -568,42 +584,52 @@ func (c *readsClient) getJSON(ctx context.Context, path, key string, v any) erro
 }
 
 type readResult struct {
-	name, target string
-	p50, p99     time.Duration
-	n            int
-}
-
-func (r readResult) String() string {
-	t := ""
-	if r.target != "" {
-		t = "  target " + r.target
-	}
-	return fmt.Sprintf("%-42s p50 %6.2f ms  p99 %6.2f ms  (%d requests)%s", r.name, ms(r.p50), ms(r.p99), r.n, t)
+	p50, p99 time.Duration
+	n        int
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// measure makes n requests one after the other (after n/10 unmeasured)
-// and reads each answer whole.
-func (c *readsClient) measure(ctx context.Context, name, target string, n int, path func(int) string, key string) (readResult, error) {
-	lat := make([]time.Duration, 0, n)
-	for i := -n / 10; i < n; i++ {
-		t0 := time.Now()
-		res, err := c.get(ctx, path(i), key)
-		if err != nil {
-			return readResult{}, fmt.Errorf("%s: %w", name, err)
-		}
-		_, err = io.Copy(io.Discard, res.Body)
-		res.Body.Close()
-		if err != nil {
-			return readResult{}, fmt.Errorf("%s: %w", name, err)
-		}
-		if i >= 0 {
-			lat = append(lat, time.Since(t0))
+// readSpec is one read the bench measures.
+type readSpec struct {
+	name   string
+	target time.Duration // p99 target (0: none)
+	key    string
+	path   func() string
+}
+
+// measureRounds makes n requests of each read, one after the other, in
+// rounds: each round makes n/rounds of every read in turn, so a change in
+// the machine's load hits every read alike. Each round starts with a few
+// unmeasured requests of each read.
+func (c *readsClient) measureRounds(ctx context.Context, reads []readSpec, n, rounds int) ([]readResult, error) {
+	lat := make([][]time.Duration, len(reads))
+	per := max(n/max(rounds, 1), 1)
+	for range max(rounds, 1) {
+		for i, rd := range reads {
+			for k := -max(per/20, 2); k < per; k++ {
+				t0 := time.Now()
+				res, err := c.get(ctx, rd.path(), rd.key)
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", rd.name, err)
+				}
+				_, err = io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", rd.name, err)
+				}
+				if k >= 0 {
+					lat[i] = append(lat[i], time.Since(t0))
+				}
+			}
 		}
 	}
-	slices.Sort(lat)
-	return readResult{name: name, target: target, p50: lat[len(lat)/2], p99: lat[len(lat)*99/100], n: n}, nil
+	out := make([]readResult, len(reads))
+	for i, l := range lat {
+		slices.Sort(l)
+		out[i] = readResult{p50: l[len(l)/2], p99: l[len(l)*99/100], n: len(l)}
+	}
+	return out, nil
 }
 
 // walkPostings pages through skip postings of the account (500 a page,
@@ -634,7 +660,7 @@ func (c *readsClient) walkPostings(ctx context.Context, code, key string, skip i
 // the next one.
 func (c *readsClient) walkStatement(ctx context.Context, path, key string, pages int) (string, error) {
 	cursor := ""
-	for range pages - 1 {
+	for range max(pages-1, 0) {
 		var pg struct {
 			NextCursor string `json:"next_cursor"`
 		}
