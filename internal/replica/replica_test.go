@@ -20,8 +20,8 @@ import (
 
 	"github.com/saldo/saldo/api"
 	"github.com/saldo/saldo/attempts"
-	"github.com/saldo/saldo/console"
 	"github.com/saldo/saldo/audit"
+	"github.com/saldo/saldo/console"
 	"github.com/saldo/saldo/internal/engine"
 	"github.com/saldo/saldo/internal/pgcluster"
 	"github.com/saldo/saldo/internal/replica"
@@ -114,6 +114,21 @@ func signIn(t *testing.T, base, secret string) *browser {
 	res.Body.Close()
 	require.Equal(t, http.StatusSeeOther, res.StatusCode)
 	return b
+}
+
+// onReplica repeats a request until the replica answers it (a measurement
+// can fail on a busy machine, and the primary then answers) and returns
+// that answer: 200 with Saldo-Replica-Lag.
+func onReplica(t *testing.T, do func() answer) answer {
+	t.Helper()
+	var a answer
+	require.Eventually(t, func() bool {
+		a = do()
+		_, ok := a.lag(t)
+		return ok
+	}, 10*time.Second, 20*time.Millisecond, "read on the replica")
+	require.Equal(t, http.StatusOK, a.status, string(a.body))
+	return a
 }
 
 // available is m1's available BRL balance in a balances answer ("" when
@@ -216,24 +231,19 @@ func TestReplicaReads_R23_R24(t *testing.T) {
 	for _, path := range []string{"/v1/merchants/m1/balances", "/v1/merchants/m1/statement",
 		"/v1/ledger/postings?account=merchant/m1/available/BRL", "/v1/ledger/transactions",
 		"/v1/ledger/balance?account=merchant/m1/available/BRL", "/v1/ledger/export.csv"} {
-		a := call(t, loose, "GET", path, auditor, "", nil)
-		require.Equal(t, http.StatusOK, a.status, path+": "+string(a.body))
-		lag, ok := a.lag(t)
-		require.True(t, ok, "%s is read on the replica and says how far behind it may be", path)
+		a := onReplica(t, func() answer { return call(t, loose, "GET", path, auditor, "", nil) })
+		lag, _ := a.lag(t)
 		require.Less(t, lag, 60.0, path)
 	}
 	// The console's books come from the replica too; its review queue not.
 	web := signIn(t, loose, auditor)
-	page := web.get(t, "/console/ledger/account?code=merchant%2Fm1%2Favailable%2FBRL")
-	require.Equal(t, http.StatusOK, page.status, string(page.body))
-	_, ok := page.lag(t)
-	require.True(t, ok, "the console's account page is read on the replica")
+	page := onReplica(t, func() answer { return web.get(t, "/console/ledger/account?code=merchant%2Fm1%2Favailable%2FBRL") })
 	require.Contains(t, string(page.body), "1000.00")
 	page = web.get(t, "/console/review")
 	require.Equal(t, http.StatusOK, page.status)
 	require.Empty(t, page.header.Get(replica.LagHeader), "the review queue is read on the primary")
 
-	csv := call(t, loose, "GET", "/v1/ledger/export.csv", auditor, "", nil)
+	csv := onReplica(t, func() answer { return call(t, loose, "GET", "/v1/ledger/export.csv", auditor, "", nil) })
 	require.Contains(t, string(csv.body), "merchant/m1/available/BRL,1,1000.00,BRL", "the export streams the replica's rows")
 	// Routes that are not stale-tolerant never say so.
 	require.Empty(t, call(t, loose, "GET", "/v1/merchants/m1", admin, "", nil).header.Get(replica.LagHeader))
@@ -271,20 +281,21 @@ func TestReplicaReads_R23_R24(t *testing.T) {
 	// Under the loose bound the paused replica still answers, with the old
 	// balance and a lag that covers the pause.
 	minLag := time.Since(keyMade).Seconds()
-	stale := call(t, loose, "GET", "/v1/merchants/m1/balances", m1, "", nil)
+	stale := onReplica(t, func() answer { return call(t, loose, "GET", "/v1/merchants/m1/balances", m1, "", nil) })
 	require.Equal(t, "1000.00", available(t, stale), "the replica has not replayed the reserve")
-	lag, ok := stale.lag(t)
-	require.True(t, ok)
+	lag, _ := stale.lag(t)
 	require.GreaterOrEqual(t, lag, minLag, "the lag covers the writes the replica lacks")
 
 	// A transaction the replica does not have is not a 404: the primary answers.
 	var reserveTx int64
 	require.NoError(t, pool.QueryRow(ctx, `SELECT max(id) FROM ledger_transactions`).Scan(&reserveTx))
 	failedBefore := looseReads.Stats().Fallbacks[replica.ReasonFailed]
-	tx := call(t, loose, "GET", "/v1/ledger/transactions/"+strconv.FormatInt(reserveTx, 10), auditor, "", nil)
-	require.Equal(t, http.StatusOK, tx.status, string(tx.body))
-	require.Empty(t, tx.header.Get(replica.LagHeader))
-	require.Equal(t, failedBefore+1, looseReads.Stats().Fallbacks[replica.ReasonFailed])
+	require.Eventually(t, func() bool { // the first request the replica gets (a measurement may have failed on a busy machine)
+		tx := call(t, loose, "GET", "/v1/ledger/transactions/"+strconv.FormatInt(reserveTx, 10), auditor, "", nil)
+		require.Equal(t, http.StatusOK, tx.status, string(tx.body))
+		require.Empty(t, tx.header.Get(replica.LagHeader))
+		return looseReads.Stats().Fallbacks[replica.ReasonFailed] > failedBefore
+	}, 10*time.Second, 20*time.Millisecond, "the replica's 404 was dropped and the primary answered")
 
 	// Under the tight bound the primary answers, with the new balance.
 	require.Eventually(t, func() bool {
