@@ -13,6 +13,7 @@ import (
 
 	"github.com/shopspring/decimal"
 
+	"github.com/saldo/saldo/internal/replica"
 	"github.com/saldo/saldo/ledger"
 	"github.com/saldo/saldo/money"
 )
@@ -28,6 +29,9 @@ type view struct {
 	Error string
 	Now   time.Time
 	Data  any
+	// ReplicaLag, set on a page read on the read replica, is how far
+	// behind it may be (seconds, as in Saldo-Replica-Lag).
+	ReplicaLag string
 }
 
 func (c *Console) funcs() template.FuncMap {
@@ -122,6 +126,9 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, pag
 		v.CSRF = v.S.CSRF
 	}
 	v.Now = c.clock.Now()
+	if lag, ok := replica.FromReplica(r.Context()); ok {
+		v.ReplicaLag = replica.FormatLag(lag)
+	}
 	var buf bytes.Buffer
 	if err := t.ExecuteTemplate(&buf, "layout.html", v); err != nil {
 		c.log.ErrorContext(r.Context(), "console: template", "page", page, "error", err)

@@ -333,14 +333,27 @@ func (rd *Reads) pick() (time.Duration, bool) {
 
 type ctxKey struct{}
 
+// chosen is what Route puts in a request it sends to the replica.
+type chosen struct {
+	pool *pgxpool.Pool
+	lag  time.Duration
+}
+
 // DB is the pool a routed request reads: the replica when Route chose it,
 // else primary. Handlers of routed requests read through DB; everything else
 // keeps using the primary.
 func DB(ctx context.Context, primary *pgxpool.Pool) *pgxpool.Pool {
-	if p, ok := ctx.Value(ctxKey{}).(*pgxpool.Pool); ok {
-		return p
+	if c, ok := ctx.Value(ctxKey{}).(chosen); ok {
+		return c.pool
 	}
 	return primary
+}
+
+// FromReplica reports whether Route sent this request to the replica, and
+// the lag it will answer with (LagHeader), for pages that show it.
+func FromReplica(ctx context.Context) (time.Duration, bool) {
+	c, ok := ctx.Value(ctxKey{}).(chosen)
+	return c.lag, ok
 }
 
 // FormatLag is the LagHeader value of lag: seconds with millisecond
@@ -367,7 +380,7 @@ func (rd *Reads) Route(next http.Handler) http.Handler {
 		}
 		saved := w.Header().Clone()
 		tw := &tryWriter{ResponseWriter: w, lag: lag}
-		next.ServeHTTP(tw, r.WithContext(context.WithValue(r.Context(), ctxKey{}, rd.cfg.Replica)))
+		next.ServeHTTP(tw, r.WithContext(context.WithValue(r.Context(), ctxKey{}, chosen{pool: rd.cfg.Replica, lag: lag})))
 		if !tw.dropped {
 			if !tw.decided {
 				tw.decide(http.StatusOK) // a handler that wrote nothing: an empty 200

@@ -239,9 +239,11 @@ func TestReplicaReads_R23_R24(t *testing.T) {
 	web := signIn(t, loose, auditor)
 	page := onReplica(t, func() answer { return web.get(t, "/console/ledger/account?code=merchant%2Fm1%2Favailable%2FBRL") })
 	require.Contains(t, string(page.body), "1000.00")
+	require.Contains(t, string(page.body), "read on a replica: writes older than", "the page says how far behind it may be")
 	page = web.get(t, "/console/review")
 	require.Equal(t, http.StatusOK, page.status)
 	require.Empty(t, page.header.Get(replica.LagHeader), "the review queue is read on the primary")
+	require.NotContains(t, string(page.body), "read on a replica")
 
 	csv := onReplica(t, func() answer { return call(t, loose, "GET", "/v1/ledger/export.csv", auditor, "", nil) })
 	require.Contains(t, string(csv.body), "merchant/m1/available/BRL,1,1000.00,BRL", "the export streams the replica's rows")
