@@ -102,6 +102,12 @@ type Config struct {
 	// and tests, whose receivers listen on loopback; never in production
 	// (server-side request forgery into the platform's network).
 	AllowPrivateNotificationURLs bool
+	// AuthCacheTTL is how long a successful API key lookup is reused
+	// without asking the database (default DefaultAuthCacheTTL; negative:
+	// every request looks its key up). A key revoked through this server
+	// stops at once; revoked elsewhere (saldo keys revoke, another API
+	// process), within this time.
+	AuthCacheTTL time.Duration
 	// Reads, optional, sends the reads that may be a little stale (balances,
 	// the merchant statement, the ledger's entries, balances at an instant
 	// and CSV export) to a streaming replica while it is fresh enough, with
@@ -110,6 +116,9 @@ type Config struct {
 	// the primary. Nil: everything reads Pool.
 	Reads *replica.Reads
 }
+
+// DefaultAuthCacheTTL is the default Config.AuthCacheTTL.
+const DefaultAuthCacheTTL = time.Second
 
 // DefaultMaxBodyBytes is the default request body limit.
 const DefaultMaxBodyBytes = 1 << 20
@@ -126,6 +135,7 @@ type Server struct {
 	clock   Clock
 	log     *slog.Logger
 	router  chi.Router
+	keys    *keyCache
 	// reads routes a stale-tolerant GET to the replica: r.With(s.reads.Route).
 	// Its handler reads through s.db(r).
 	reads *replica.Reads
@@ -160,6 +170,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if cfg.AuthCacheTTL == 0 {
+		cfg.AuthCacheTTL = DefaultAuthCacheTTL
+	}
 	if cfg.IdempotencyLease <= 0 {
 		cfg.IdempotencyLease = time.Minute
 	}
@@ -173,7 +186,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.WebhookHandlers = append([]WebhookHandler{cfg.Charges.HandleProviderEvent}, cfg.WebhookHandlers...)
 	}
 	s := &Server{cfg: cfg, pool: cfg.Pool, payouts: cfg.Payouts, att: cfg.Attempts, clock: cfg.Clock, log: cfg.Logger,
-		reads: cfg.Reads}
+		reads: cfg.Reads, keys: &keyCache{ttl: cfg.AuthCacheTTL}}
 	s.router = s.routes()
 	return s, nil
 }

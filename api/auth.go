@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -101,8 +103,12 @@ func CreateKey(ctx context.Context, db ledger.DBTX, role Role, merchantID, name 
 	return k, secret, nil
 }
 
-// RevokeKey revokes a key: it authenticates nothing from then on.
+// RevokeKey revokes a key: it authenticates nothing from then on (in this
+// process at once; in other API processes once their cached lookup is
+// older than Config.AuthCacheTTL).
 func RevokeKey(ctx context.Context, db ledger.DBTX, id string, now time.Time) error {
+	revocations.Add(1) // before and after: a lookup racing the UPDATE is not kept
+	defer revocations.Add(1)
 	tag, err := db.Exec(ctx, `UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL`, id, now)
 	if err != nil {
 		return err
@@ -141,25 +147,79 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			s.problem(w, r, errUnauthorized)
 			return
 		}
-		var p Principal
-		var merchantID *string
-		var role string
-		err := s.pool.QueryRow(r.Context(), `SELECT id, role, merchant_id FROM api_keys
-			WHERE secret_sha256 = $1 AND revoked_at IS NULL`, hashSecret(secret)).Scan(&p.KeyID, &role, &merchantID)
-		if errors.Is(err, pgx.ErrNoRows) {
-			s.problem(w, r, errUnauthorized)
-			return
-		}
+		p, ok, err := s.keys.lookup(r.Context(), s.pool, hashSecret(secret))
 		if err != nil {
 			s.problem(w, r, err)
 			return
 		}
-		p.Role, p.MerchantID = Role(role), deref(merchantID)
+		if !ok {
+			s.problem(w, r, errUnauthorized)
+			return
+		}
 		if slot, ok := r.Context().Value(principalSlot{}).(*Principal); ok {
 			*slot = p
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
 	})
+}
+
+// revocations counts RevokeKey calls in this process: a cached lookup
+// made before the latest one is not trusted.
+var revocations atomic.Uint64
+
+// keyCache keeps successful key lookups for a short time, so a request does
+// not pay a database round trip to authenticate (issue 19). Unknown and
+// revoked keys are never cached. A revocation made in this process
+// (RevokeKey: the admin route, saldo keys in the same process) empties it
+// at once; one made elsewhere is seen within ttl.
+type keyCache struct {
+	ttl time.Duration
+	mu  sync.Mutex
+	m   map[[32]byte]cachedKey
+}
+
+type cachedKey struct {
+	p          Principal
+	until      time.Time
+	generation uint64
+}
+
+// maxCachedKeys bounds the cache; past it, the cache starts over.
+const maxCachedKeys = 10_000
+
+func (c *keyCache) lookup(ctx context.Context, db ledger.DBTX, hash []byte) (Principal, bool, error) {
+	var k [32]byte
+	copy(k[:], hash)
+	gen := revocations.Load()
+	if c.ttl > 0 {
+		c.mu.Lock()
+		e, ok := c.m[k]
+		c.mu.Unlock()
+		if ok && e.generation == gen && time.Now().Before(e.until) {
+			return e.p, true, nil
+		}
+	}
+	var p Principal
+	var merchantID *string
+	var role string
+	err := db.QueryRow(ctx, `SELECT id, role, merchant_id FROM api_keys
+		WHERE secret_sha256 = $1 AND revoked_at IS NULL`, hash).Scan(&p.KeyID, &role, &merchantID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Principal{}, false, nil
+	}
+	if err != nil {
+		return Principal{}, false, err
+	}
+	p.Role, p.MerchantID = Role(role), deref(merchantID)
+	if c.ttl > 0 && revocations.Load() == gen {
+		c.mu.Lock()
+		if c.m == nil || len(c.m) >= maxCachedKeys {
+			c.m = make(map[[32]byte]cachedKey)
+		}
+		c.m[k] = cachedKey{p: p, until: time.Now().Add(c.ttl), generation: gen}
+		c.mu.Unlock()
+	}
+	return p, true, nil
 }
 
 // allow lets only the given roles through (403 otherwise).
