@@ -93,6 +93,13 @@ type Options struct {
 // Start initialises (if needed) and starts a cluster. The caller stops it
 // with Stop, or leaves it running for reuse (the test helper does).
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	var extra []string
+	for _, s := range opts.Settings {
+		if strings.ContainsAny(s, " \t'\"") || !strings.Contains(s, "=") {
+			return nil, fmt.Errorf("pgcluster: setting %q: name=value without spaces or quotes", s)
+		}
+		extra = append(extra, "-c "+s)
+	}
 	bin, err := FindBinaries()
 	if err != nil {
 		return nil, err
@@ -109,13 +116,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	} else if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	c := &Cluster{Dir: dir, bin: bin, cred: cred}
-	for _, s := range opts.Settings {
-		if strings.ContainsAny(s, " \t'\"") || !strings.Contains(s, "=") {
-			return nil, fmt.Errorf("pgcluster: setting %q: name=value without spaces or quotes", s)
-		}
-		c.extra = strings.TrimSpace(c.extra + " -c " + s)
-	}
+	c := &Cluster{Dir: dir, bin: bin, cred: cred, extra: strings.Join(extra, " ")}
 	if cred != nil {
 		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
 			return nil, err
