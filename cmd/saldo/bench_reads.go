@@ -59,6 +59,7 @@ type readsOptions struct {
 	PayoutsPerS float64
 	SkipAudit   bool
 	Rounds      int
+	Reuse       string
 }
 
 func runBenchReads(ctx context.Context, args []string) error {
@@ -76,6 +77,7 @@ func runBenchReads(ctx context.Context, args []string) error {
 	fs.IntVar(&o.DeepPage, "deep-page", 10_000, "the deep entries page measured (50 rows a page; capped by the long account's length)")
 	fs.DurationVar(&o.Calibrate, "calibrate", 3*time.Second, "how long the ledger's throughput (ledger.Poster, 64 workers) is measured before the reads")
 	fs.Float64Var(&o.PayoutsPerS, "payouts", 20, "payouts per second created for the statement's merchant while reads are measured (real payout_reserve entries)")
+	fs.StringVar(&o.Reuse, "reuse", "", "measure the ledger an earlier run RUN built (its database: --database-url, kept with --keep) instead of building one; RUN is the prefix of its merchants' ids")
 	fs.BoolVar(&o.SkipAudit, "skip-audit", false, "skip the audit at the end (never for figures you publish)")
 	server := fs.String("server-url", localServerURL, "server for the throwaway database when no database URL is given")
 	keep := fs.Bool("keep", false, "keep the throwaway database")
@@ -112,6 +114,9 @@ func runBenchReads(ctx context.Context, args []string) error {
 
 // readsLedger is the ledger the bench built.
 type readsLedger struct {
+	// sess makes this invocation's idempotency keys unique (a reused
+	// ledger keeps the keys of the run that built it).
+	sess      string
 	merchants []string
 	avail     []int64 // each merchant's available BRL account id
 	availUSD  []int64 // each merchant's available USD account id
@@ -120,23 +125,35 @@ type readsLedger struct {
 
 func benchReads(ctx context.Context, pool *pgxpool.Pool, o readsOptions) error {
 	run := fmt.Sprintf("r%06x", rand.Uint32()&0xffffff)
+	if o.Reuse != "" {
+		run = o.Reuse
+	}
 	l, err := readsAccounts(ctx, pool, o, run)
 	if err != nil {
 		return err
 	}
-	// Build.
-	start := time.Now()
-	if err := readsBuild(ctx, pool, o, run, l); err != nil {
-		return err
-	}
-	build := time.Since(start)
-	fmt.Printf("build: %d postings in %s: %.0f postings/s through ledger.PostMany (%d builders, %d transactions a batch)\n",
-		o.Postings, build.Round(time.Second), float64(o.Postings)/build.Seconds(), o.Builders, o.Batch)
 	t0 := time.Now()
-	if _, err := pool.Exec(ctx, `VACUUM (ANALYZE) ledger_postings, ledger_transactions, ledger_accounts`); err != nil {
-		return fmt.Errorf("vacuum: %w", err)
+	if o.Reuse == "" {
+		// Build.
+		start := time.Now()
+		if err := readsBuild(ctx, pool, o, run, l); err != nil {
+			return err
+		}
+		build := time.Since(start)
+		fmt.Printf("build: %d postings in %s: %.0f postings/s through ledger.PostMany (%d builders, %d transactions a batch)\n",
+			o.Postings, build.Round(time.Second), float64(o.Postings)/build.Seconds(), o.Builders, o.Batch)
+		t0 = time.Now()
+		if _, err := pool.Exec(ctx, `VACUUM (ANALYZE) ledger_postings, ledger_transactions, ledger_accounts`); err != nil {
+			return fmt.Errorf("vacuum: %w", err)
+		}
+		fmt.Printf("vacuum analyze (what autovacuum does after a bulk of inserts): %s\n", time.Since(t0).Round(time.Millisecond))
+	} else {
+		var n int64
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM ledger_postings`).Scan(&n); err != nil {
+			return err
+		}
+		fmt.Printf("reusing run %s's ledger: %d postings\n", run, n)
 	}
-	fmt.Printf("vacuum analyze (what autovacuum does after a bulk of inserts): %s\n", time.Since(t0).Round(time.Millisecond))
 	var size int64
 	if err := pool.QueryRow(ctx, `SELECT pg_total_relation_size('ledger_postings') + pg_total_relation_size('ledger_transactions')`).Scan(&size); err != nil {
 		return err
@@ -300,10 +317,14 @@ func benchReads(ctx context.Context, pool *pgxpool.Pool, o readsOptions) error {
 // readsAccounts creates the merchants and their accounts, and funds the
 // long ones.
 func readsAccounts(ctx context.Context, pool *pgxpool.Pool, o readsOptions, run string) (*readsLedger, error) {
-	l := &readsLedger{codes: map[int64]string{}}
+	l := &readsLedger{codes: map[int64]string{}, sess: fmt.Sprintf("%s-%08x", run, rand.Uint32())}
 	for i := range o.Merchants {
 		id := fmt.Sprintf("%s%d", run, i)
-		if _, err := merchants.Create(ctx, pool, id, "bench reads merchant"); err != nil {
+		if o.Reuse != "" {
+			if _, err := merchants.Get(ctx, pool, id); err != nil {
+				return nil, fmt.Errorf("--reuse %s: %w", run, err)
+			}
+		} else if _, err := merchants.Create(ctx, pool, id, "bench reads merchant"); err != nil {
 			return nil, err
 		}
 		l.merchants = append(l.merchants, id)
@@ -319,7 +340,7 @@ func readsAccounts(ctx context.Context, pool *pgxpool.Pool, o readsOptions, run 
 				l.availUSD = append(l.availUSD, acc.ID)
 			}
 		}
-		if i < o.Builders {
+		if i < o.Builders && o.Reuse == "" {
 			for _, cur := range []money.Currency{money.BRL, money.USD} {
 				if _, err := merchants.Fund(ctx, pool, merchants.Funding{MerchantID: id, Amount: money.MustParse("1000000000000.00", cur.Code()),
 					Key: "bench-reads-" + cur.Code(), Reason: "bench reads funding", Actor: "bench"}); err != nil {
@@ -439,7 +460,7 @@ func readsCalibrate(ctx context.Context, pool *pgxpool.Pool, o readsOptions, run
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(w), 11))
 			for i := 0; time.Now().Before(deadline); i++ {
-				if _, err := p.Post(ctx, readsTransfer(run, l, o, rng, fmt.Sprintf("%s-cal-%d-%d", run, w, i))); err != nil {
+				if _, err := p.Post(ctx, readsTransfer(run, l, o, rng, fmt.Sprintf("%s-cal-%d-%d", l.sess, w, i))); err != nil {
 					firstErr.CompareAndSwap(nil, err)
 					return
 				}
@@ -507,7 +528,7 @@ func readsWriters(ctx context.Context, pool *pgxpool.Pool, pay *payouts.Service,
 						return
 					case <-tokens:
 					}
-					if _, err := p.Post(context.WithoutCancel(ctx), readsTransfer(run, l, o, rng, fmt.Sprintf("%s-w-%d-%d", run, w, i))); err != nil {
+					if _, err := p.Post(context.WithoutCancel(ctx), readsTransfer(run, l, o, rng, fmt.Sprintf("%s-w-%d-%d", l.sess, w, i))); err != nil {
 						fail(err)
 						return
 					}
@@ -529,7 +550,7 @@ func readsWriters(ctx context.Context, pool *pgxpool.Pool, pay *payouts.Service,
 				case <-t.C:
 				}
 				_, err := pay.CreatePayout(context.WithoutCancel(ctx), payouts.PayoutRequest{MerchantID: l.merchants[0],
-					ClientKey: fmt.Sprintf("%s-po-%d", run, i), Operation: providers.OpPixTransfer, Amount: money.MustParse("1.00", "BRL"),
+					ClientKey: fmt.Sprintf("%s-po-%d", l.sess, i), Operation: providers.OpPixTransfer, Amount: money.MustParse("1.00", "BRL"),
 					Destination: &providers.Destination{PixKey: &providers.PixKey{Type: "email", Value: "bench@example.com"}}})
 				if err != nil {
 					fail(err)
