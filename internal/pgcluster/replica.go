@@ -55,12 +55,24 @@ func (c *Cluster) StartReplica(ctx context.Context, opts ReplicaOptions) (*Clust
 	}
 	r.slot = fmt.Sprintf("saldo_replica_%d", r.Port)
 	data := filepath.Join(dir, "data")
+	// On failure nothing is left behind: the directory (when made here) and
+	// the slot pg_basebackup may have created on the primary.
+	fail := func(err error) (*Cluster, error) {
+		if r.Running() {
+			_ = r.Stop()
+		}
+		err = errors.Join(err, r.dropSlot())
+		if opts.Dir == "" {
+			_ = os.RemoveAll(dir)
+		}
+		return nil, err
+	}
 	if out, err := r.run(ctx, "pg_basebackup", "-h", "127.0.0.1", "-p", fmt.Sprint(c.Port), "-U", "postgres",
 		"-D", data, "-R", "-X", "stream", "-c", "fast", "-C", "-S", r.slot, "--no-sync"); err != nil {
-		return nil, fmt.Errorf("pgcluster: pg_basebackup: %w: %s", err, out)
+		return fail(fmt.Errorf("pgcluster: pg_basebackup: %w: %s", err, out))
 	}
 	if err := r.start(ctx); err != nil {
-		return nil, err
+		return fail(err)
 	}
 	return r, nil
 }
