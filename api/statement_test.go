@@ -260,8 +260,8 @@ func TestMerchantStatementRefusesBadInput(t *testing.T) {
 }
 
 // Pages never skip or repeat an entry while writers post to the merchant's
-// accounts in two currencies: each account's entries come out numbered
-// 1..n without a gap. Newest first reads the statement as of its first
+// accounts in two currencies and a third account opens: each account's
+// entries come out numbered 1..n without a gap. Newest first reads the statement as of its first
 // page; oldest first reaches at least what the first page could see, and
 // a fresh read once the writers stop sees everything.
 func TestMerchantStatementPagesWhileWritersPost_R22(t *testing.T) {
@@ -286,6 +286,14 @@ func TestMerchantStatementPagesWhileWritersPost_R22(t *testing.T) {
 			default:
 			}
 			var err error
+			if w == 0 && i == 40 {
+				// A new account (EUR) opens while pages are being read.
+				_, err = merchants.Fund(e.ctx, e.pool, merchants.Funding{MerchantID: "m1", Amount: money.MustParse("1.00", "EUR"), Key: "eur", Reason: "t", Actor: "t"})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
 			switch (w + i) % 3 {
 			case 0:
 				_, err = merchants.Fund(e.ctx, e.pool, merchants.Funding{MerchantID: "m1", Amount: brl("2.00"), Key: fmt.Sprintf("w%d-%d", w, i), Reason: "t", Actor: "t"})
@@ -369,7 +377,7 @@ func TestMerchantStatementPagesWhileWritersPost_R22(t *testing.T) {
 	final := lastSeqs()
 	got := contiguous(e.statementAll("m1", e.auditor, url.Values{"limit": {"50"}, "order": {"asc"}}))
 	require.Equal(t, final, got)
-	require.Len(t, final, 3, "available and reserved BRL, available USD")
+	require.Len(t, final, 4, "available and reserved BRL, available USD and EUR")
 }
 
 // from (inclusive) and to (exclusive) bound posted_at: the window pages
@@ -437,6 +445,26 @@ func TestMerchantStatementTimeWindow(t *testing.T) {
 	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT count(*) FROM ledger_postings p JOIN ledger_accounts a ON a.id = p.account_id
 		WHERE a.owner_kind = 'merchant' AND a.owner_id = 'm1' AND p.posted_at < $1`, to).Scan(&wantN))
 	require.Equal(t, wantN, n)
+	// Oldest first from an instant, an account opened after the first page
+	// is read from the range's start on the next pages (found by search).
+	q = url.Values{"from": {from.Format(time.RFC3339Nano)}, "limit": {"4"}, "order": {"asc"}}
+	p, err := e.statementPage("m1", e.m1, q)
+	require.NoError(t, err)
+	require.NotEmpty(t, p.NextCursor)
+	_, err = merchants.Fund(e.ctx, e.pool, merchants.Funding{MerchantID: "m1", Amount: money.MustParse("3.00", "EUR"), Key: "tw-eur", Reason: "t", Actor: "t"})
+	require.NoError(t, err)
+	q.Set("cursor", p.NextCursor)
+	rest := e.statementAll("m1", e.m1, q)
+	seen := map[string]bool{}
+	for _, x := range append(p.Data, rest...) {
+		require.False(t, seen[x.Account+fmt.Sprint(x.Seq)], "repeated")
+		seen[x.Account+fmt.Sprint(x.Seq)] = true
+	}
+	require.True(t, seen["merchant/m1/available/EUR1"], "the new account's entry")
+	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT count(*) FROM ledger_postings p JOIN ledger_accounts a ON a.id = p.account_id
+		WHERE a.owner_kind = 'merchant' AND a.owner_id = 'm1' AND p.posted_at >= $1`, from).Scan(&wantN))
+	require.Equal(t, wantN, len(seen))
+
 	// A window before anything: empty, no cursor.
 	r := e.get("/v1/merchants/m1/statement?to=2000-01-01T00:00:00Z", e.m1)
 	require.Equal(t, http.StatusOK, r.Status)

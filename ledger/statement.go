@@ -86,28 +86,142 @@ func MerchantStatement(ctx context.Context, db DBTX, req StatementRequest) (Stat
 	if !req.From.IsZero() && !req.To.IsZero() && !req.From.Before(req.To) {
 		return StatementPage{}, invalid("from must be before to")
 	}
-	accs, err := statementAccounts(ctx, db, req)
+	scope := statementScope(req)
+	var pos map[int64]int64
+	if req.Cursor != "" {
+		var err error
+		if pos, err = parseStatementCursor(req.Cursor, scope, req.Order); err != nil {
+			return StatementPage{}, err
+		}
+	}
+	// The first page of a range read from its near side starts each account
+	// at the range's start, found by binary search first.
+	if req.Cursor == "" && (req.Order == Ascending && !req.From.IsZero() || req.Order == Descending && !req.To.IsZero()) {
+		return statementSearched(ctx, db, req, scope, nil, limit)
+	}
+	// Otherwise one round trip: the accounts, and the page from the
+	// cursor's positions (an account it does not name starts at its end,
+	// newest first, or its beginning, oldest first; newest first, an
+	// account opened after the first page is left out).
+	ids, bounds := positionArrays(pos)
+	b := &pgx.Batch{}
+	b.Queue(statementAccountsSQL, req.MerchantID, req.Currency.Code())
+	from, to := timeArgs(req)
+	b.Queue(statementSQLFor(req.Order), ids, bounds, limit+1, from, to, req.MerchantID, req.Currency.Code(),
+		req.Cursor != "" && req.Order == Descending)
+	res := db.SendBatch(ctx, b)
+	defer res.Close()
+	rows, err := res.Query()
+	if err != nil {
+		return StatementPage{}, fmt.Errorf("ledger: statement of %s: accounts: %w", req.MerchantID, err)
+	}
+	accs, err := scanStatementAccounts(rows, req.MerchantID)
 	if err != nil {
 		return StatementPage{}, err
 	}
-	scope := statementScope(req)
-	if req.Cursor != "" {
-		if err := applyStatementCursor(req.Cursor, scope, req.Order, accs); err != nil {
-			return StatementPage{}, err
+	if rows, err = res.Query(); err != nil {
+		return StatementPage{}, fmt.Errorf("ledger: statement of %s: %w", req.MerchantID, err)
+	}
+	entries, more, err := scanStatementRows(rows, req.MerchantID, accs, limit)
+	if err != nil {
+		return StatementPage{}, err
+	}
+	if err := res.Close(); err != nil {
+		return StatementPage{}, fmt.Errorf("ledger: statement of %s: %w", req.MerchantID, err)
+	}
+	unlisted, err := applyPositions(pos, req.Order, accs)
+	if err != nil {
+		return StatementPage{}, err
+	}
+	if unlisted && req.Order == Ascending && !req.From.IsZero() {
+		// An account opened since the first page starts at the range's
+		// start, which only a search finds (rare: read again that way).
+		return statementSearched(ctx, db, req, scope, pos, limit)
+	}
+	for _, a := range accs {
+		if a.bound == -1 && !a.done {
+			if req.Order == Descending {
+				a.bound = a.lastSeq + 1
+			} else {
+				a.bound = 0
+			}
 		}
+	}
+	return statementPageOf(scope, req.Order, accs, entries, more), nil
+}
+
+// statementSearched reads a page in three round trips: the accounts, the
+// positions of the range's start in the accounts the cursor does not name
+// (binary search), and the page from explicit positions.
+func statementSearched(ctx context.Context, db DBTX, req StatementRequest, scope string, pos map[int64]int64, limit int) (StatementPage, error) {
+	rows, err := db.Query(ctx, statementAccountsSQL, req.MerchantID, req.Currency.Code())
+	if err != nil {
+		return StatementPage{}, fmt.Errorf("ledger: statement of %s: accounts: %w", req.MerchantID, err)
+	}
+	accs, err := scanStatementAccounts(rows, req.MerchantID)
+	if err != nil {
+		return StatementPage{}, err
+	}
+	if _, err := applyPositions(pos, req.Order, accs); err != nil {
+		return StatementPage{}, err
 	}
 	if err := initialBounds(ctx, db, req, accs); err != nil {
 		return StatementPage{}, err
 	}
-	entries, more, err := statementRows(ctx, db, req, accs, limit)
+	var ids, bounds []int64
+	for _, a := range accs {
+		ids = append(ids, a.id)
+		if a.done {
+			bounds = append(bounds, -1)
+		} else {
+			bounds = append(bounds, a.bound)
+		}
+	}
+	from, to := timeArgs(req)
+	if rows, err = db.Query(ctx, statementSQLFor(req.Order), ids, bounds, limit+1, from, to, req.MerchantID, req.Currency.Code(), true); err != nil {
+		return StatementPage{}, fmt.Errorf("ledger: statement of %s: %w", req.MerchantID, err)
+	}
+	entries, more, err := scanStatementRows(rows, req.MerchantID, accs, limit)
 	if err != nil {
 		return StatementPage{}, err
 	}
+	return statementPageOf(scope, req.Order, accs, entries, more), nil
+}
+
+// statementPageOf moves each account's position past what the page took
+// and makes the next cursor.
+func statementPageOf(scope string, order Order, accs []*statementAccount, entries []StatementEntry, more bool) StatementPage {
+	byID := make(map[int64]*statementAccount, len(accs))
+	for _, a := range accs {
+		byID[a.id] = a
+	}
+	for _, e := range entries {
+		byID[e.AccountID].bound = e.Seq
+	}
 	page := StatementPage{Entries: entries}
 	if more {
-		page.NextCursor = encodeStatementCursor(scope, req.Order, accs)
+		page.NextCursor = encodeStatementCursor(scope, order, accs)
 	}
-	return page, nil
+	return page
+}
+
+func timeArgs(req StatementRequest) (from, to *time.Time) {
+	if !req.From.IsZero() {
+		from = &req.From
+	}
+	if !req.To.IsZero() {
+		to = &req.To
+	}
+	return from, to
+}
+
+func positionArrays(pos map[int64]int64) (ids, bounds []int64) {
+	ids, bounds = []int64{}, []int64{}
+	for id, b := range pos {
+		ids = append(ids, id)
+		bounds = append(bounds, b)
+	}
+	return ids, bounds
 }
 
 // statementScope names the listing a cursor belongs to: the merchant, the
@@ -119,32 +233,31 @@ func statementScope(req StatementRequest) string {
 	return strconv.FormatUint(h.Sum64(), 36)
 }
 
-func statementAccounts(ctx context.Context, db DBTX, req StatementRequest) ([]*statementAccount, error) {
-	rows, err := db.Query(ctx, `SELECT id, code, purpose, currency, last_seq FROM ledger_accounts
-		WHERE owner_kind = 'merchant' AND owner_id = $1 AND ($2 = '' OR currency = $2)
-		ORDER BY id`, req.MerchantID, req.Currency.Code())
-	if err != nil {
-		return nil, fmt.Errorf("ledger: statement of %s: accounts: %w", req.MerchantID, err)
-	}
+const statementAccountsSQL = `SELECT id, code, purpose, currency, last_seq FROM ledger_accounts
+	WHERE owner_kind = 'merchant' AND owner_id = $1 AND ($2 = '' OR currency = $2)
+	ORDER BY id`
+
+func scanStatementAccounts(rows pgx.Rows, merchantID string) ([]*statementAccount, error) {
 	defer rows.Close()
 	var out []*statementAccount
 	for rows.Next() {
 		a := &statementAccount{bound: -1}
 		var purpose, cur string
 		if err := rows.Scan(&a.id, &a.code, &purpose, &cur, &a.lastSeq); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("ledger: statement of %s: accounts: %w", merchantID, err)
 		}
 		a.purpose = Purpose(purpose)
+		var err error
 		if a.currency, err = money.LookupCurrency(cur); err != nil {
 			return nil, fmt.Errorf("ledger: account %s: %w", a.code, err)
 		}
 		out = append(out, a)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("ledger: statement of %s: accounts: %w", req.MerchantID, err)
+		return nil, fmt.Errorf("ledger: statement of %s: accounts: %w", merchantID, err)
 	}
 	if len(out) > maxStatementAccounts {
-		return nil, fmt.Errorf("ledger: statement of %s: %d accounts (at most %d)", req.MerchantID, len(out), maxStatementAccounts)
+		return nil, fmt.Errorf("ledger: statement of %s: %d accounts (at most %d)", merchantID, len(out), maxStatementAccounts)
 	}
 	return out, nil
 }
@@ -170,26 +283,24 @@ func encodeStatementCursor(scope string, order Order, accs []*statementAccount) 
 	return base64.RawURLEncoding.EncodeToString([]byte(b.String()))
 }
 
-func applyStatementCursor(c, scope string, order Order, accs []*statementAccount) error {
+// parseStatementCursor reads a statement cursor of this listing: each
+// account's position (-1: nothing more).
+func parseStatementCursor(c, scope string, order Order) (map[int64]int64, error) {
 	if len(c) > 4096 {
-		return fmt.Errorf("%w: too long", ErrInvalidCursor)
+		return nil, fmt.Errorf("%w: too long", ErrInvalidCursor)
 	}
 	raw, err := base64.RawURLEncoding.DecodeString(c)
 	if err != nil {
-		return fmt.Errorf("%w: not base64url", ErrInvalidCursor)
+		return nil, fmt.Errorf("%w: not base64url", ErrInvalidCursor)
 	}
 	parts := strings.Split(string(raw), ":")
 	if len(parts) != 4 || parts[0] != "statement" {
-		return fmt.Errorf("%w: not a statement cursor", ErrInvalidCursor)
+		return nil, fmt.Errorf("%w: not a statement cursor", ErrInvalidCursor)
 	}
 	if parts[1] != scope || parts[2] != strconv.Itoa(int(order)) {
-		return fmt.Errorf("%w: issued for another listing", ErrInvalidCursor)
+		return nil, fmt.Errorf("%w: issued for another listing", ErrInvalidCursor)
 	}
-	byID := make(map[int64]*statementAccount, len(accs))
-	for _, a := range accs {
-		byID[a.id] = a
-	}
-	seen := make(map[int64]bool)
+	pos := make(map[int64]int64)
 	for _, item := range strings.Split(parts[3], ",") {
 		if item == "" {
 			continue
@@ -197,29 +308,48 @@ func applyStatementCursor(c, scope string, order Order, accs []*statementAccount
 		ids, bs, ok := strings.Cut(item, ".")
 		id, err1 := strconv.ParseInt(ids, 10, 64)
 		bound, err2 := strconv.ParseInt(bs, 10, 64)
-		a := byID[id]
-		if !ok || err1 != nil || err2 != nil || a == nil || seen[id] || bound < -1 {
-			return fmt.Errorf("%w: bad position", ErrInvalidCursor)
+		if _, dup := pos[id]; !ok || err1 != nil || err2 != nil || dup || bound < -1 || len(pos) >= maxStatementAccounts {
+			return nil, fmt.Errorf("%w: bad position", ErrInvalidCursor)
 		}
-		seen[id] = true
+		pos[id] = bound
+	}
+	return pos, nil
+}
+
+// applyPositions gives the merchant's accounts the cursor's positions.
+// Every account the cursor names must be one of them, at a position its
+// history has. It reports whether some account is not named (one opened
+// after the first page): newest first it is left out, being newer than the
+// statement being read; oldest first it starts from the beginning of the
+// range (the caller positions it).
+func applyPositions(pos map[int64]int64, order Order, accs []*statementAccount) (unlisted bool, err error) {
+	if pos == nil {
+		return false, nil
+	}
+	byID := make(map[int64]*statementAccount, len(accs))
+	for _, a := range accs {
+		byID[a.id] = a
+	}
+	for id, bound := range pos {
+		a := byID[id]
+		if a == nil || bound > a.lastSeq+1 {
+			return false, fmt.Errorf("%w: bad position", ErrInvalidCursor)
+		}
 		if bound == -1 {
 			a.done = true
 			continue
 		}
-		if bound > a.lastSeq+1 {
-			return fmt.Errorf("%w: bad position", ErrInvalidCursor)
-		}
 		a.bound = bound
 	}
-	// An account the cursor does not name was opened after the first page.
-	// Newest first, it is newer than the statement being read: leave it
-	// out. Oldest first, it starts from its beginning (initialBounds).
 	for _, a := range accs {
-		if !seen[a.id] && order == Descending {
-			a.done = true
+		if _, ok := pos[a.id]; !ok {
+			unlisted = true
+			if order == Descending {
+				a.done = true
+			}
 		}
 	}
-	return nil
+	return unlisted, nil
 }
 
 // initialBounds positions the accounts the cursor did not: at the start of
@@ -290,43 +420,19 @@ const lastSeqBeforeSQL = `
 	)
 	SELECT lo FROM search WHERE lo >= hi`
 
-// statementRows reads, in one statement, up to limit+1 postings of each
-// open account past its bound, keeps those in the time range, merges them
-// and takes the first limit+1 with their transactions' causes; it then
-// moves each account's bound past what the page took. Rows past the
-// range's far end are only ever at the end of an account's rows (posted_at
-// never goes backwards along its sequence), so filtering after each
-// account's LIMIT loses nothing.
-func statementRows(ctx context.Context, db DBTX, req StatementRequest, accs []*statementAccount, limit int) ([]StatementEntry, bool, error) {
-	var ids, bounds []int64
+// scanStatementRows reads a page's rows: at most limit+1 come back, and
+// the last is only the sign of a next page. A row of an account opened
+// between the two statements of the round trip is not on this page (the
+// next one has it, oldest first; newest first it is newer than the
+// statement), but it counts for the next page's existence.
+func scanStatementRows(rows pgx.Rows, merchantID string, accs []*statementAccount, limit int) ([]StatementEntry, bool, error) {
+	defer rows.Close()
 	byID := make(map[int64]*statementAccount, len(accs))
 	for _, a := range accs {
 		byID[a.id] = a
-		if !a.done {
-			ids = append(ids, a.id)
-			bounds = append(bounds, a.bound)
-		}
 	}
-	if len(ids) == 0 {
-		return nil, false, nil
-	}
-	q := statementAscSQL
-	if req.Order == Descending {
-		q = statementDescSQL
-	}
-	var from, to *time.Time
-	if !req.From.IsZero() {
-		from = &req.From
-	}
-	if !req.To.IsZero() {
-		to = &req.To
-	}
-	rows, err := db.Query(ctx, q, ids, bounds, limit+1, from, to)
-	if err != nil {
-		return nil, false, fmt.Errorf("ledger: statement of %s: %w", req.MerchantID, err)
-	}
-	defer rows.Close()
-	out := make([]StatementEntry, 0, limit+1)
+	out := make([]StatementEntry, 0, limit)
+	n := 0
 	for rows.Next() {
 		var (
 			e             StatementEntry
@@ -334,10 +440,15 @@ func statementRows(ctx context.Context, db DBTX, req StatementRequest, accs []*s
 			amount, after string
 		)
 		if err := rows.Scan(&e.AccountID, &e.Seq, &e.TransactionID, &leg, &amount, &after, &e.PostedAt, &e.CauseKind, &e.CauseID); err != nil {
-			return nil, false, fmt.Errorf("ledger: statement of %s: %w", req.MerchantID, err)
+			return nil, false, fmt.Errorf("ledger: statement of %s: %w", merchantID, err)
 		}
+		n++
 		a := byID[e.AccountID]
+		if n > limit || a == nil {
+			continue
+		}
 		e.Leg, e.AccountCode, e.Currency, e.Purpose = int(leg), a.code, a.currency, a.purpose
+		var err error
 		if e.Amount, err = decimal.NewFromString(amount); err != nil {
 			return nil, false, err
 		}
@@ -347,34 +458,46 @@ func statementRows(ctx context.Context, db DBTX, req StatementRequest, accs []*s
 		out = append(out, e)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, false, fmt.Errorf("ledger: statement of %s: %w", req.MerchantID, err)
+		return nil, false, fmt.Errorf("ledger: statement of %s: %w", merchantID, err)
 	}
-	more := len(out) > limit
-	if more {
-		out = out[:limit]
-	}
-	for _, e := range out {
-		byID[e.AccountID].bound = e.Seq
-	}
-	return out, more, nil
+	return out, n > limit, nil
 }
 
-// statementSQL: each account's next limit+1 postings by primary key (the
-// LATERAL), the time range, the merge in statement order, and the causes
-// of the page's transactions only.
-const statementSQL = `SELECT p.account_id, p.seq, p.transaction_id, p.leg, p.amount::text, p.balance_after::text, p.posted_at,
+// statementSQL: the merchant's accounts with their positions (from the
+// cursor's arrays; an account they do not name is left out when $8, else
+// starts at its end newest first, at its beginning oldest first; -1: left
+// out), each account's next limit+1 postings by primary key (the LATERAL),
+// the time range, the merge in statement order, and the causes of the
+// page's transactions only. Rows past the range's far end are only ever at
+// the end of an account's rows (posted_at never goes backwards along its
+// sequence), so filtering after each account's LIMIT loses nothing.
+const statementSQL = `WITH c AS MATERIALIZED (
+		SELECT a.id AS account_id,
+		       CASE WHEN x.account_id IS NOT NULL THEN x.bound WHEN $8 THEN -1 ELSE %s END AS bound
+		FROM ledger_accounts a
+		LEFT JOIN unnest($1::bigint[], $2::bigint[]) AS x(account_id, bound) ON x.account_id = a.id
+		WHERE a.owner_kind = 'merchant' AND a.owner_id = $6 AND ($7 = '' OR a.currency = $7)
+	)
+	SELECT p.account_id, p.seq, p.transaction_id, p.leg, p.amount::text, p.balance_after::text, p.posted_at,
 		t.cause_kind, t.cause_id
 	FROM (
-		SELECT p.* FROM unnest($1::bigint[], $2::bigint[]) AS c(account_id, bound)
+		SELECT p.* FROM c
 		CROSS JOIN LATERAL (
 			SELECT p.account_id, p.seq, p.transaction_id, p.leg, p.amount, p.balance_after, p.posted_at
-			FROM ledger_postings p WHERE p.account_id = c.account_id AND %s LIMIT $3) p
+			FROM ledger_postings p WHERE p.account_id = c.account_id AND c.bound <> -1 AND %s LIMIT $3) p
 		WHERE ($4::timestamptz IS NULL OR p.posted_at >= $4) AND ($5::timestamptz IS NULL OR p.posted_at < $5)
 		ORDER BY %s LIMIT $3) p
 	JOIN ledger_transactions t ON t.id = p.transaction_id
-	ORDER BY %[2]s`
+	ORDER BY %[3]s`
 
 var (
-	statementAscSQL  = fmt.Sprintf(statementSQL, "p.seq > c.bound ORDER BY p.seq", "p.posted_at, p.account_id, p.seq")
-	statementDescSQL = fmt.Sprintf(statementSQL, "p.seq < c.bound ORDER BY p.seq DESC", "p.posted_at DESC, p.account_id DESC, p.seq DESC")
+	statementAscSQL  = fmt.Sprintf(statementSQL, "0", "p.seq > c.bound ORDER BY p.seq", "p.posted_at, p.account_id, p.seq")
+	statementDescSQL = fmt.Sprintf(statementSQL, "a.last_seq + 1", "p.seq < c.bound ORDER BY p.seq DESC", "p.posted_at DESC, p.account_id DESC, p.seq DESC")
 )
+
+func statementSQLFor(o Order) string {
+	if o == Descending {
+		return statementDescSQL
+	}
+	return statementAscSQL
+}
