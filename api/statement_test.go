@@ -277,6 +277,7 @@ func TestMerchantStatementPagesWhileWritersPost_R22(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var posted atomic.Int64
+	var eurOpened atomic.Bool
 	writer := func(w int) {
 		defer wg.Done()
 		for i := 0; ; i++ {
@@ -293,6 +294,7 @@ func TestMerchantStatementPagesWhileWritersPost_R22(t *testing.T) {
 					t.Error(err)
 					return
 				}
+				eurOpened.Store(true)
 			}
 			switch (w + i) % 3 {
 			case 0:
@@ -348,7 +350,10 @@ func TestMerchantStatementPagesWhileWritersPost_R22(t *testing.T) {
 	for posted.Load() < 30 {
 		time.Sleep(5 * time.Millisecond)
 	}
-	for round := range 3 {
+	// At least three rounds, and until the EUR account has opened (on a
+	// slow machine the rounds can end before writer 0's 40th transfer).
+	for round := 0; round < 3 || !eurOpened.Load(); round++ {
+		require.Less(t, round, 1000, "the EUR account never opened")
 		before := lastSeqs()
 		desc := e.statementAll("m1", e.m1, url.Values{"limit": {"7"}})
 		after := lastSeqs()
