@@ -13,9 +13,9 @@
 // A Transaction is two or more postings. A posting adds its signed amount to
 // its account's balance (balance += amount); the amounts of one transaction
 // sum to zero per currency. This is checked in Go before anything is sent and
-// again by PostgreSQL at COMMIT (a deferred constraint trigger), so an
-// unbalanced transaction cannot be committed even by code that bypasses this
-// package. An account that forbids negatives is protected by a CHECK
+// again by PostgreSQL at the end of the statement that writes it (statement
+// triggers, migration 00015), so an unbalanced transaction cannot be
+// committed even by code that bypasses this package. An account that forbids negatives is protected by a CHECK
 // constraint on its balance column (docs/rules.md R23).
 //
 // Every posting records the account's balance after it, a gap-free
@@ -119,7 +119,7 @@ func (e *IdempotencyConflictError) Unwrap() error { return ErrIdempotencyConflic
 
 // mapPgError turns the database's own refusals into typed errors, for code
 // paths where the database rather than ledger_post spoke (a caller that
-// bypassed Post, or the deferred check at commit).
+// bypassed Post, or a refusal at COMMIT).
 func mapPgError(err error) error {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {

@@ -307,19 +307,15 @@ func TestDatabaseGuards(t *testing.T) {
 	require.Error(t, err)
 	require.ErrorIs(t, ledger.MapCommitError(err), ledger.ErrInsufficientFunds)
 
-	// A transaction written directly without its postings cannot commit
-	// (the deferred constraint trigger).
-	tx, err := f.pool.Begin(ctx)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, `INSERT INTO ledger_transactions (idempotency_key, request_hash, cause_kind, cause_id, effective_at, posted_at)
+	// A transaction written directly without its postings is refused by
+	// its own statement.
+	_, err = f.pool.Exec(ctx, `INSERT INTO ledger_transactions (idempotency_key, request_hash, cause_kind, cause_id, effective_at, posted_at)
 		VALUES ('raw', '\x00', 'test', 'raw', now(), now())`)
-	require.NoError(t, err)
-	err = tx.Commit(ctx)
 	require.ErrorIs(t, ledger.MapCommitError(err), ledger.ErrUnbalanced)
 
 	// Postings written directly must keep their transaction balanced and
 	// name an existing account in its currency and an existing transaction
-	// (checked at commit).
+	// (checked at the end of their statement).
 	insert := `INSERT INTO ledger_postings (account_id, seq, transaction_id, leg, amount, currency, balance_after, posted_at, hash)
 		VALUES ($1, 99, $2, 3, 5, $3, 5, now(), '\x')`
 	_, err = f.pool.Exec(ctx, insert, b.ID, posted.ID, "BRL")
@@ -333,15 +329,10 @@ func TestDatabaseGuards(t *testing.T) {
 	require.ErrorContains(t, err, "missing transaction")
 	require.ErrorIs(t, ledger.MapCommitError(err), ledger.ErrTransactionNotFound)
 
-	// Field rules, checked at commit (migration 00011 moved them out of
-	// CHECK constraints): a balanced pair with a zero leg, legs that skip a
-	// number, and a transaction whose cause kind is not a lowercase word.
-	pair := func(tx pgx.Tx, txID int64, legA, legB int, amount string) error {
-		_, err := tx.Exec(ctx, `INSERT INTO ledger_postings (account_id, seq, transaction_id, leg, amount, currency, balance_after, posted_at, hash)
-			VALUES ($1, 90, $2, $3, $4::numeric, 'BRL', 0, now(), '\x'), ($5, 91, $2, $6, -$4::numeric, 'BRL', 0, now(), '\x')`,
-			a.ID, txID, legA, amount, b.ID, legB)
-		return err
-	}
+	// Field rules, checked at the end of the statement that writes the
+	// transaction with its postings: a balanced pair with a zero leg, legs
+	// that skip a number, and a transaction whose cause kind is not a
+	// lowercase word.
 	for name, c := range map[string]struct {
 		kind         string
 		legA, legB   int
@@ -351,13 +342,12 @@ func TestDatabaseGuards(t *testing.T) {
 		"gap in legs": {"test", 1, 3, "1", "not numbered 1..n"},
 		"cause kind":  {"Not A Word", 1, 2, "1", "is invalid"},
 	} {
-		tx, err := f.pool.Begin(ctx)
-		require.NoError(t, err, name)
-		var txID int64
-		require.NoError(t, tx.QueryRow(ctx, `INSERT INTO ledger_transactions (idempotency_key, request_hash, cause_kind, cause_id, effective_at, posted_at)
-			VALUES ($1, '\x00', $2, 'raw', now(), now()) RETURNING id`, "raw-"+name, c.kind).Scan(&txID), name)
-		require.NoError(t, pair(tx, txID, c.legA, c.legB, c.amount), name)
-		err = tx.Commit(ctx)
+		_, err := f.pool.Exec(ctx, `WITH t AS (INSERT INTO ledger_transactions (idempotency_key, request_hash, cause_kind, cause_id, effective_at, posted_at)
+			VALUES ($1, '\x00', $2, 'raw', now(), now()) RETURNING id)
+			INSERT INTO ledger_postings (account_id, seq, transaction_id, leg, amount, currency, balance_after, posted_at, hash)
+			SELECT $3::bigint, 90, t.id, $4::int, $5::numeric, 'BRL', 0, now(), '\x'::bytea FROM t
+			UNION ALL SELECT $6::bigint, 91, t.id, $7::int, -$5::numeric, 'BRL', 0, now(), '\x'::bytea FROM t`,
+			"raw-"+name, c.kind, a.ID, c.legA, c.amount, b.ID, c.legB)
 		require.ErrorContains(t, err, c.want, name)
 		require.ErrorIs(t, ledger.MapCommitError(err), ledger.ErrInvalidInput, name)
 	}
