@@ -157,12 +157,20 @@ func (s *Server) exportCSV(w http.ResponseWriter, r *http.Request) {
 	keep := func(p ledger.Posting) bool {
 		return (!hasFrom || !p.PostedAt.Before(from)) && (!hasTo || p.PostedAt.Before(to))
 	}
-	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
-	w.Header().Set("Content-Disposition", `attachment; filename="saldo-ledger.csv"`)
-	w.WriteHeader(http.StatusOK)
+	// The status goes out with the first page read: until then an error is
+	// a problem answer (on a replica, dropped for the primary's); after it,
+	// the connection is aborted so a client cannot take a cut export for a
+	// whole one (as exportAccountCSV).
 	cw := csv.NewWriter(w)
-	_ = cw.Write([]string{"transaction_id", "leg", "account_code", "seq", "amount", "currency", "balance_after",
-		"posted_at", "cause_kind", "cause_id", "hash"})
+	started := false
+	start := func() {
+		started = true
+		w.Header().Set("Content-Type", "text/csv; charset=utf-8")
+		w.Header().Set("Content-Disposition", `attachment; filename="saldo-ledger.csv"`)
+		w.WriteHeader(http.StatusOK)
+		_ = cw.Write([]string{"transaction_id", "leg", "account_code", "seq", "amount", "currency", "balance_after",
+			"posted_at", "cause_kind", "cause_id", "hash"})
+	}
 	row := func(p ledger.Posting, causeKind, causeID string) {
 		m := p.Currency.MinorUnits()
 		_ = cw.Write([]string{strconv.FormatInt(p.TransactionID, 10), strconv.Itoa(p.Leg), p.AccountCode,
@@ -172,9 +180,16 @@ func (s *Server) exportCSV(w http.ResponseWriter, r *http.Request) {
 	cursor := ""
 	for {
 		pg, err := ledger.ListTransactions(r.Context(), s.db(r), ledger.TransactionFilter{}, ledger.PageRequest{Cursor: cursor, Limit: ledger.MaxPageSize})
+		if err != nil && !started {
+			s.problem(w, r, err)
+			return
+		}
 		if err != nil {
 			s.log.ErrorContext(r.Context(), "api: csv export aborted", "error", err)
-			return
+			panic(http.ErrAbortHandler)
+		}
+		if !started {
+			start()
 		}
 		for _, t := range pg.Transactions {
 			for _, p := range t.Postings {

@@ -389,14 +389,21 @@ func (rd *Reads) Route(next http.Handler) http.Handler {
 			rd.reads.Inc()
 			return
 		}
-		rd.fallback(ReasonFailed)
-		rd.cfg.Logger.WarnContext(r.Context(), "replica: the replica's answer was dropped; the primary answers",
-			"path", r.URL.Path, "status", tw.status)
 		h := w.Header()
 		clear(h)
 		for k, v := range saved {
 			h[k] = v
 		}
+		if r.Context().Err() != nil {
+			// The client went away (or the request's time ran out) during
+			// the try: not the replica's failure, and the primary would
+			// fail the same way. The status alone goes out, for the log.
+			w.WriteHeader(tw.status)
+			return
+		}
+		rd.fallback(ReasonFailed)
+		rd.cfg.Logger.WarnContext(r.Context(), "replica: the replica's answer was dropped; the primary answers",
+			"path", r.URL.Path, "status", tw.status)
 		next.ServeHTTP(w, r)
 	})
 }

@@ -1,0 +1,22 @@
+package replica
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// NewUsable returns a router that takes the replica for usable with no lag,
+// without measuring it (no goroutine): tests of Route against a replica that
+// fails between two measurements.
+func NewUsable(primary, rep *pgxpool.Pool) *Reads {
+	rd := &Reads{cfg: Config{Primary: primary, Replica: rep, MaxLag: DefaultMaxLag, Interval: DefaultInterval,
+		Timeout: time.Second, Logger: slog.New(slog.DiscardHandler)}, stop: make(chan struct{}), done: make(chan struct{})}
+	rd.reads = prometheus.NewCounter(prometheus.CounterOpts{Name: "saldo_replica_reads_total"})
+	rd.fallbacks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "saldo_replica_fallbacks_total"}, []string{"reason"})
+	rd.st = state{measured: true, ok: true, horizon: time.Now().Add(time.Hour)}
+	close(rd.done)
+	return rd
+}
