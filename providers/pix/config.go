@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -86,6 +87,9 @@ type Config struct {
 	Send SendAPI
 	// Now is the clock (tests). Default time.Now.
 	Now func() time.Time
+	// Logger receives the adapter's alerts (requests refused with 401 or
+	// 403). Default slog.Default.
+	Logger *slog.Logger
 }
 
 func (c Config) withDefaults() Config {
@@ -103,6 +107,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RefundScan <= 0 {
 		c.RefundScan = DefaultRefundScan
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
 	}
 	if c.PageSize <= 0 || c.PageSize > 1000 {
 		c.PageSize = DefaultPageSize

@@ -26,6 +26,8 @@
 //     SubmitResult says "not written", so the classifier re-sends later with
 //     the same id). A 401 drops the cached token and the request is sent
 //     once more with a fresh one (the 401 proves nothing was processed).
+//     A second 401, or a 403, is auth_refused: the attempt waits for an
+//     operator to fix the credentials instead of failing.
 //   - A cob's status is the status of its record, not of its expiry: an
 //     expired unpaid cob stays ATIVA. Lookup reports it failed with
 //     failure code cob_expired only once calendario.criacao +

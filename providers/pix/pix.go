@@ -300,6 +300,14 @@ func (p *Provider) Submit(ctx context.Context, req providers.SubmitRequest) prov
 	switch {
 	case ex.StatusCode == http.StatusTooManyRequests:
 		res.Refinement = providers.RefineRateLimited
+	case ex.StatusCode == http.StatusUnauthorized || ex.StatusCode == http.StatusForbidden:
+		// Refused before anything was processed: a 401 even with a fresh
+		// token (do renews it once), or a 403 (a scope or certificate the
+		// PSP does not grant). The attempt waits for an operator to fix
+		// the credentials instead of failing a payout nobody processed.
+		p.cfg.Logger.Error("pix: request refused: the client credentials, scopes or certificate are wrong or revoked; attempts stay pending until an operator fixes them",
+			"status", ex.StatusCode, "operation", string(req.Operation), "reference", req.Reference, "code", res.FailureCode)
+		res.Refinement = providers.RefineAuthRefused
 	case ex.StatusCode == http.StatusConflict:
 		res.Refinement = providers.RefineDuplicate
 	case ex.StatusCode >= 400 && ex.StatusCode < 500 && prob.duplicate():

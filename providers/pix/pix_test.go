@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
@@ -629,5 +630,54 @@ func TestEncodePayloadRefuses(t *testing.T) {
 	e.submit(providers.OpPixCharge, in, txid)
 	if b := e.lastRequest(http.MethodPut, pixtest.StandardPrefix+"/cob/"+txid).Body; bytes.Contains(b, []byte("devedor")) {
 		t.Fatalf("body %s", b)
+	}
+}
+
+// R5, R12: a request refused with 401 even after a fresh token, or with
+// 403, was processed by nobody: auth_refused (the attempt waits for an
+// operator to fix the credentials), never failed, and the alert names no
+// secret. Sent again with the same id once the PSP takes the credentials,
+// it makes the one send.
+func TestRefusedCredentialsAreAuthRefused_R5_R12(t *testing.T) {
+	var logs bytes.Buffer
+	e := newEnv(t, pixtest.Options{SendsFinal: true})
+	e.p = e.adapter(func(c *pix.Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+	in := providers.OperationInput{Amount: "1.00", Currency: "BRL", Destination: keyDest("a@b.c")}
+	unauthorized := `{"nome":"nao_autorizado","mensagem":"token invalido"}`
+
+	// 401 on the first token and on the fresh one: two wire calls, refused.
+	r := ref(t)
+	e.srv.FailNext(http.StatusUnauthorized, unauthorized)
+	e.srv.FailNext(http.StatusUnauthorized, unauthorized)
+	sr, out := e.submit(providers.OpPixTransfer, in, r)
+	wantOutcome(t, out, attempts.OutcomeAuthRefused, sr)
+	if sr.Exchange.WireCalls != 2 || sr.Refinement != providers.RefineAuthRefused {
+		t.Fatalf("wire calls %d refinement %q, want 2 and auth_refused", sr.Exchange.WireCalls, sr.Refinement)
+	}
+	// 403 (a scope the PSP does not grant): no token renewal, refused.
+	e.srv.FailNext(http.StatusForbidden, `{"nome":"acesso_negado","mensagem":"escopo insuficiente"}`)
+	sr, out = e.submit(providers.OpPixTransfer, in, r)
+	wantOutcome(t, out, attempts.OutcomeAuthRefused, sr)
+	if sr.Exchange.WireCalls != 1 {
+		t.Fatalf("%d wire calls for a 403, want 1", sr.Exchange.WireCalls)
+	}
+	if lr := e.lookup(providers.OpPixTransfer, r); lr.Found {
+		t.Fatalf("a refused send exists at the PSP: %+v", lr)
+	}
+
+	// Credentials fixed: the same id makes the one send.
+	sr, out = e.submit(providers.OpPixTransfer, in, r)
+	wantOutcome(t, out, attempts.OutcomeSucceeded, sr)
+	if lr := e.lookup(providers.OpPixTransfer, r); !lr.Found || lr.State != providers.StateSucceeded {
+		t.Fatalf("lookup after the fix %+v", lr)
+	}
+
+	if !strings.Contains(logs.String(), "request refused") || strings.Count(logs.String(), "level=ERROR") != 2 {
+		t.Fatalf("want two ERROR alerts, got:\n%s", logs.String())
+	}
+	for _, secret := range []string{clientSecret, "Bearer", "access_token"} {
+		if strings.Contains(logs.String(), secret) {
+			t.Fatalf("the alert leaks %q:\n%s", secret, logs.String())
+		}
 	}
 }
