@@ -391,13 +391,20 @@ func (s *Service) recordBatch(ctx context.Context, reqs []recordReq) ([]recorded
 		if err := insertEvents(ctx, tx, events); err != nil {
 			return err
 		}
-		if err := s.finalTogether(ctx, tx, moved); err != nil {
-			return err
-		}
+		// The calls the statement did not move (unknown, rate limited, not
+		// sent...) one by one, before the ledger: finalTogether locks the
+		// merchants' balance rows, which must be held for as short a time
+		// as possible before COMMIT. Applied after it, their round trips
+		// (transitions, events, lookup jobs) ran under those locks, and
+		// under provider faults the record batches queued behind each other
+		// on the merchants' rows (saldo bench payouts --faults).
 		for _, i := range slow {
 			if out[i], err = s.applyOutcome(ctx, tx, after, out[i].a, reqs[i]); err != nil {
 				return err
 			}
+		}
+		if err := s.finalTogether(ctx, tx, moved); err != nil {
+			return err
 		}
 		return nil
 	})
