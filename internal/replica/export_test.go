@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"context"
 	"log/slog"
 	"time"
 
@@ -17,6 +18,13 @@ func NewUsable(primary, rep *pgxpool.Pool) *Reads {
 	rd.reads = prometheus.NewCounter(prometheus.CounterOpts{Name: "saldo_replica_reads_total"})
 	rd.fallbacks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "saldo_replica_fallbacks_total"}, []string{"reason"})
 	rd.st = state{measured: true, ok: true, horizon: time.Now().Add(time.Hour)}
+	rd.down, rd.markDown = context.WithCancel(context.Background())
 	close(rd.done)
 	return rd
+}
+
+// SetUnavailable publishes a failed measurement, as the refresher does when
+// the replica stops answering.
+func (rd *Reads) SetUnavailable() {
+	rd.publish(state{measured: true, problem: "test: the replica stopped answering"})
 }

@@ -87,12 +87,18 @@ type Config struct {
 // Reads routes reads to the replica while it is fresh enough. A nil *Reads
 // routes nothing: every read goes to the primary.
 type Reads struct {
-	cfg     Config
-	mu      sync.Mutex
-	st      state
-	samples []sample // refresher goroutine only
-	stop    chan struct{}
-	done    chan struct{}
+	cfg Config
+	mu  sync.Mutex
+	st  state
+	// down is cancelled when a measurement finds the replica unusable
+	// (a new one is made when it is usable again): it ends the tries in
+	// flight on it, which would otherwise wait on a replica that stopped
+	// answering without closing its connections (mu).
+	down     context.Context
+	markDown context.CancelFunc
+	samples  []sample // refresher goroutine only
+	stop     chan struct{}
+	done     chan struct{}
 
 	nReads     atomic.Uint64
 	nFallbacks [3]atomic.Uint64 // by reasons' index
@@ -137,6 +143,7 @@ func New(cfg Config) (*Reads, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	rd := &Reads{cfg: cfg, stop: make(chan struct{}), done: make(chan struct{})}
+	rd.down, rd.markDown = context.WithCancel(context.Background())
 	rd.reads = prometheus.NewCounter(prometheus.CounterOpts{Name: "saldo_replica_reads_total",
 		Help: "Requests answered from the read replica."})
 	rd.fallbacks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "saldo_replica_fallbacks_total",
@@ -248,10 +255,20 @@ func (rd *Reads) loop() {
 func (rd *Reads) refresh() {
 	ctx, cancel := context.WithTimeout(context.Background(), rd.cfg.Timeout)
 	defer cancel()
-	st := rd.measure(ctx)
+	rd.publish(rd.measure(ctx))
+}
+
+// publish makes st the state routed reads see; a replica found unusable
+// ends the tries in flight on it (they are served again on the primary).
+func (rd *Reads) publish(st state) {
 	rd.mu.Lock()
 	prev := rd.st
 	rd.st = st
+	if !st.ok {
+		rd.markDown()
+	} else if rd.down.Err() != nil {
+		rd.down, rd.markDown = context.WithCancel(context.Background())
+	}
 	rd.mu.Unlock()
 	switch {
 	case st.ok && (!prev.measured || !prev.ok):
@@ -311,24 +328,24 @@ func (rd *Reads) measure(ctx context.Context) state {
 
 // pick decides where a routed read goes: the replica with its lag, or the
 // primary (the fallback counted).
-func (rd *Reads) pick() (time.Duration, bool) {
+func (rd *Reads) pick() (time.Duration, context.Context, bool) {
 	rd.mu.Lock()
-	st := rd.st
+	st, down := rd.st, rd.down
 	rd.mu.Unlock()
 	if !st.ok {
 		rd.fallback(ReasonUnavailable)
-		return 0, false
+		return 0, nil, false
 	}
 	if st.horizon.IsZero() {
 		rd.fallback(ReasonLagging)
-		return 0, false
+		return 0, nil, false
 	}
 	lag := max(time.Since(st.horizon), 0)
 	if lag > rd.cfg.MaxLag {
 		rd.fallback(ReasonLagging)
-		return 0, false
+		return 0, nil, false
 	}
-	return lag, true
+	return lag, down, true
 }
 
 type ctxKey struct{}
@@ -373,14 +390,26 @@ func (rd *Reads) Route(next http.Handler) http.Handler {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		lag, ok := rd.pick()
+		lag, down, ok := rd.pick()
 		if !ok {
 			next.ServeHTTP(w, r)
 			return
 		}
 		saved := w.Header().Clone()
 		tw := &tryWriter{ResponseWriter: w, lag: lag}
-		next.ServeHTTP(tw, r.WithContext(context.WithValue(r.Context(), ctxKey{}, chosen{pool: rd.cfg.Replica, lag: lag})))
+		// A try that has sent nothing yet ends when a measurement finds the
+		// replica unusable (and the primary answers): a replica that stops
+		// answering without closing its connections would otherwise hold
+		// the request until the client gives up. An answer already going
+		// out (a CSV export) is left to finish.
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		defer context.AfterFunc(down, func() {
+			if !tw.sent.Load() {
+				cancel()
+			}
+		})()
+		next.ServeHTTP(tw, r.WithContext(context.WithValue(ctx, ctxKey{}, chosen{pool: rd.cfg.Replica, lag: lag})))
 		if !tw.dropped {
 			if !tw.decided {
 				tw.decide(http.StatusOK) // a handler that wrote nothing: an empty 200
@@ -417,6 +446,7 @@ type tryWriter struct {
 	decided bool
 	dropped bool
 	status  int
+	sent    atomic.Bool // decided and kept: read by Route's AfterFunc
 }
 
 func (w *tryWriter) decide(code int) {
@@ -428,6 +458,7 @@ func (w *tryWriter) decide(code int) {
 		w.dropped = true
 		return
 	}
+	w.sent.Store(true)
 	w.ResponseWriter.Header().Set(LagHeader, FormatLag(w.lag))
 	w.ResponseWriter.WriteHeader(code)
 }

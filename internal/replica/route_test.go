@@ -4,9 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -156,4 +160,107 @@ func TestRouteDroppedAnswerLeavesNoTrace(t *testing.T) {
 	rest, err := io.ReadAll(res.Body)
 	require.NoError(t, err)
 	require.Equal(t, "first chunk\nlast chunk\n", string(buf)+string(rest))
+}
+
+// freezingProxy forwards TCP connections to target until frozen: then it
+// stops forwarding without closing anything, as a replica host that stops
+// answering (paused VM, partition).
+func freezingProxy(t *testing.T, target string) (addr *net.TCPAddr, frozen *atomic.Bool) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	frozen = new(atomic.Bool)
+	var conns sync.WaitGroup
+	t.Cleanup(func() { frozen.Store(false); ln.Close(); conns.Wait() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			pipe := func(dst, src net.Conn) {
+				defer conns.Done()
+				defer dst.Close()
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := src.Read(buf)
+					if err != nil {
+						return
+					}
+					for frozen.Load() {
+						time.Sleep(5 * time.Millisecond)
+					}
+					if _, err := dst.Write(buf[:n]); err != nil {
+						return
+					}
+				}
+			}
+			conns.Add(2)
+			go pipe(s, c)
+			go pipe(c, s)
+		}
+	}()
+	return ln.Addr().(*net.TCPAddr), frozen
+}
+
+// TestRouteFrozenReplicaTryEnds: a routed read in flight on a replica that
+// stops answering without closing its connections ends when a measurement
+// finds the replica unusable, and the primary answers; before, it waited
+// until the client gave up.
+func TestRouteFrozenReplicaTryEnds(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	cc := pool.Config().ConnConfig
+	addr, frozen := freezingProxy(t, net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))))
+	cfg := pool.Config().Copy()
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port = addr.IP.String(), uint16(addr.Port)
+	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	rpool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(rpool.Close)
+	t.Cleanup(func() { frozen.Store(false) }) // before the pool closes its connections
+	reads := replica.NewUsable(pool, rpool)
+	hs := httptest.NewServer(reads.Route(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var db string
+		if err := replica.DB(r.Context(), pool).QueryRow(r.Context(), `SELECT current_setting('port')`).Scan(&db); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	})))
+	t.Cleanup(hs.Close)
+	get := func() (*http.Response, error) {
+		c := &http.Client{Timeout: 10 * time.Second}
+		res, err := c.Get(hs.URL)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+		}
+		return res, err
+	}
+	res, err := get()
+	require.NoError(t, err)
+	require.NotEmpty(t, res.Header.Get(replica.LagHeader), "the replica answers before it freezes")
+
+	frozen.Store(true)
+	type answer struct {
+		res *http.Response
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() { res, err := get(); done <- answer{res, err} }()
+	time.Sleep(300 * time.Millisecond) // the request waits on the frozen replica
+	start := time.Now()
+	reads.SetUnavailable()
+	a := <-done
+	require.NoError(t, a.err, "the request waited on the frozen replica until the client gave up")
+	require.Equal(t, http.StatusOK, a.res.StatusCode)
+	require.Empty(t, a.res.Header.Get(replica.LagHeader))
+	require.Less(t, time.Since(start), 5*time.Second)
+	require.EqualValues(t, 1, reads.Stats().Fallbacks[replica.ReasonFailed])
 }
