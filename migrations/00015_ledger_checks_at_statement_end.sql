@@ -23,8 +23,8 @@
 -- Why: the deferred per-row trigger fired once per transaction at COMMIT,
 -- each firing a PL/pgSQL call and a query. It was about a fifth of
 -- ledger.Post's server time and, for ledger.Poster, one firing per
--- transfer of the batch. Now a statement costs two trigger calls whatever
--- it holds: one for a single ledger_post, one for a batch of 64.
+-- transfer of the batch. Now a statement costs two trigger calls, the
+-- same for a single ledger_post as for a batch of 64 transfers.
 --
 -- Re-runnable (IF EXISTS, OR REPLACE): this file is numbered in the
 -- ledger's range, so databases migrated before it existed apply it after
