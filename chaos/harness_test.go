@@ -54,15 +54,37 @@ var buildSaldo = sync.OnceValues(func() (string, error) {
 	return bin, nil
 })
 
+// freePort gives a port that a child process will listen on later. It is
+// taken below the kernel's ephemeral range (32768-60999 here), where
+// neither outgoing connections nor ":0" listeners of other tests can take
+// it between this check and the child's listen; a port from ":0" could be
+// reused by any of the thousands of connections the tests open meanwhile.
+// No port is handed out twice in this process.
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("free port: %v", err)
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for range 1000 {
+		port := 20000 + rand.IntN(12000)
+		if portsGiven[port] {
+			continue
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		portsGiven[port] = true
+		return port
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatal("free port: none free in 20000-31999 after 1000 tries")
+	return 0
 }
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
 
 // ---------------------------------------------------------------------------
 // PostgreSQL: a cluster of the test's own, restartable with pg_ctl.
@@ -191,11 +213,26 @@ func (c *child) start(bin string, timeout time.Duration) error {
 		c.mu.Lock()
 		err := c.err
 		c.mu.Unlock()
-		return fmt.Errorf("%s exited during start: %v (log %s)", c.name, err, c.logPath)
+		return fmt.Errorf("%s exited during start: %v (log %s; its end:\n%s)", c.name, err, c.logPath, logTail(c.logPath, 20))
 	case <-time.After(timeout):
 		c.kill()
-		return fmt.Errorf("%s did not start within %s (log %s)", c.name, timeout, c.logPath)
+		return fmt.Errorf("%s did not start within %s (log %s; its end:\n%s)", c.name, timeout, c.logPath, logTail(c.logPath, 20))
 	}
+}
+
+// logTail is the last n lines of a child's log, for a failure message: the
+// log directory is reused by the next run, so a CI log must carry the cause
+// itself (a start failure in CI left only "exit status 1").
+func logTail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "(unreadable: " + err.Error() + ")"
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
 
 // kill SIGKILLs the process and waits for it to be gone.

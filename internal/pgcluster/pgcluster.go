@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -16,6 +17,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -241,11 +243,31 @@ func credential() (*syscall.Credential, error) {
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }
 
+// freePort gives a port for a server started later. It is taken below the
+// kernel's usual ephemeral range (32768-60999), where neither outgoing
+// connections nor ":0" listeners can take it between this check and the
+// server's listen (a port from ":0" can be reused by any connection opened
+// meanwhile), and never twice in this process.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for range 1000 {
+		port := 20000 + rand.IntN(12000)
+		if portsGiven[port] {
+			continue
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		portsGiven[port] = true
+		return port, nil
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, errors.New("pgcluster: no free port in 20000-31999 after 1000 tries")
 }
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
