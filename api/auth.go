@@ -18,6 +18,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/saldo/saldo/internal/sqlcols"
 	"github.com/saldo/saldo/ledger"
 	"github.com/saldo/saldo/merchants"
 )
@@ -96,7 +97,7 @@ func CreateKey(ctx context.Context, db ledger.DBTX, role Role, merchantID, name 
 	k := Key{ID: "key_" + hex.EncodeToString(idb), Prefix: secret[:len(SecretPrefix)+6], Role: role,
 		MerchantID: merchantID, Name: name, CreatedAt: now.UTC()}
 	_, err := db.Exec(ctx, `INSERT INTO api_keys (id, prefix, secret_sha256, role, merchant_id, name, created_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7)`, k.ID, k.Prefix, hashSecret(secret), string(role), nullable(merchantID), name, k.CreatedAt)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)`, k.ID, k.Prefix, hashSecret(secret), string(role), sqlcols.Nullable(merchantID), name, k.CreatedAt)
 	if err != nil {
 		return Key{}, "", fmt.Errorf("api: create key: %w", err)
 	}
@@ -210,7 +211,7 @@ func (c *keyCache) lookup(ctx context.Context, db ledger.DBTX, hash []byte) (Pri
 	if err != nil {
 		return Principal{}, false, err
 	}
-	p.Role, p.MerchantID = Role(role), deref(merchantID)
+	p.Role, p.MerchantID = Role(role), sqlcols.Deref(merchantID)
 	if c.ttl > 0 && revocations.Load() == gen {
 		c.mu.Lock()
 		if c.m == nil || len(c.m) >= maxCachedKeys {
@@ -256,18 +257,4 @@ func (s *Server) merchantScope(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-func nullable(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/saldo/saldo/internal/sqlcols"
 	"github.com/saldo/saldo/ledger"
 )
 
@@ -214,7 +215,7 @@ func (s *Server) claimIdempotencyKey(ctx context.Context, keyID, key string, has
 				detail: "this Idempotency-Key was used with a different request (method, path or body); use a new key for a new request"}
 		}
 		if state == "done" {
-			out = &storedResponse{status: *status, contentType: deref(contentType), headers: headers, body: body}
+			out = &storedResponse{status: *status, contentType: sqlcols.Deref(contentType), headers: headers, body: body}
 			return nil
 		}
 		if now.Before(leaseUntil) {

@@ -190,34 +190,20 @@ func scanAttemptAfter(row pgx.Row, before ...any) (Attempt, error) {
 	if err != nil {
 		return a, err
 	}
-	a.ProviderState = deref(providerState)
-	a.ProviderID = deref(providerID)
-	a.FailureCode = deref(failureCode)
-	a.FailureReason = deref(failureReason)
-	a.LastError = deref(lastError)
-	a.ReviewReason = deref(reviewReason)
-	a.ResolvedBy = deref(resolvedBy)
-	a.Acknowledgement = deref(ack)
-	a.Divergence = deref(divergence)
-	a.DivergenceSettledBy, a.DivergenceSettlement = deref(settledBy), deref(settlement)
+	a.ProviderState = sqlcols.Deref(providerState)
+	a.ProviderID = sqlcols.Deref(providerID)
+	a.FailureCode = sqlcols.Deref(failureCode)
+	a.FailureReason = sqlcols.Deref(failureReason)
+	a.LastError = sqlcols.Deref(lastError)
+	a.ReviewReason = sqlcols.Deref(reviewReason)
+	a.ResolvedBy = sqlcols.Deref(resolvedBy)
+	a.Acknowledgement = sqlcols.Deref(ack)
+	a.Divergence = sqlcols.Deref(divergence)
+	a.DivergenceSettledBy, a.DivergenceSettlement = sqlcols.Deref(settledBy), sqlcols.Deref(settlement)
 	if len(data) > 0 {
 		a.Data = data
 	}
 	return a, nil
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
-}
-
-func nullable(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
 }
 
 // Actor is who caused an event.
@@ -282,8 +268,8 @@ func scanEvent(row pgx.Row) (Event, error) {
 		&callNo, &e.StartedAt, &e.EndedAt, &outcome, &code, &reqID, &wire, &errText, &evidence); err != nil {
 		return e, err
 	}
-	e.ActorID, e.FromStatus, e.ToStatus, e.Reason = deref(actorID), Status(deref(from)), Status(deref(to)), deref(reason)
-	e.Outcome, e.ProviderRequestID, e.Error = deref(outcome), deref(reqID), deref(errText)
+	e.ActorID, e.FromStatus, e.ToStatus, e.Reason = sqlcols.Deref(actorID), Status(sqlcols.Deref(from)), Status(sqlcols.Deref(to)), sqlcols.Deref(reason)
+	e.Outcome, e.ProviderRequestID, e.Error = sqlcols.Deref(outcome), sqlcols.Deref(reqID), sqlcols.Deref(errText)
 	if callNo != nil {
 		e.CallNumber = *callNo
 	}
@@ -333,9 +319,9 @@ func insertEvent(ctx context.Context, db DB, e Event) error {
 		to_status, reason, call_number, started_at, ended_at, outcome, status_code, provider_request_id,
 		wire_calls, error, evidence)
 		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17)`,
-		e.AttemptID, e.At, e.Type, e.Actor, nullable(e.ActorID), nullable(string(e.FromStatus)),
-		nullable(string(e.ToStatus)), nullable(e.Reason), callNo, e.StartedAt, e.EndedAt,
-		nullable(e.Outcome), code, nullable(e.ProviderRequestID), wire,
-		nullable(truncate(e.Error, maxErrorText)), evidence)
+		e.AttemptID, e.At, e.Type, e.Actor, sqlcols.Nullable(e.ActorID), sqlcols.Nullable(string(e.FromStatus)),
+		sqlcols.Nullable(string(e.ToStatus)), sqlcols.Nullable(e.Reason), callNo, e.StartedAt, e.EndedAt,
+		sqlcols.Nullable(e.Outcome), code, sqlcols.Nullable(e.ProviderRequestID), wire,
+		sqlcols.Nullable(truncate(e.Error, maxErrorText)), evidence)
 	return err
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/saldo/saldo/internal/groupcommit"
+	"github.com/saldo/saldo/internal/sqlcols"
 	"github.com/saldo/saldo/ledger"
 )
 
@@ -331,10 +332,10 @@ func (s *Service) recordBatch(ctx context.Context, reqs []recordReq) ([]recorded
 			make([]*string, n), make([]*string, n), make([]*string, n)
 		for i, r := range reqs {
 			ids[i], calls[i] = r.a.ID.String(), int32(r.callNo)
-			errs[i] = nullable(truncate(r.errText(), maxErrorText))
+			errs[i] = sqlcols.Nullable(truncate(r.errText(), maxErrorText))
 			if r.outcome == OutcomeSucceeded || r.outcome == OutcomeFailed {
 				to[i] = ptr(string(r.outcome.Status()))
-				pids[i], codes[i], reasons[i] = nullable(r.sr.ProviderID), nullable(r.sr.FailureCode), nullable(r.sr.FailureReason)
+				pids[i], codes[i], reasons[i] = sqlcols.Nullable(r.sr.ProviderID), sqlcols.Nullable(r.sr.FailureCode), sqlcols.Nullable(r.sr.FailureReason)
 				if len(r.sr.Data) > 0 && json.Valid(r.sr.Data) {
 					data[i] = ptr(string(r.sr.Data))
 				}
@@ -456,7 +457,7 @@ func insertEvents(ctx context.Context, tx pgx.Tx, events []Event) error {
 			return fmt.Errorf("attempts: insertEvents takes no evidence or actor id (event %d)", i)
 		}
 		ids[i], at[i], types[i], actors[i] = e.AttemptID.String(), e.At, string(e.Type), string(e.Actor)
-		fromS[i], toS[i], reasons[i] = nullable(string(e.FromStatus)), nullable(string(e.ToStatus)), nullable(e.Reason)
+		fromS[i], toS[i], reasons[i] = sqlcols.Nullable(string(e.FromStatus)), sqlcols.Nullable(string(e.ToStatus)), sqlcols.Nullable(e.Reason)
 		if e.CallNumber > 0 {
 			callNos[i] = ptr(int32(e.CallNumber))
 		}
@@ -467,7 +468,7 @@ func insertEvents(ctx context.Context, tx pgx.Tx, events []Event) error {
 			wires[i] = ptr(int32(e.WireCalls))
 		}
 		started[i], ended[i] = e.StartedAt, e.EndedAt
-		outcomes[i], reqIDs[i], errs[i] = nullable(e.Outcome), nullable(e.ProviderRequestID), nullable(truncate(e.Error, maxErrorText))
+		outcomes[i], reqIDs[i], errs[i] = sqlcols.Nullable(e.Outcome), sqlcols.Nullable(e.ProviderRequestID), sqlcols.Nullable(truncate(e.Error, maxErrorText))
 	}
 	_, err := tx.Exec(ctx, `INSERT INTO attempt_events (attempt_id, at, type, actor, from_status, to_status, reason,
 			call_number, started_at, ended_at, outcome, status_code, provider_request_id, wire_calls, error)

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/saldo/saldo/internal/sqlcols"
 	"github.com/saldo/saldo/providers"
 )
 
@@ -305,7 +306,7 @@ func (s *Service) recordOne(ctx context.Context, r recordReq) (recorded, error) 
 		// separate SELECT ... FOR UPDATE is needed.
 		la, err := scanAttempt(tx.QueryRow(ctx, `UPDATE attempts SET calls_recorded = GREATEST(calls_recorded, $2),
 			call_ended_at = $3, last_error = $4, updated_at = $3 WHERE id = $1 RETURNING `+attemptColumns,
-			r.a.ID, r.callNo, now, nullable(truncate(errText, maxErrorText))))
+			r.a.ID, r.callNo, now, sqlcols.Nullable(truncate(errText, maxErrorText))))
 		if err != nil {
 			return err
 		}

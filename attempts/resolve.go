@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
 
+	"github.com/saldo/saldo/internal/sqlcols"
 	"github.com/saldo/saldo/providers"
 )
 
@@ -621,7 +622,7 @@ func (s *Service) manualFailVerdict(ctx context.Context, db DB, a Attempt, fresh
 	}
 	// The "not found" must also be newer than anything the provider said
 	// about the operation (a processing report after it names it again).
-	if err == nil && deref(outcome) == string(lookupNotFound) && !at.Before(ready) &&
+	if err == nil && sqlcols.Deref(outcome) == string(lookupNotFound) && !at.Before(ready) &&
 		(a.ProcessingFrom == nil || !at.Before(*a.ProcessingFrom)) && (a.AcknowledgedAt == nil || !at.Before(*a.AcknowledgedAt)) {
 		return manualVerdict{decision: manualAllow}, nil
 	}

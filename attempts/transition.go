@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/saldo/saldo/internal/sqlcols"
 	"github.com/saldo/saldo/providers"
 )
 
@@ -84,8 +85,8 @@ func (s *Service) transition(ctx context.Context, tx pgx.Tx, after *afterCommit,
 			updated_at = $13
 		WHERE id = $1 AND status = $2
 		RETURNING `+attemptColumns,
-		a.ID, a.Status, c.To, nullable(c.ProviderID), nullable(c.FailureCode), nullable(c.FailureReason), data,
-		resolvedAt, resolvedBy, unknownAt, nextLookup, nullable(providerState), now)
+		a.ID, a.Status, c.To, sqlcols.Nullable(c.ProviderID), sqlcols.Nullable(c.FailureCode), sqlcols.Nullable(c.FailureReason), data,
+		resolvedAt, resolvedBy, unknownAt, nextLookup, sqlcols.Nullable(providerState), now)
 	na, err := scanAttempt(row)
 	if errors.Is(err, ErrNotFound) {
 		// Zero rows: the status moved under us (R10). Normal, not an error.
@@ -185,7 +186,7 @@ func (s *Service) acknowledge(ctx context.Context, tx pgx.Tx, after *afterCommit
 	now := s.clock.Now()
 	na, err := scanAttempt(tx.QueryRow(ctx, `UPDATE attempts SET provider_id = COALESCE(provider_id, $2),
 		acknowledged_at = COALESCE(acknowledged_at, $3), acknowledgement = COALESCE(acknowledgement, $4), updated_at = $3
-		WHERE id = $1 RETURNING `+attemptColumns, a.ID, nullable(providerID), now, truncate(what, maxErrorText)))
+		WHERE id = $1 RETURNING `+attemptColumns, a.ID, sqlcols.Nullable(providerID), now, truncate(what, maxErrorText)))
 	if err != nil {
 		return a, fmt.Errorf("attempts: keep acknowledgement of %s: %w", a.ID, err)
 	}
@@ -216,7 +217,7 @@ func (s *Service) markProcessing(ctx context.Context, tx pgx.Tx, a Attempt, acto
 	na, err := scanAttempt(tx.QueryRow(ctx, `UPDATE attempts SET provider_state = 'processing',
 		processing_since = COALESCE(processing_since, $2), provider_id = COALESCE(provider_id, $3),
 		data = COALESCE($4, data), next_lookup_at = COALESCE(next_lookup_at, $5), next_send_at = NULL, updated_at = $2
-		WHERE id = $1 AND status = $6 RETURNING `+attemptColumns, a.ID, now, nullable(providerID), d, nextLookup, a.Status))
+		WHERE id = $1 AND status = $6 RETURNING `+attemptColumns, a.ID, now, sqlcols.Nullable(providerID), d, nextLookup, a.Status))
 	if errors.Is(err, ErrNotFound) {
 		return a, nil
 	}

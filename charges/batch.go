@@ -10,6 +10,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/internal/sqlcols"
 	"github.com/saldo/saldo/ledger"
 )
 
@@ -155,7 +156,7 @@ func (s *Service) markPaid(ctx context.Context, tx pgx.Tx, cs []Charge, as []att
 	ids, paidBy, pids := make([]string, n), make([]string, n), make([]*string, n)
 	txIDs := make([]int64, n)
 	for k, i := range paid {
-		ids[k], paidBy[k], pids[k], txIDs[k] = cs[i].ID, as[i].ResolvedBy, nullable(as[i].ProviderID), ts[k].ID
+		ids[k], paidBy[k], pids[k], txIDs[k] = cs[i].ID, as[i].ResolvedBy, sqlcols.Nullable(as[i].ProviderID), ts[k].ID
 	}
 	tag, err := tx.Exec(ctx, `UPDATE charges c SET status = 'paid', paid_at = $5, paid_by = u.paid_by,
 			credit_tx_id = u.tx_id, provider_id = COALESCE(c.provider_id, u.provider_id), updated_at = $5
@@ -187,7 +188,7 @@ func (s *Service) failMany(ctx context.Context, tx pgx.Tx, cs []Charge, as []att
 	for k, i := range failed {
 		fs[k] = failureOf(cs[i], as[i])
 		ids[k], statuses[k], codes[k] = cs[i].ID, string(fs[k].status), fs[k].code
-		reasons[k], pids[k] = nullable(fs[k].reason), nullable(as[i].ProviderID)
+		reasons[k], pids[k] = sqlcols.Nullable(fs[k].reason), sqlcols.Nullable(as[i].ProviderID)
 	}
 	if _, err := tx.Exec(ctx, `UPDATE charges c SET status = u.status, failure_code = u.code,
 			failure_reason = u.reason, provider_id = COALESCE(c.provider_id, u.provider_id), updated_at = $6

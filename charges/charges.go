@@ -66,6 +66,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/internal/sqlcols"
 	"github.com/saldo/saldo/ledger"
 	"github.com/saldo/saldo/money"
 	"github.com/saldo/saldo/providers"
@@ -572,7 +573,7 @@ func (s *Service) insertCharge(ctx context.Context, tx pgx.Tx, req ChargeRequest
 		expiresIn = &sec
 		c.PixExpiresIn = req.PixExpiresIn
 	}
-	meta, err := json.Marshal(orEmpty(req.Metadata))
+	meta, err := json.Marshal(sqlcols.OrEmpty(req.Metadata))
 	if err != nil {
 		return Charge{}, err
 	}
@@ -580,7 +581,7 @@ func (s *Service) insertCharge(ctx context.Context, tx pgx.Tx, req ChargeRequest
 		fee_fixed, fee, merchant_net, description, metadata, pix_expires_in, status, created_at, updated_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 'processing', $14, $14)`,
 		c.ID, c.MerchantID, c.Kind, c.Provider, req.Amount.Decimal(), cur.Code(), rule.Percent, rule.Fixed,
-		b.Fee, b.MerchantNet, nullable(req.Description), meta, expiresIn, now); err != nil {
+		b.Fee, b.MerchantNet, sqlcols.Nullable(req.Description), meta, expiresIn, now); err != nil {
 		return Charge{}, err
 	}
 	for i, sh := range b.Splits {
@@ -740,10 +741,10 @@ func scanCharge(row pgx.Row) (Charge, error) {
 	if expiresIn != nil {
 		c.PixExpiresIn = time.Duration(*expiresIn) * time.Second
 	}
-	c.Description, c.FailureCode, c.FailureReason = deref(description), deref(failureCode), deref(failureReason)
-	c.Reference, c.ProviderID, c.PaidBy = deref(reference), deref(providerID), deref(paidBy)
+	c.Description, c.FailureCode, c.FailureReason = sqlcols.Deref(description), sqlcols.Deref(failureCode), sqlcols.Deref(failureReason)
+	c.Reference, c.ProviderID, c.PaidBy = sqlcols.Deref(reference), sqlcols.Deref(providerID), sqlcols.Deref(paidBy)
 	if copyPaste != nil && pixExpiresAt != nil {
-		c.Pix = &PixPayment{TxID: c.Reference, CopyPaste: *copyPaste, Location: deref(location), ExpiresAt: *pixExpiresAt}
+		c.Pix = &PixPayment{TxID: c.Reference, CopyPaste: *copyPaste, Location: sqlcols.Deref(location), ExpiresAt: *pixExpiresAt}
 	}
 	if creditTx != nil {
 		c.CreditTransactionID = *creditTx
@@ -864,27 +865,6 @@ func (s *Service) List(ctx context.Context, p ListParams) ([]Charge, string, err
 	}
 	out, next := keyset.Trim(out, limit, func(x Charge) (time.Time, string) { return x.CreatedAt, x.ID })
 	return out, next, nil
-}
-
-func nullable(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
-}
-
-func orEmpty(m map[string]string) map[string]string {
-	if m == nil {
-		return map[string]string{}
-	}
-	return m
 }
 
 // mustAmount builds an amount from a value this package computed or stored

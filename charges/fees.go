@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
 
+	"github.com/saldo/saldo/internal/sqlcols"
 	"github.com/saldo/saldo/money"
 )
 
@@ -180,7 +181,7 @@ func (s *Service) SetFeeRule(ctx context.Context, merchantID string, cur money.C
 		_, err = tx.Exec(ctx, `INSERT INTO charge_fee_rules (merchant_id, currency, percent, fixed, updated_at)
 			VALUES ($1, $2, $3, $4, $5) ON CONFLICT (coalesce(merchant_id, ''), currency)
 			DO UPDATE SET percent = EXCLUDED.percent, fixed = EXCLUDED.fixed, updated_at = EXCLUDED.updated_at`,
-			nullable(merchantID), cur.Code(), r.Percent, r.Fixed, s.clock.Now())
+			sqlcols.Nullable(merchantID), cur.Code(), r.Percent, r.Fixed, s.clock.Now())
 		return err
 	})
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/internal/sqlcols"
 	"github.com/saldo/saldo/ledger"
 	"github.com/saldo/saldo/providers"
 )
@@ -206,7 +207,7 @@ func (s *Service) syncAwaiting(ctx context.Context, c Charge, a attempts.Attempt
 	}
 	tag, err := s.pool.Exec(ctx, `UPDATE charges SET status = 'awaiting_payment', provider_id = COALESCE(provider_id, $2),
 		pix_copy_paste = $3, pix_location = $4, pix_expires_at = $5, updated_at = $6
-		WHERE id = $1 AND status = 'processing'`, c.ID, nullable(a.ProviderID), cob.CopyPaste, nullable(cob.Location),
+		WHERE id = $1 AND status = 'processing'`, c.ID, sqlcols.Nullable(a.ProviderID), cob.CopyPaste, sqlcols.Nullable(cob.Location),
 		exp, s.clock.Now())
 	if err != nil {
 		return false, err

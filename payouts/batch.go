@@ -300,11 +300,11 @@ func (s *Service) insertPayouts(ctx context.Context, tx pgx.Tx, ps []Payout, fre
 			}
 			dests[k] = new(string(d))
 		}
-		meta, err := json.Marshal(orEmpty(p.Metadata))
+		meta, err := json.Marshal(sqlcols.OrEmpty(p.Metadata))
 		if err != nil {
 			return err
 		}
-		descs[k], metas[k], attemptIDs[k] = nullable(p.Description), string(meta), *p.CurrentAttemptID
+		descs[k], metas[k], attemptIDs[k] = sqlcols.Nullable(p.Description), string(meta), *p.CurrentAttemptID
 	}
 	_, err := tx.Exec(ctx, `INSERT INTO payouts (id, merchant_id, kind, operation, provider, amount, currency,
 			destination, description, metadata, status, current_attempt_id, attempt_count, created_at, updated_at)
@@ -348,7 +348,7 @@ func (s *Service) AttemptsFinal(ctx context.Context, tx pgx.Tx, as []attempts.At
 	for i, a := range as {
 		pids[i], aids[i], to[i] = a.SubjectID, a.ID.String(), string(a.Status)
 		if a.Status == attempts.StatusFailed {
-			codes[i], reasons[i] = nullable(a.FailureCode), nullable(a.FailureReason)
+			codes[i], reasons[i] = sqlcols.Nullable(a.FailureCode), sqlcols.Nullable(a.FailureReason)
 		}
 	}
 	rows, err := tx.Query(ctx, attemptsFinalSQL, pids, aids, to, codes, reasons, s.clock.Now())

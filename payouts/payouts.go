@@ -39,6 +39,7 @@ import (
 
 	"github.com/saldo/saldo/attempts"
 	"github.com/saldo/saldo/charges"
+	"github.com/saldo/saldo/internal/sqlcols"
 	"github.com/saldo/saldo/money"
 	"github.com/saldo/saldo/providers"
 )
@@ -468,7 +469,7 @@ func (s *Service) insertPayout(ctx context.Context, tx pgx.Tx, p *Payout) error 
 	if p.Destination == nil {
 		dest = nil
 	}
-	meta, err := json.Marshal(orEmpty(p.Metadata))
+	meta, err := json.Marshal(sqlcols.OrEmpty(p.Metadata))
 	if err != nil {
 		return err
 	}
@@ -477,7 +478,7 @@ func (s *Service) insertPayout(ctx context.Context, tx pgx.Tx, p *Payout) error 
 		created_at, updated_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 'processing', $15, $16, $14, $14)`,
 		p.ID, p.MerchantID, p.Kind, p.Operation, p.Provider, p.Amount.Decimal(), p.Amount.Currency().Code(),
-		dest, nullable(p.Description), meta, nullable(p.ChargeID), nullable(p.SplitID), p.LegIndex, now, p.CurrentAttemptID, p.AttemptCount)
+		dest, sqlcols.Nullable(p.Description), meta, sqlcols.Nullable(p.ChargeID), sqlcols.Nullable(p.SplitID), p.LegIndex, now, p.CurrentAttemptID, p.AttemptCount)
 	return err
 }
 
@@ -522,8 +523,8 @@ func scanPayoutAfter(row pgx.Row, before ...any) (Payout, error) {
 			p.Metadata = nil
 		}
 	}
-	p.Description, p.ChargeID, p.SplitID = deref(description), deref(chargeID), deref(splitID)
-	p.FailureCode, p.FailureReason = deref(failureCode), deref(failureReason)
+	p.Description, p.ChargeID, p.SplitID = sqlcols.Deref(description), sqlcols.Deref(chargeID), sqlcols.Deref(splitID)
+	p.FailureCode, p.FailureReason = sqlcols.Deref(failureCode), sqlcols.Deref(failureReason)
 	return p, nil
 }
 
@@ -643,27 +644,6 @@ func (s *Service) List(ctx context.Context, p ListParams) ([]Payout, string, err
 	}
 	out, next := keyset.Trim(out, limit, func(x Payout) (time.Time, string) { return x.CreatedAt, x.ID })
 	return out, next, nil
-}
-
-func nullable(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
-}
-
-func orEmpty(m map[string]string) map[string]string {
-	if m == nil {
-		return map[string]string{}
-	}
-	return m
 }
 
 // toAmount rebuilds an amount read from the database.

@@ -13,6 +13,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/internal/sqlcols"
 	"github.com/saldo/saldo/money"
 	"github.com/saldo/saldo/providers"
 )
@@ -172,10 +173,10 @@ func (s *Service) CreateSplit(ctx context.Context, req SplitRequest) (Split, err
 		}
 		sp := Split{ID: spID, MerchantID: req.MerchantID, Total: totalAmount, Description: req.Description,
 			Metadata: req.Metadata, Status: SplitProcessing, CreatedAt: s.clock.Now()}
-		meta, _ := json.Marshal(orEmpty(req.Metadata))
+		meta, _ := json.Marshal(sqlcols.OrEmpty(req.Metadata))
 		if _, err := tx.Exec(ctx, `INSERT INTO splits (id, merchant_id, currency, total, leg_count, description, metadata, created_at)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, sp.ID, sp.MerchantID, currency, total, len(req.Legs),
-			nullable(req.Description), meta, sp.CreatedAt); err != nil {
+			sqlcols.Nullable(req.Description), meta, sp.CreatedAt); err != nil {
 			return err
 		}
 		for i, l := range req.Legs {
@@ -220,7 +221,7 @@ func (s *Service) getSplit(ctx context.Context, db dbtx, merchantID, id string) 
 	if sp.Total, err = toAmount(total, currency); err != nil {
 		return sp, err
 	}
-	sp.Description = deref(description)
+	sp.Description = sqlcols.Deref(description)
 	_ = json.Unmarshal(meta, &sp.Metadata)
 	if len(sp.Metadata) == 0 {
 		sp.Metadata = nil

@@ -18,6 +18,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/internal/sqlcols"
 	"github.com/saldo/saldo/providers"
 )
 
@@ -411,7 +412,7 @@ func (s *Service) Run(ctx context.Context, provider string, day time.Time, opts 
 	if _, ferr := s.pool.Exec(fctx, `UPDATE reconcile_runs SET status = $2, finished_at = $3, statement_lines = $4,
 		matched = $5, resolved = $6, divergences = $7, new_divergences = $8, deferred = $9, totals = $10, error = $11
 		WHERE id = $1`, st.run.ID, st.run.Status, fin, st.run.StatementLines, st.run.Matched, st.run.Resolved,
-		st.run.Divergences, st.run.NewDivergences, st.run.Deferred, totals, nullable(errText)); ferr != nil {
+		st.run.Divergences, st.run.NewDivergences, st.run.Deferred, totals, sqlcols.Nullable(errText)); ferr != nil {
 		err = errors.Join(err, fmt.Errorf("reconcile: finish run: %w", ferr))
 	}
 	if err != nil {
@@ -988,11 +989,4 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n]
-}
-
-func nullable(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/saldo/saldo/attempts"
 	"github.com/saldo/saldo/internal/keyset"
+	"github.com/saldo/saldo/internal/sqlcols"
 )
 
 // Divergence is one stored divergence.
@@ -100,7 +101,7 @@ func (s *Service) store(ctx context.Context, st *runState, f finding) error {
 			detail = CASE WHEN d.status = 'open' THEN EXCLUDED.detail ELSE d.detail END
 		RETURNING `+divergenceColumns+`, (xmax = 0)`,
 		newID("dv_"), st.run.Provider, f.day, f.kind, f.kind.Severity(), truncate(f.fingerprint, 500),
-		nullable(f.reference), nullable(f.providerID), attemptID, nullable(subject), nullable(f.currency),
+		sqlcols.Nullable(f.reference), sqlcols.Nullable(f.providerID), attemptID, sqlcols.Nullable(subject), sqlcols.Nullable(f.currency),
 		truncate(f.detail, 2000), provSide, ourSide, status, st.run.ID, now, resolvedAt, resolvedBy, reason)
 	var dv Divergence
 	var inserted bool

@@ -1,4 +1,5 @@
-// Package sqlcols rewrites SQL column lists.
+// Package sqlcols rewrites SQL column lists and converts nullable column
+// values.
 package sqlcols
 
 import "strings"
@@ -13,4 +14,28 @@ func Qualify(alias, columns string) string {
 		parts[i] = alias + "." + strings.TrimSpace(p)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// Nullable is s as a nullable text argument: NULL for "".
+func Nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// Deref is a nullable text column read back: "" for NULL.
+func Deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// OrEmpty is m, or an empty map for nil (a JSON object, never null).
+func OrEmpty(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
 }
