@@ -54,37 +54,16 @@ var buildSaldo = sync.OnceValues(func() (string, error) {
 	return bin, nil
 })
 
-// freePort gives a port that a child process will listen on later. It is
-// taken below the kernel's ephemeral range (32768-60999 here), where
-// neither outgoing connections nor ":0" listeners of other tests can take
-// it between this check and the child's listen; a port from ":0" could be
-// reused by any of the thousands of connections the tests open meanwhile.
-// No port is handed out twice in this process.
+// freePort gives a port a child process will listen on later
+// (pgcluster.FreePort: below the ephemeral range, never twice).
 func freePort(t testing.TB) int {
 	t.Helper()
-	portsMu.Lock()
-	defer portsMu.Unlock()
-	for range 1000 {
-		port := 20000 + rand.IntN(12000)
-		if portsGiven[port] {
-			continue
-		}
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
-			continue
-		}
-		l.Close()
-		portsGiven[port] = true
-		return port
+	port, err := pgcluster.FreePort()
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("free port: none free in 20000-31999 after 1000 tries")
-	return 0
+	return port
 }
-
-var (
-	portsMu    sync.Mutex
-	portsGiven = map[int]bool{}
-)
 
 // ---------------------------------------------------------------------------
 // PostgreSQL: a cluster of the test's own, restartable with pg_ctl.

@@ -144,7 +144,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	c.Port = opts.Port
 	if c.Port == 0 {
-		if c.Port, err = freePort(); err != nil {
+		if c.Port, err = FreePort(); err != nil {
 			return nil, err
 		}
 	}
@@ -243,12 +243,13 @@ func credential() (*syscall.Credential, error) {
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }
 
-// freePort gives a port for a server started later. It is taken below the
+// FreePort gives a port for a server started later (a cluster, a child
+// process). It is taken below the
 // kernel's usual ephemeral range (32768-60999), where neither outgoing
 // connections nor ":0" listeners can take it between this check and the
 // server's listen (a port from ":0" can be reused by any connection opened
 // meanwhile), and never twice in this process.
-func freePort() (int, error) {
+func FreePort() (int, error) {
 	portsMu.Lock()
 	defer portsMu.Unlock()
 	for range 1000 {

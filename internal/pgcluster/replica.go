@@ -49,7 +49,7 @@ func (c *Cluster) StartReplica(ctx context.Context, opts ReplicaOptions) (*Clust
 	r := &Cluster{Dir: dir, Port: opts.Port, bin: c.bin, cred: c.cred, primary: c,
 		extra: "-c hot_standby=on -c hot_standby_feedback=on"}
 	if r.Port == 0 {
-		if r.Port, err = freePort(); err != nil {
+		if r.Port, err = FreePort(); err != nil {
 			return nil, err
 		}
 	}
