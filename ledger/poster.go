@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,17 +42,32 @@ import (
 type Poster struct {
 	pool     *pgxpool.Pool
 	maxBatch int
-	reqs     chan *posterRequest
-	quit     chan struct{}
-	wg       sync.WaitGroup
-	// mu orders Post's enqueue against Close: once closed is set no
-	// request enters reqs, so the flushers' final drain answers them all.
-	mu        sync.RWMutex
-	closed    bool
+	// mu guards pending, held and closed. Flushers wait on cond for a
+	// request they may take; Post and a finished batch wake them.
+	mu   sync.Mutex
+	cond *sync.Cond
+	// pending holds the requests not yet in a batch, in arrival order.
+	pending []*posterRequest
+	// held counts, per account, the batches in flight that write it. A
+	// flusher leaves a request whose account another batch in flight
+	// writes for a later batch (see take), so batches in flight together
+	// never wait for each other's row locks.
+	held   map[accountRef]int
+	closed bool
+	wg     sync.WaitGroup
+
 	batches   atomic.Int64
 	setBased  atomic.Int64
 	written   atomic.Int64
 	fallbacks atomic.Int64
+}
+
+// accountRef names an account as a leg does: by id, or by code when the
+// id is not given. The same account named both ways counts as two; batches
+// holding it then still exclude each other by its row lock, only later.
+type accountRef struct {
+	id   int64
+	code string
 }
 
 // PosterStats counts what a Poster has committed.
@@ -78,12 +94,12 @@ type PosterOptions struct {
 	// MaxBatch caps the transactions in one batch (default 64).
 	MaxBatch int
 	// Flushers is how many batches may be in flight at once, each on its
-	// own connection (default 1: the Posts that arrive while a batch
-	// commits queue up and make the next batch, larger, so each transfer
-	// costs less; with 2, the same callers were split into smaller batches:
-	// at 64 workers 19 transfers per commit instead of 33, about 30 % more
-	// CPU per transfer and a lower throughput, docs/performance.md). The
-	// pool needs at least that many connections.
+	// own connection (default 2). Batches in flight together write
+	// disjoint accounts: a request naming an account that a batch in
+	// flight writes waits for the next batch (Poster.take), so a second
+	// flusher uses another core instead of queueing on the first's row
+	// locks, and a hot account's transfers are still written one batch at
+	// a time. The pool needs at least that many connections.
 	Flushers int
 }
 
@@ -91,10 +107,26 @@ type PosterOptions struct {
 var ErrPosterClosed = errors.New("ledger: poster closed")
 
 type posterRequest struct {
-	ctx   context.Context
-	in    TransactionInput
-	start time.Time
-	done  chan posterResult
+	ctx      context.Context
+	in       TransactionInput
+	accounts []accountRef // the accounts in's legs name, each once
+	start    time.Time
+	done     chan posterResult
+}
+
+func newPosterRequest(ctx context.Context, in TransactionInput) *posterRequest {
+	r := &posterRequest{ctx: ctx, in: in, start: time.Now(), done: make(chan posterResult, 1),
+		accounts: make([]accountRef, 0, len(in.Postings))}
+	for _, leg := range in.Postings {
+		a := accountRef{id: leg.AccountID}
+		if a.id == 0 {
+			a.code = leg.AccountCode
+		}
+		if !slices.Contains(r.accounts, a) {
+			r.accounts = append(r.accounts, a)
+		}
+	}
+	return r
 }
 
 type posterResult struct {
@@ -108,14 +140,10 @@ func NewPoster(pool *pgxpool.Pool, o PosterOptions) *Poster {
 		o.MaxBatch = 64
 	}
 	if o.Flushers <= 0 {
-		o.Flushers = 1
+		o.Flushers = 2
 	}
-	p := &Poster{
-		pool:     pool,
-		maxBatch: o.MaxBatch,
-		reqs:     make(chan *posterRequest, o.MaxBatch*o.Flushers),
-		quit:     make(chan struct{}),
-	}
+	p := &Poster{pool: pool, maxBatch: o.MaxBatch, held: make(map[accountRef]int)}
+	p.cond = sync.NewCond(&p.mu)
 	for range o.Flushers {
 		p.wg.Add(1)
 		go p.flusher()
@@ -134,19 +162,20 @@ func (p *Poster) Post(ctx context.Context, in TransactionInput) (Transaction, er
 	if err := in.Validate(); err != nil {
 		return Transaction{}, err
 	}
-	r := &posterRequest{ctx: ctx, in: in, start: time.Now(), done: make(chan posterResult, 1)}
-	p.mu.RLock()
+	if err := ctx.Err(); err != nil {
+		return Transaction{}, err
+	}
+	r := newPosterRequest(ctx, in)
+	p.mu.Lock()
 	if p.closed {
-		p.mu.RUnlock()
+		p.mu.Unlock()
 		return Transaction{}, ErrPosterClosed
 	}
-	select {
-	case p.reqs <- r:
-		p.mu.RUnlock()
-	case <-ctx.Done():
-		p.mu.RUnlock()
-		return Transaction{}, ctx.Err()
-	}
+	p.pending = append(p.pending, r)
+	p.cond.Signal()
+	p.mu.Unlock()
+	// A request that gave up stays queued: its batch answers it with its
+	// context's error and writes nothing for it (flush).
 	select {
 	case res := <-r.done:
 		return res.tx, res.err
@@ -159,48 +188,93 @@ func (p *Poster) Post(ctx context.Context, in TransactionInput) (Transaction, er
 // when every batch is written.
 func (p *Poster) Close() {
 	p.mu.Lock()
-	first := !p.closed
 	p.closed = true
+	p.cond.Broadcast()
 	p.mu.Unlock()
-	if first {
-		close(p.quit)
-	}
 	p.wg.Wait()
 }
 
 func (p *Poster) flusher() {
 	defer p.wg.Done()
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	for {
-		var first *posterRequest
-		select {
-		case first = <-p.reqs:
-		case <-p.quit:
-			// Close: nothing enters reqs any more; answer what is queued.
-			for {
-				select {
-				case r := <-p.reqs:
-					p.flush(p.fill(r))
-				default:
-					return
-				}
-			}
+		if batch := p.take(); len(batch) > 0 {
+			p.mu.Unlock()
+			p.flush(batch)
+			p.mu.Lock()
+			p.release(batch)
+			// Requests left for later may be takeable now.
+			p.cond.Broadcast()
+			continue
 		}
-		p.flush(p.fill(first))
+		// Closed and drained: every request was answered (a request left
+		// for later always has a batch in flight whose release wakes a
+		// flusher).
+		if p.closed && len(p.pending) == 0 {
+			return
+		}
+		p.cond.Wait()
 	}
 }
 
-// fill makes a batch of first and whatever else is queued, up to MaxBatch.
-func (p *Poster) fill(first *posterRequest) []*posterRequest {
-	batch := []*posterRequest{first}
-	for len(batch) < p.maxBatch {
-		select {
-		case r := <-p.reqs:
-			batch = append(batch, r)
-		default:
-			return batch
+// take makes a batch, under mu, of up to MaxBatch pending requests in
+// arrival order, leaving for a later batch every request that names an
+// account a batch in flight writes, and every later request sharing an
+// account with one left (so the transfers of one account are written in
+// arrival order). It marks the batch's accounts held.
+func (p *Poster) take() []*posterRequest {
+	if len(p.pending) == 0 {
+		return nil
+	}
+	var batch, left []*posterRequest
+	var skipped map[accountRef]bool
+	i := 0
+	for ; i < len(p.pending) && len(batch) < p.maxBatch; i++ {
+		r := p.pending[i]
+		free := true
+		for _, a := range r.accounts {
+			if p.held[a] > 0 || skipped[a] {
+				free = false
+				break
+			}
+		}
+		if !free {
+			if skipped == nil {
+				skipped = make(map[accountRef]bool)
+			}
+			for _, a := range r.accounts {
+				skipped[a] = true
+			}
+			left = append(left, r)
+			continue
+		}
+		batch = append(batch, r)
+	}
+	if len(batch) == 0 {
+		return nil
+	}
+	// The batch's own accounts are held only after the scan: requests in
+	// one batch may share accounts (ledger_post_batch applies them in
+	// order).
+	for _, r := range batch {
+		for _, a := range r.accounts {
+			p.held[a]++
 		}
 	}
+	p.pending = append(left, p.pending[i:]...)
 	return batch
+}
+
+// release unmarks a written batch's accounts, under mu.
+func (p *Poster) release(batch []*posterRequest) {
+	for _, r := range batch {
+		for _, a := range r.accounts {
+			if p.held[a]--; p.held[a] == 0 {
+				delete(p.held, a)
+			}
+		}
+	}
 }
 
 // flush writes one batch and answers every request in it.

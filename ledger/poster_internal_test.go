@@ -118,3 +118,132 @@ func TestPosterBatchSemantics(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, rep.OK(), "%v", rep.Violations)
 }
+
+// TestPosterTakeLeavesHeldAccounts: a flusher's batch never names an
+// account a batch in flight writes, so two batches in flight never wait for
+// each other's row locks; a request left for later also holds back every
+// later request sharing one of its accounts (an account's transfers are
+// written in arrival order), and it is taken first once its account is
+// released. Requests inside one batch may share accounts. (issue 19)
+func TestPosterTakeLeavesHeldAccounts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	p := &Poster{maxBatch: 3, held: make(map[accountRef]int)}
+	req := func(key, from, to string) *posterRequest {
+		return newPosterRequest(ctx, posterTransfer(key, from, to, "1"))
+	}
+	keys := func(batch []*posterRequest) []string {
+		var out []string
+		for _, r := range batch {
+			out = append(out, r.in.IdempotencyKey)
+		}
+		return out
+	}
+	p.pending = []*posterRequest{req("ab", "a", "b"), req("ba", "b", "a"), req("cd", "c", "d")}
+	first := p.take()
+	require.Equal(t, []string{"ab", "ba", "cd"}, keys(first), "one batch may name an account twice")
+	require.Equal(t, 2, p.held[accountRef{code: "a"}])
+
+	p.pending = []*posterRequest{
+		req("ae", "a", "e"), // a is in flight: left
+		req("ef", "e", "f"), // e belongs to a request left before it: left
+		req("gh", "g", "h"),
+		req("ij", "i", "j"),
+		req("kl", "k", "l"), // beyond MaxBatch
+	}
+	second := p.take()
+	require.Equal(t, []string{"gh", "ij", "kl"}, keys(second))
+	require.Equal(t, []string{"ae", "ef"}, keys(p.pending))
+	require.Nil(t, p.take(), "nothing takeable while the first batch is in flight")
+
+	p.release(first)
+	require.Zero(t, p.held[accountRef{code: "a"}])
+	third := p.take()
+	require.Equal(t, []string{"ae", "ef"}, keys(third))
+	require.Empty(t, p.pending)
+
+	p.release(second)
+	p.release(third)
+	require.Empty(t, p.held, "every account released")
+
+	// An account named by id and by code in one request is one reference
+	// each way, each once.
+	r := newPosterRequest(ctx, TransactionInput{IdempotencyKey: "x", CauseKind: "test", CauseID: "x",
+		Postings: []PostingInput{
+			{AccountID: 7, Amount: decimal.NewFromInt(-1), Currency: money.BRL},
+			{AccountID: 7, Amount: decimal.NewFromInt(-1), Currency: money.BRL},
+			{AccountCode: "c", Amount: decimal.NewFromInt(2), Currency: money.BRL},
+		}})
+	require.Equal(t, []accountRef{{id: 7}, {code: "c"}}, r.accounts)
+}
+
+// TestPosterDisjointBatchesDoNotWait: while one batch waits for an
+// account's row lock (held here by another transaction), a transfer
+// between other accounts is written by the second flusher, and a transfer
+// naming the locked account waits for the first batch instead of taking a
+// connection to queue on the lock. (issue 19)
+func TestPosterDisjointBatchesDoNotWait(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t)
+	funding, err := EnsureAccount(ctx, pool, PlatformFunding(money.BRL))
+	require.NoError(t, err)
+	acc := map[string]Account{}
+	for _, m := range []string{"a", "b", "c", "d"} {
+		acc[m], err = EnsureAccount(ctx, pool, MerchantAvailable(m, money.BRL))
+		require.NoError(t, err)
+		_, err = Post(ctx, pool, posterTransfer("fund-"+m, funding.Code, acc[m].Code, "10"))
+		require.NoError(t, err)
+	}
+	p := NewPoster(pool, PosterOptions{Flushers: 2})
+	defer p.Close()
+
+	lock, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer lock.Rollback(ctx) //nolint:errcheck
+	_, err = lock.Exec(ctx, `SELECT FROM ledger_accounts WHERE id = $1 FOR UPDATE`, acc["a"].ID)
+	require.NoError(t, err)
+
+	blocked := make(chan error, 2)
+	go func() {
+		_, err := p.Post(ctx, posterTransfer("ab", acc["a"].Code, acc["b"].Code, "1"))
+		blocked <- err
+	}()
+	require.Eventually(t, func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.held[accountRef{code: acc["a"].Code}] == 1
+	}, 10*time.Second, time.Millisecond, "the first batch is in flight")
+	go func() {
+		_, err := p.Post(ctx, posterTransfer("ba", acc["b"].Code, acc["a"].Code, "1"))
+		blocked <- err
+	}()
+	require.Eventually(t, func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.pending) == 1
+	}, 10*time.Second, time.Millisecond, "the transfer naming a held account is left pending")
+
+	cdCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err = p.Post(cdCtx, posterTransfer("cd", acc["c"].Code, acc["d"].Code, "1"))
+	require.NoError(t, err, "a disjoint transfer is written while the first batch waits")
+	select {
+	case err := <-blocked:
+		t.Fatalf("a transfer on the locked account was answered before the lock was released: %v", err)
+	default:
+	}
+
+	require.NoError(t, lock.Rollback(ctx))
+	for range 2 {
+		require.NoError(t, <-blocked)
+	}
+	for m, want := range map[string]string{"a": "10", "b": "10", "c": "9", "d": "11"} {
+		bal, err := Balance(ctx, pool, acc[m].Code)
+		require.NoError(t, err)
+		require.Equal(t, want, bal.Decimal().String(), m)
+	}
+	rep, err := Verify(ctx, pool)
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "%v", rep.Violations)
+}

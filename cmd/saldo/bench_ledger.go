@@ -32,7 +32,7 @@ func runBenchLedger(ctx context.Context, args []string) error {
 	group := fs.Bool("group-commit", true, "also measure ledger.Poster (group commit) beside ledger.Post")
 	var po ledger.PosterOptions
 	fs.IntVar(&po.MaxBatch, "batch", 64, "ledger.Poster: most transfers per commit")
-	fs.IntVar(&po.Flushers, "flushers", 1, "ledger.Poster: batches in flight at once")
+	fs.IntVar(&po.Flushers, "flushers", 2, "ledger.Poster: batches in flight at once (on disjoint accounts)")
 	rounds := fs.Int("rounds", 3, "interleave the ledger and the baselines in this many rounds (each gets duration/rounds per round)")
 	server := fs.String("server-url", localServerURL, "server for the throwaway database when no database URL is given")
 	keep := fs.Bool("keep", false, "keep the throwaway database")
