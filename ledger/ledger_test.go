@@ -352,6 +352,26 @@ func TestDatabaseGuards(t *testing.T) {
 		require.ErrorIs(t, ledger.MapCommitError(err), ledger.ErrInvalidInput, name)
 	}
 
+	// A transaction written whole in one statement, balanced, legs 1..n,
+	// is checked from the statement's own rows (migration 00016): its
+	// accounts still have to exist in the posting's currency.
+	for name, c := range map[string]struct {
+		account  int64
+		currency string
+	}{
+		"missing account":     {424242, "BRL"},
+		"account in BRL, USD": {b.ID, "USD"},
+	} {
+		_, err := f.pool.Exec(ctx, `WITH t AS (INSERT INTO ledger_transactions (idempotency_key, request_hash, cause_kind, cause_id, effective_at, posted_at)
+			VALUES ($1, '\x00', 'test', 'raw', now(), now()) RETURNING id)
+			INSERT INTO ledger_postings (account_id, seq, transaction_id, leg, amount, currency, balance_after, posted_at, hash)
+			SELECT $2::bigint, 90, t.id, 1, -1, $3, 0, now(), '\x'::bytea FROM t
+			UNION ALL SELECT $4::bigint, 91, t.id, 2, 1, $3, 0, now(), '\x'::bytea FROM t`,
+			"whole-"+name, c.account, c.currency, c.account)
+		require.ErrorContains(t, err, "missing account or in another currency", name)
+		require.ErrorIs(t, ledger.MapCommitError(err), ledger.ErrAccountNotFound, name)
+	}
+
 	// Accounts are validated when inserted directly too.
 	_, err = f.pool.Exec(ctx, `INSERT INTO ledger_accounts (code, owner_kind, owner_id, purpose, currency, allow_negative)
 		VALUES ('merchant/x/available/BRL', 'merchant', 'y', 'available', 'BRL', false)`)

@@ -1,0 +1,67 @@
+-- +goose Up
+-- ledger_postings_checked checks a transaction written whole by one
+-- statement from that statement's own rows (issue 19). Same rules, same
+-- refusals, same constraint names (ledger.MapCommitError) as 00015.
+--
+-- 00015 read every posting of every transaction the statement touched back
+-- from ledger_postings (an index scan and a heap fetch per posting) and
+-- probed ledger_accounts once per posting. Now:
+--
+--   * accounts: each distinct (account, currency) of the statement is
+--     probed once (a hot account in a batch of 64 transfers: once, not 64
+--     times);
+--   * a transaction whose postings in the statement are legs 1..n (n >= 2),
+--     in one currency, summing to zero, with sequence numbers from 1 and
+--     non-zero amounts, is whole when it exists and has no posting with a
+--     leg above n. That is one primary-key probe and one index probe that
+--     finds nothing (no heap fetch). No posting with a leg below 1 can
+--     exist: every posting ever inserted passed this trigger, whose legs
+--     1..n rule refuses it, and legs are unique per transaction;
+--   * any other transaction (a later leg added to an old one, one balanced
+--     in several currencies, one that breaks a rule) is checked whole, from
+--     the table, by ledger_check_transaction, which raises the precise
+--     error or passes it, as before.
+--
+-- Re-runnable (OR REPLACE): this file is numbered in the ledger's range, so
+-- databases migrated before it existed apply it after later files
+-- (migrations.Up allows that order).
+
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION ledger_check_postings() RETURNS trigger LANGUAGE plpgsql
+SET enable_seqscan = off SET jit = off AS $$
+DECLARE
+    v_tx bigint;
+    v_exists boolean;
+BEGIN
+    -- Correlated subqueries: primary-key and ledger_postings_leg probes (a
+    -- join let the planner, which cannot know the transition table's size,
+    -- hash whole tables).
+    IF EXISTS (SELECT 1
+               FROM (SELECT DISTINCT np.account_id, np.currency FROM ledger_new_postings np) d
+               WHERE NOT EXISTS (SELECT 1 FROM ledger_accounts a
+                                 WHERE a.id = d.account_id AND a.currency = d.currency)) THEN
+        RAISE EXCEPTION 'ledger: posting for a missing account or in another currency than its account'
+            USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'ledger_postings_account';
+    END IF;
+    FOR v_tx, v_exists IN
+        SELECT x.tid, EXISTS (SELECT 1 FROM ledger_transactions t WHERE t.id = x.tid)
+        FROM (SELECT np.transaction_id AS tid, count(*) AS legs, sum(np.amount) AS total,
+                     min(np.currency) = max(np.currency) AS single,
+                     bool_and(np.seq >= 1 AND np.amount <> 0)
+                         AND min(np.leg) = 1 AND max(np.leg) = count(*) AS fields_ok
+              FROM ledger_new_postings np
+              GROUP BY np.transaction_id) x
+        WHERE NOT (x.legs >= 2 AND x.single AND x.total = 0 AND x.fields_ok)
+           OR NOT EXISTS (SELECT 1 FROM ledger_transactions t WHERE t.id = x.tid)
+           OR EXISTS (SELECT 1 FROM ledger_postings p WHERE p.transaction_id = x.tid AND p.leg > x.legs)
+    LOOP
+        IF NOT v_exists THEN
+            RAISE EXCEPTION 'ledger: posting for a missing transaction'
+                USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'ledger_postings_transaction';
+        END IF;
+        PERFORM ledger_check_transaction(v_tx);
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+-- +goose StatementEnd
