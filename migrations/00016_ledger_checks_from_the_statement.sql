@@ -26,6 +26,40 @@
 -- databases migrated before it existed apply it after later files
 -- (migrations.Up allows that order).
 
+-- ledger_check_new_transactions as in 00015, with its EXISTS kept a probe
+-- (OFFSET 0, see below).
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION ledger_check_new_transactions() RETURNS trigger LANGUAGE plpgsql
+SET enable_seqscan = off SET jit = off AS $$
+DECLARE
+    v_id bigint;
+    v_valid boolean;
+BEGIN
+    SELECT t.id, (length(t.idempotency_key) BETWEEN 1 AND 255
+                  AND t.cause_kind ~ '^[a-z][a-z0-9_]{0,39}$'
+                  AND length(t.cause_id) BETWEEN 1 AND 255
+                  AND length(t.description) <= 1000)
+    INTO v_id, v_valid
+    FROM ledger_new_transactions t
+    WHERE NOT (length(t.idempotency_key) BETWEEN 1 AND 255
+               AND t.cause_kind ~ '^[a-z][a-z0-9_]{0,39}$'
+               AND length(t.cause_id) BETWEEN 1 AND 255
+               AND length(t.description) <= 1000)
+       OR NOT EXISTS (SELECT 1 FROM ledger_postings p WHERE p.transaction_id = t.id OFFSET 0)
+    LIMIT 1;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF NOT v_valid THEN
+        RAISE EXCEPTION 'ledger: transaction % is invalid (idempotency key 1-255 characters, cause kind a lowercase word, cause id 1-255 characters, description at most 1000)', v_id
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'ledger_transactions_valid';
+    END IF;
+    RAISE EXCEPTION 'ledger: transaction % is not balanced (0 postings: a transaction is written in the same statement as its postings)', v_id
+        USING ERRCODE = 'check_violation', CONSTRAINT = 'ledger_transaction_balanced';
+END
+$$;
+-- +goose StatementEnd
+
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION ledger_check_postings() RETURNS trigger LANGUAGE plpgsql
 SET enable_seqscan = off SET jit = off AS $$
@@ -33,18 +67,22 @@ DECLARE
     v_tx bigint;
     v_exists boolean;
 BEGIN
-    -- Correlated subqueries: primary-key and ledger_postings_leg probes (a
-    -- join let the planner, which cannot know the transition table's size,
-    -- hash whole tables).
+    -- Correlated subqueries, each a primary-key or ledger_postings_leg
+    -- probe per row. OFFSET 0 keeps each EXISTS a probe: without it the
+    -- planner may turn it into a join or a hashed subplan, which reads the
+    -- whole table on every statement. It picks that when the session
+    -- first plans the query on small tables and keeps the plan: measured,
+    -- a hashed NOT EXISTS on ledger_transactions made ledger.Post 3-5 times
+    -- slower as the ledger grew (docs/pitfalls.md).
     IF EXISTS (SELECT 1
                FROM (SELECT DISTINCT np.account_id, np.currency FROM ledger_new_postings np) d
                WHERE NOT EXISTS (SELECT 1 FROM ledger_accounts a
-                                 WHERE a.id = d.account_id AND a.currency = d.currency)) THEN
+                                 WHERE a.id = d.account_id AND a.currency = d.currency OFFSET 0)) THEN
         RAISE EXCEPTION 'ledger: posting for a missing account or in another currency than its account'
             USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'ledger_postings_account';
     END IF;
     FOR v_tx, v_exists IN
-        SELECT x.tid, EXISTS (SELECT 1 FROM ledger_transactions t WHERE t.id = x.tid)
+        SELECT x.tid, EXISTS (SELECT 1 FROM ledger_transactions t WHERE t.id = x.tid OFFSET 0)
         FROM (SELECT np.transaction_id AS tid, count(*) AS legs, sum(np.amount) AS total,
                      min(np.currency) = max(np.currency) AS single,
                      bool_and(np.seq >= 1 AND np.amount <> 0)
@@ -52,8 +90,8 @@ BEGIN
               FROM ledger_new_postings np
               GROUP BY np.transaction_id) x
         WHERE NOT (x.legs >= 2 AND x.single AND x.total = 0 AND x.fields_ok)
-           OR NOT EXISTS (SELECT 1 FROM ledger_transactions t WHERE t.id = x.tid)
-           OR EXISTS (SELECT 1 FROM ledger_postings p WHERE p.transaction_id = x.tid AND p.leg > x.legs)
+           OR NOT EXISTS (SELECT 1 FROM ledger_transactions t WHERE t.id = x.tid OFFSET 0)
+           OR EXISTS (SELECT 1 FROM ledger_postings p WHERE p.transaction_id = x.tid AND p.leg > x.legs OFFSET 0)
     LOOP
         IF NOT v_exists THEN
             RAISE EXCEPTION 'ledger: posting for a missing transaction'
@@ -62,6 +100,26 @@ BEGIN
         PERFORM ledger_check_transaction(v_tx);
     END LOOP;
     RETURN NULL;
+END
+$$;
+-- +goose StatementEnd
+
+-- The write functions keep index plans too. Their statements are planned
+-- once per session (generic plans): one planned while ledger_accounts held
+-- a handful of rows locked and updated accounts by a sequential scan, under
+-- the row locks, for as long as the connection lived, however many
+-- accounts came later. Every statement they run is an index lookup.
+-- +goose StatementBegin
+DO $$
+DECLARE
+    f regprocedure;
+BEGIN
+    FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
+             WHERE p.proname IN ('ledger_post', 'ledger_post_batch', 'ledger_check_transaction')
+               AND p.pronamespace = current_schema()::regnamespace
+    LOOP
+        EXECUTE format('ALTER FUNCTION %s SET enable_seqscan = off', f);
+    END LOOP;
 END
 $$;
 -- +goose StatementEnd
