@@ -10,7 +10,7 @@ import (
 	"github.com/saldo/saldo/money"
 )
 
-// The database's double-entry checks (migration 00015): a transaction is
+// The database's double-entry checks (migrations 00015, 00016): a transaction is
 // checked whole at the end of the statement that writes it with its
 // postings, and a posting added later, to any transaction, at the end of
 // its own statement. Nothing waits for COMMIT.

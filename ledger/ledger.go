@@ -14,7 +14,7 @@
 // its account's balance (balance += amount); the amounts of one transaction
 // sum to zero per currency. This is checked in Go before anything is sent and
 // again by PostgreSQL at the end of the statement that writes it (statement
-// triggers, migration 00015), so an unbalanced transaction cannot be
+// triggers, migrations 00015 and 00016), so an unbalanced transaction cannot be
 // committed even by code that bypasses this package. An account that forbids negatives is protected by a CHECK
 // constraint on its balance column (docs/rules.md R23).
 //
