@@ -26,7 +26,7 @@ func TestPosterConcurrentTransfers(t *testing.T) {
 	}
 	posters := []*ledger.Poster{
 		ledger.NewPoster(f.pool, ledger.PosterOptions{MaxBatch: 16, Flushers: 1}),
-		ledger.NewPoster(f.pool, ledger.PosterOptions{MaxBatch: 8, Flushers: 2}),
+		ledger.NewPoster(f.pool, ledger.PosterOptions{MaxBatch: 8, Flushers: 3}),
 	}
 	var (
 		wg              sync.WaitGroup
