@@ -5,7 +5,8 @@
 // # What the lag means
 //
 // Every Interval the package samples the primary's WAL insert position
-// (pg_current_wal_insert_lsn(), taken at local time t) and then the
+// (pg_current_wal_insert_lsn() less a page header it sits just past, taken
+// at local time t; see insertPositionSQL) and then the
 // replica's replay position (pg_last_wal_replay_lsn()). A commit was
 // acknowledged only after its commit record was inserted, so once the
 // replica has replayed past the position sampled at t, it holds every commit
@@ -278,10 +279,23 @@ func (rd *Reads) publish(st state) {
 	}
 }
 
+// insertPositionSQL is the primary's WAL insert position, less the page
+// header it may sit just past. With nothing inserted yet on the current
+// page, pg_current_wal_insert_lsn() names the first byte after the page's
+// header (24 bytes; 40 at the start of a segment), where no record can end,
+// while a replica that has replayed everything stops at the page boundary:
+// after a segment switch (archive_timeout, pg_switch_wal) an idle primary
+// stays there, and the replica would count as lagging until the next write
+// (TestIdlePrimaryAfterSegmentSwitch).
+const insertPositionSQL = `SELECT l - CASE WHEN l % seg = 40 THEN 40 WHEN l % blk = 24 THEN 24 ELSE 0 END
+	FROM (SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint AS l,
+	             (SELECT setting::bigint FROM pg_settings WHERE name = 'wal_segment_size') AS seg,
+	             (SELECT setting::bigint FROM pg_settings WHERE name = 'wal_block_size') AS blk) p`
+
 func (rd *Reads) measure(ctx context.Context) state {
 	t0 := time.Now()
 	var insertLSN int64
-	if err := rd.cfg.Primary.QueryRow(ctx, `SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint`).Scan(&insertLSN); err != nil {
+	if err := rd.cfg.Primary.QueryRow(ctx, insertPositionSQL).Scan(&insertLSN); err != nil {
 		// Without the primary's position there is no horizon to measure
 		// against; the primary's own trouble is reported by the primary's
 		// requests, but the replica is not read without a measurement.

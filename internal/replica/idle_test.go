@@ -1,0 +1,65 @@
+package replica_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/saldo/saldo/internal/pgcluster"
+	"github.com/saldo/saldo/internal/replica"
+)
+
+// TestIdlePrimaryAfterSegmentSwitch: after a WAL segment switch
+// (archive_timeout, pg_switch_wal) an idle primary's insert position sits
+// just past the new segment's page header, a position no WAL record will
+// ever end at; the replica has replayed everything there is and must be
+// read with a small lag, not left as lagging until the next write.
+func TestIdlePrimaryAfterSegmentSwitch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	primary, err := pgcluster.Start(ctx, pgcluster.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, primary.Remove()) })
+	rep, err := primary.StartReplica(ctx, pgcluster.ReplicaOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, rep.Remove()) })
+	pool, err := pgxpool.New(ctx, primary.URL("postgres"))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	rpool, err := pgxpool.New(ctx, rep.URL("postgres"))
+	require.NoError(t, err)
+	t.Cleanup(rpool.Close)
+
+	_, err = pool.Exec(ctx, `CREATE TABLE w (x int); INSERT INTO w VALUES (1)`)
+	require.NoError(t, err)
+	var insertLSN, segOffset int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT pg_switch_wal() IS NOT NULL`).Scan(new(bool)))
+	require.NoError(t, pool.QueryRow(ctx, `SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint,
+		(pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint % (SELECT setting::bigint FROM pg_settings WHERE name = 'wal_segment_size')`).
+		Scan(&insertLSN, &segOffset))
+	t.Logf("insert position after the switch: %d, %d bytes into its segment", insertLSN, segOffset)
+	var replay int64
+	require.Eventually(t, func() bool {
+		require.NoError(t, rpool.QueryRow(ctx, `SELECT (pg_last_wal_replay_lsn() - '0/0'::pg_lsn)::bigint`).Scan(&replay))
+		return replay >= insertLSN-segOffset
+	}, 30*time.Second, 10*time.Millisecond, "the replica replays the switch")
+	t.Logf("replica replayed up to %d", replay)
+
+	const maxLag = 300 * time.Millisecond
+	reads, err := replica.New(replica.Config{Primary: pool, Replica: rpool, MaxLag: maxLag, Interval: 20 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(reads.Close)
+	// Idle for several MaxLags: the lag stays small.
+	time.Sleep(4 * maxLag)
+	var now int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint`).Scan(&now))
+	if now != insertLSN {
+		t.Logf("the primary wrote WAL meanwhile (%d -> %d): the idle case was not held", insertLSN, now)
+	}
+	lag, ok := reads.Lag()
+	require.True(t, ok, "the replica is usable")
+	require.Less(t, lag, maxLag, "an idle replica that replayed everything is not lagging (insert position %d, replayed %d)", insertLSN, replay)
+}
