@@ -256,12 +256,16 @@ func (s *Server) routes() chi.Router {
 		})
 
 		r.Route("/ledger", func(r chi.Router) {
-			r.Use(s.allow(RoleAuditor, RoleAdmin), s.reads.Route) // every ledger read may come from the replica
-			r.Get("/transactions", s.listTransactions)
-			r.Get("/transactions/{transaction_id}", s.getTransaction)
-			r.Get("/postings", s.listPostings)
-			r.Get("/balance", s.balanceAt)
-			r.Get("/export.csv", s.exportCSV)
+			r.Use(s.allow(RoleAuditor, RoleAdmin))
+			// Every ledger read may come from the replica. On the routes, not
+			// with Use: a path none matches is a 404 the replica is not
+			// asked for (it counted as a replica failure).
+			rr := r.With(s.reads.Route)
+			rr.Get("/transactions", s.listTransactions)
+			rr.Get("/transactions/{transaction_id}", s.getTransaction)
+			rr.Get("/postings", s.listPostings)
+			rr.Get("/balance", s.balanceAt)
+			rr.Get("/export.csv", s.exportCSV)
 		})
 
 		ops := s.allow(RoleOperator, RoleAuditor, RoleAdmin)

@@ -82,6 +82,18 @@ func TestRouteWholeLedgerExportReplicaDown(t *testing.T) {
 	}
 	require.EqualValues(t, 0, reads.Stats().Reads)
 	require.EqualValues(t, 2, reads.Stats().Fallbacks[replica.ReasonFailed])
+
+	// A path no ledger route matches is a 404 answered without trying the
+	// replica: not a replica read, not a replica failure.
+	req, err := http.NewRequest(http.MethodGet, hs.URL+"/v1/ledger/no-such-route", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+key)
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusNotFound, res.StatusCode)
+	require.EqualValues(t, 0, reads.Stats().Reads)
+	require.EqualValues(t, 2, reads.Stats().Fallbacks[replica.ReasonFailed], "an unknown path counted as a replica failure")
 }
 
 // TestRouteClientGoneIsNotAReplicaFailure: a request whose client went away
