@@ -14,17 +14,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/saldo/saldo/api"
 	"github.com/saldo/saldo/attempts"
 	"github.com/saldo/saldo/audit"
 	"github.com/saldo/saldo/internal/engine"
-	"github.com/saldo/saldo/internal/pgcluster"
 	"github.com/saldo/saldo/internal/replica"
 	"github.com/saldo/saldo/merchants"
-	"github.com/saldo/saldo/migrations"
 	"github.com/saldo/saldo/money"
 	"github.com/saldo/saldo/providers"
 	"github.com/saldo/saldo/providers/sim"
@@ -59,20 +56,8 @@ func BenchmarkReplicaReads(b *testing.B) {
 	// synchronous_commit as in production (the test clusters' default is
 	// off): a commit's WAL is flushed, and so streamed, before it is
 	// acknowledged.
-	primary, err := pgcluster.Start(ctx, pgcluster.Options{Settings: []string{"synchronous_commit=on"}})
-	require.NoError(b, err)
-	b.Cleanup(func() { require.NoError(b, primary.Remove()) })
-	_, err = migrations.Up(ctx, primary.URL("postgres"), nil)
-	require.NoError(b, err)
-	rep, err := primary.StartReplica(ctx, pgcluster.ReplicaOptions{})
-	require.NoError(b, err)
-	b.Cleanup(func() { require.NoError(b, rep.Remove()) })
-	pool, err := pgxpool.New(ctx, primary.URL("postgres"))
-	require.NoError(b, err)
-	b.Cleanup(pool.Close)
-	rpool, err := pgxpool.New(ctx, rep.URL("postgres"))
-	require.NoError(b, err)
-	b.Cleanup(rpool.Close)
+	rc := startReplicated(b, []string{"synchronous_commit=on"}, true)
+	pool, rpool := rc.pool, rc.rpool
 
 	psp := sim.NewServer(sim.Config{Seed: 1}).Start()
 	b.Cleanup(psp.Close)

@@ -5,10 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/saldo/saldo/internal/pgcluster"
 	"github.com/saldo/saldo/internal/replica"
 )
 
@@ -20,20 +18,10 @@ import (
 func TestIdlePrimaryAfterSegmentSwitch(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	primary, err := pgcluster.Start(ctx, pgcluster.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, primary.Remove()) })
-	rep, err := primary.StartReplica(ctx, pgcluster.ReplicaOptions{})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, rep.Remove()) })
-	pool, err := pgxpool.New(ctx, primary.URL("postgres"))
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	rpool, err := pgxpool.New(ctx, rep.URL("postgres"))
-	require.NoError(t, err)
-	t.Cleanup(rpool.Close)
+	rc := startReplicated(t, nil, false)
+	pool, rpool := rc.pool, rc.rpool
 
-	_, err = pool.Exec(ctx, `CREATE TABLE w (x int); INSERT INTO w VALUES (1)`)
+	_, err := pool.Exec(ctx, `CREATE TABLE w (x int); INSERT INTO w VALUES (1)`)
 	require.NoError(t, err)
 	var insertLSN, segOffset int64
 	require.NoError(t, pool.QueryRow(ctx, `SELECT pg_switch_wal() IS NOT NULL`).Scan(new(bool)))

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/saldo/saldo/api"
@@ -23,9 +22,7 @@ import (
 	"github.com/saldo/saldo/audit"
 	"github.com/saldo/saldo/console"
 	"github.com/saldo/saldo/internal/engine"
-	"github.com/saldo/saldo/internal/pgcluster"
 	"github.com/saldo/saldo/internal/replica"
-	"github.com/saldo/saldo/migrations"
 	"github.com/saldo/saldo/providers"
 	"github.com/saldo/saldo/providers/sim"
 )
@@ -158,24 +155,8 @@ func available(t *testing.T, a answer) string {
 func TestReplicaReads_R23_R24(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	primary, err := pgcluster.Start(ctx, pgcluster.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, primary.Remove()) })
-	_, err = migrations.Up(ctx, primary.URL("postgres"), nil)
-	require.NoError(t, err)
-	rep, err := primary.StartReplica(ctx, pgcluster.ReplicaOptions{})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, rep.Remove()) }) // before the primary's (cleanups run last first)
-
-	pool, err := pgxpool.New(ctx, primary.URL("postgres"))
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	rcfg, err := pgxpool.ParseConfig(rep.URL("postgres"))
-	require.NoError(t, err)
-	rcfg.ConnConfig.ConnectTimeout = 2 * time.Second
-	rpool, err := pgxpool.NewWithConfig(ctx, rcfg)
-	require.NoError(t, err)
-	t.Cleanup(rpool.Close)
+	rc := startReplicated(t, nil, true)
+	rep, pool, rpool := rc.replica, rc.pool, rc.rpool
 
 	psp := sim.NewServer(sim.Config{Seed: 19}).Start()
 	t.Cleanup(psp.Close)
