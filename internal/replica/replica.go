@@ -287,10 +287,9 @@ func (rd *Reads) publish(st state) {
 // after a segment switch (archive_timeout, pg_switch_wal) an idle primary
 // stays there, and the replica would count as lagging until the next write
 // (TestIdlePrimaryAfterSegmentSwitch).
-const insertPositionSQL = `SELECT l - CASE WHEN l % seg = 40 THEN 40 WHEN l % blk = 24 THEN 24 ELSE 0 END
-	FROM (SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint AS l,
-	             (SELECT setting::bigint FROM pg_settings WHERE name = 'wal_segment_size') AS seg,
-	             (SELECT setting::bigint FROM pg_settings WHERE name = 'wal_block_size') AS blk) p`
+const insertPositionSQL = `SELECT l - CASE WHEN l % pg_size_bytes(current_setting('wal_segment_size')) = 40 THEN 40
+	                     WHEN l % current_setting('wal_block_size')::bigint = 24 THEN 24 ELSE 0 END
+	FROM (SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint AS l) p`
 
 func (rd *Reads) measure(ctx context.Context) state {
 	t0 := time.Now()
