@@ -35,17 +35,14 @@ DECLARE
     v_id bigint;
     v_valid boolean;
 BEGIN
-    SELECT t.id, (length(t.idempotency_key) BETWEEN 1 AND 255
-                  AND t.cause_kind ~ '^[a-z][a-z0-9_]{0,39}$'
-                  AND length(t.cause_id) BETWEEN 1 AND 255
-                  AND length(t.description) <= 1000)
-    INTO v_id, v_valid
-    FROM ledger_new_transactions t
-    WHERE NOT (length(t.idempotency_key) BETWEEN 1 AND 255
-               AND t.cause_kind ~ '^[a-z][a-z0-9_]{0,39}$'
-               AND length(t.cause_id) BETWEEN 1 AND 255
-               AND length(t.description) <= 1000)
-       OR NOT EXISTS (SELECT 1 FROM ledger_postings p WHERE p.transaction_id = t.id OFFSET 0)
+    SELECT x.id, x.valid INTO v_id, v_valid
+    FROM (SELECT t.id, length(t.idempotency_key) BETWEEN 1 AND 255
+                       AND t.cause_kind ~ '^[a-z][a-z0-9_]{0,39}$'
+                       AND length(t.cause_id) BETWEEN 1 AND 255
+                       AND length(t.description) <= 1000 AS valid
+          FROM ledger_new_transactions t OFFSET 0) x
+    WHERE NOT x.valid
+       OR NOT EXISTS (SELECT 1 FROM ledger_postings p WHERE p.transaction_id = x.id OFFSET 0)
     LIMIT 1;
     IF NOT FOUND THEN
         RETURN NULL;
@@ -81,17 +78,21 @@ BEGIN
         RAISE EXCEPTION 'ledger: posting for a missing account or in another currency than its account'
             USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'ledger_postings_account';
     END IF;
+    -- whole: the statement's postings of the transaction are legs 1..n
+    -- (n >= 2), in one currency, summing to zero, with valid fields.
     FOR v_tx, v_exists IN
-        SELECT x.tid, EXISTS (SELECT 1 FROM ledger_transactions t WHERE t.id = x.tid OFFSET 0)
-        FROM (SELECT np.transaction_id AS tid, count(*) AS legs, sum(np.amount) AS total,
-                     min(np.currency) = max(np.currency) AS single,
-                     bool_and(np.seq >= 1 AND np.amount <> 0)
-                         AND min(np.leg) = 1 AND max(np.leg) = count(*) AS fields_ok
-              FROM ledger_new_postings np
-              GROUP BY np.transaction_id) x
-        WHERE NOT (x.legs >= 2 AND x.single AND x.total = 0 AND x.fields_ok)
-           OR NOT EXISTS (SELECT 1 FROM ledger_transactions t WHERE t.id = x.tid OFFSET 0)
-           OR EXISTS (SELECT 1 FROM ledger_postings p WHERE p.transaction_id = x.tid AND p.leg > x.legs OFFSET 0)
+        SELECT y.tid, y.has_tx
+        FROM (SELECT x.tid, x.legs, x.whole,
+                     EXISTS (SELECT 1 FROM ledger_transactions t WHERE t.id = x.tid OFFSET 0) AS has_tx
+              FROM (SELECT np.transaction_id AS tid, count(*) AS legs,
+                           count(*) >= 2 AND min(np.currency) = max(np.currency) AND sum(np.amount) = 0
+                               AND bool_and(np.seq >= 1 AND np.amount <> 0)
+                               AND min(np.leg) = 1 AND max(np.leg) = count(*) AS whole
+                    FROM ledger_new_postings np
+                    GROUP BY np.transaction_id) x
+              OFFSET 0) y
+        WHERE NOT y.whole OR NOT y.has_tx
+           OR EXISTS (SELECT 1 FROM ledger_postings p WHERE p.transaction_id = y.tid AND p.leg > y.legs OFFSET 0)
     LOOP
         IF NOT v_exists THEN
             RAISE EXCEPTION 'ledger: posting for a missing transaction'
