@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -588,4 +589,49 @@ func TestOpenNewValidation(t *testing.T) {
 	as, err := h.svc.OpenNew(h.ctx, nil, nil)
 	require.NoError(t, err)
 	require.Empty(t, as)
+}
+
+// The batch statements that mark calls in flight reach their attempts by
+// primary key only, whatever the statistics say: a plan through
+// attempts_open (status, created_at) reads every pending entry of that
+// index, and every dead one attempts leave there as they move on, on each
+// call (it made the first-send mark the server's busiest statement under
+// provider faults). Statistics here are those of a ledger whose attempts
+// are nearly all final, as in production, under the generic plan a
+// connection caches after its fifth execution.
+func TestBatchStatementsReachAttemptsByPrimaryKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t)
+	_, err := pool.Exec(ctx, `INSERT INTO attempts (id, kind, subject_id, provider, operation, idempotency_key,
+			reference, payload, payload_sha256, status, resolved_at, resolved_by, created_at, updated_at)
+		SELECT gen_random_uuid(), 'payout', 'po_' || i, 'sim', 'pix_transfer', 'key_' || md5(i::text), md5(i::text),
+			convert_to('{"n":' || i || '}', 'UTF8'), sha256(convert_to('{"n":' || i || '}', 'UTF8')),
+			CASE WHEN i % 20 = 0 THEN 'failed' ELSE 'succeeded' END, now(), 'worker', now(), now()
+		FROM generate_series(1, 5000) AS i`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `ANALYZE attempts`)
+	require.NoError(t, err)
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`)
+	require.NoError(t, err)
+	ids := []string{uuid.NewString(), uuid.NewString(), uuid.NewString()}
+	for name, q := range map[string]struct {
+		sql  string
+		args []any
+	}{
+		"first send": {firstSendSQL, []any{ids, time.Now(), []string{"sim"}}},
+		"call start": {startSQL, []any{ids, []int32{1, 1, 1}, []time.Time{time.Now(), time.Now(), time.Now()}}},
+	} {
+		rows, err := conn.Query(ctx, "EXPLAIN "+q.sql, q.args...)
+		require.NoError(t, err)
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		plan := strings.Join(lines, "\n")
+		require.Contains(t, plan, "attempts_pkey", "%s:\n%s", name, plan)
+		require.NotContains(t, plan, "attempts_open", "%s:\n%s", name, plan)
+		require.NotContains(t, plan, "Seq Scan", "%s:\n%s", name, plan)
+	}
 }

@@ -37,3 +37,32 @@ func (s *Service) ExecuteTogether(ctx context.Context, ids []uuid.UUID) ([]Attem
 	}
 	return out, nil
 }
+
+// resolveTogether looks up each attempt of ids (due, awaiting resolution;
+// before(i) runs before the ith lookup), then applies the lookups as ONE
+// call of resolveMany, in the order of ids: what Resolve does for lookups
+// that reach the resolver batcher together, with a batch of a known
+// composition, for tests.
+func (s *Service) resolveTogether(ctx context.Context, ids []uuid.UUID, before func(i int)) ([]ResolveResult, []error, error) {
+	lus := make([]lookedUp, len(ids))
+	for i, id := range ids {
+		if before != nil {
+			before(i)
+		}
+		a, err := s.Get(ctx, s.pool, id)
+		if err != nil {
+			return nil, nil, err
+		}
+		prov := s.providers[a.Provider]
+		lr, err := lookup(ctx, prov, a)
+		if err != nil {
+			return nil, nil, err
+		}
+		lus[i] = lookedUp{a: a, lr: lr, class: classifyLookup(lr), window: prov.Capabilities().ConsistencyWindow}
+	}
+	res, errs := make([]ResolveResult, len(ids)), make([]error, len(ids))
+	for i, r := range s.resolveMany(ctx, lus) {
+		res[i], errs[i] = r.Value, r.Err
+	}
+	return res, errs, nil
+}

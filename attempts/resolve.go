@@ -229,7 +229,8 @@ type ResolveResult struct {
 // for a provider that cannot look up, the attempt goes to review with an
 // alert, never to automatic failure.
 func (s *Service) Resolve(ctx context.Context, id uuid.UUID) (ResolveResult, error) {
-	a, err := s.Get(ctx, s.pool, id)
+	// Read with the other executors' and resolvers' reads (getMany).
+	a, err := s.getter.Do(ctx, id)
 	if err != nil {
 		return ResolveResult{}, err
 	}
@@ -270,69 +271,84 @@ func (s *Service) Resolve(ctx context.Context, id uuid.UUID) (ResolveResult, err
 	if lerr != nil {
 		return review(fmt.Sprintf("lookup by reference refused: %v (R25)", lerr))
 	}
-	class := classifyLookup(lr)
-	rctx := context.WithoutCancel(ctx)
-	err = s.inTx(rctx, func(tx pgx.Tx, after *afterCommit) error {
-		res.Transitioned, res.RetryIn = false, 0
-		la, err := lockAttempt(rctx, tx, a.ID)
-		if err != nil {
-			return err
-		}
-		now := s.clock.Now()
-		if err := insertLookupEvent(rctx, tx, la, lr, class, ActorResolver, now); err != nil {
-			return err
-		}
-		next := now.Add(s.lookupDelay(la.LookupCount + 1))
-		la, err = scanAttempt(tx.QueryRow(rctx, `UPDATE attempts SET lookup_count = lookup_count + 1,
-			last_lookup_at = $2, next_lookup_at = $3, updated_at = $2 WHERE id = $1 RETURNING `+attemptColumns,
-			a.ID, now, next))
-		if err != nil {
-			return err
-		}
-		res.Attempt = la
-		if !la.Status.Open() {
-			return nil
-		}
-		switch class {
-		case lookupFound:
-			before := la.Status
-			na, err := s.applyProviderState(rctx, tx, after, la, ActorResolver, lookupState(lr),
-				fmt.Sprintf("lookup %d found %s", la.LookupCount, lr.State))
-			res.Attempt, res.Transitioned = na, na.Status != before
-			return err
-		case lookupNotFound:
-			if la.Status != StatusUnknown || la.Acknowledged() {
-				// The provider already named or acknowledged this operation
-				// (a provider id, a 2xx, a 409 "key in use", a processing
-				// report): a later "not found" contradicts it and proves
-				// nothing. Never failed on it; the lookups go on and, once
-				// exhausted, a human decides (R16, R18).
-				return nil
-			}
-			// Counted from the latest moment the request could still have
-			// been on its way: the last call's start or recorded end, or when
-			// we stopped waiting for it (unknown_at).
-			ref := absenceFrom(la)
-			if now.Sub(ref) < caps.ConsistencyWindow {
-				return nil
-			}
-			tr, err := s.transition(rctx, tx, after, la, change{To: StatusFailed, Actor: ActorResolver,
-				FailureCode: FailureNotFound,
-				Reason: fmt.Sprintf("lookup %d: not found %s after the last call (consistency window %s, R16)",
-					la.LookupCount, now.Sub(ref).Round(time.Second), caps.ConsistencyWindow),
-				FailureReason: "the provider has no operation with our reference after its consistency window"})
-			res.Attempt, res.Transitioned = tr.Attempt, tr.Transitioned
-			return err
-		}
-		return nil
-	})
+	return s.resolver.Do(ctx, lookedUp{a: a, lr: lr, class: classifyLookup(lr), window: caps.ConsistencyWindow})
+}
+
+// lookedUp is one lookup's answer for the resolver to record and apply.
+type lookedUp struct {
+	a      Attempt
+	lr     providers.LookupResult
+	class  lookupClass
+	window time.Duration
+}
+
+// applyLookup records the lookup lu made (its event, the lookup count, the
+// next lookup's time) on the attempt, locked in tx, and applies what it
+// found: a found state moves the attempt (applyProviderState); "not found"
+// fails an unknown attempt nobody acknowledged once the consistency window
+// has passed since its last call (R16); anything else leaves it open.
+// now is the lookup's recorded time (last_lookup_at).
+func (s *Service) applyLookup(ctx context.Context, tx pgx.Tx, after *afterCommit, lu lookedUp, now time.Time) (ResolveResult, error) {
+	var res ResolveResult
+	la, err := lockAttempt(ctx, tx, lu.a.ID)
 	if err != nil {
 		return res, err
 	}
+	if err := insertLookupEvent(ctx, tx, la, lu.lr, lu.class, ActorResolver, now); err != nil {
+		return res, err
+	}
+	next := now.Add(s.lookupDelay(la.LookupCount + 1))
+	la, err = scanAttempt(tx.QueryRow(ctx, `UPDATE attempts SET lookup_count = lookup_count + 1,
+		last_lookup_at = $2, next_lookup_at = $3, updated_at = $2 WHERE id = $1 RETURNING `+attemptColumns,
+		la.ID, now, next))
+	if err != nil {
+		return res, err
+	}
+	res.Attempt = la
+	if !la.Status.Open() {
+		return res, nil
+	}
+	switch lu.class {
+	case lookupFound:
+		before := la.Status
+		na, err := s.applyProviderState(ctx, tx, after, la, ActorResolver, lookupState(lu.lr),
+			fmt.Sprintf("lookup %d found %s", la.LookupCount, lu.lr.State))
+		res.Attempt, res.Transitioned = na, na.Status != before
+		return res, err
+	case lookupNotFound:
+		if la.Status != StatusUnknown || la.Acknowledged() {
+			// The provider already named or acknowledged this operation
+			// (a provider id, a 2xx, a 409 "key in use", a processing
+			// report): a later "not found" contradicts it and proves
+			// nothing. Never failed on it; the lookups go on and, once
+			// exhausted, a human decides (R16, R18).
+			return res, nil
+		}
+		// Counted from the latest moment the request could still have
+		// been on its way: the last call's start or recorded end, or when
+		// we stopped waiting for it (unknown_at).
+		ref := absenceFrom(la)
+		if now.Sub(ref) < lu.window {
+			return res, nil
+		}
+		tr, err := s.transition(ctx, tx, after, la, change{To: StatusFailed, Actor: ActorResolver,
+			FailureCode: FailureNotFound,
+			Reason: fmt.Sprintf("lookup %d: not found %s after the last call (consistency window %s, R16)",
+				la.LookupCount, now.Sub(ref).Round(time.Second), lu.window),
+			FailureReason: "the provider has no operation with our reference after its consistency window"})
+		res.Attempt, res.Transitioned = tr.Attempt, tr.Transitioned
+		return res, err
+	}
+	return res, nil
+}
+
+// retryIn sets res.RetryIn: when an attempt still awaiting resolution is
+// due for its next lookup (at least a second from now).
+func (s *Service) retryIn(res ResolveResult) ResolveResult {
 	if res.Attempt.AwaitingResolution() && !res.Attempt.Review && res.Attempt.NextLookupAt != nil {
 		res.RetryIn = max(res.Attempt.NextLookupAt.Sub(s.clock.Now()), time.Second)
 	}
-	return res, nil
+	return res
 }
 
 // Source is who reports a resolution through ResolveByReference.

@@ -151,6 +151,7 @@ type Service struct {
 	getter      *groupcommit.Batcher[uuid.UUID, Attempt]
 	starter     *groupcommit.Batcher[startReq, bool]
 	recorder    *groupcommit.Batcher[recordReq, recorded]
+	resolver    *groupcommit.Batcher[lookedUp, ResolveResult]
 
 	// breakers hold the circuit of each provider and operation (breaker.go).
 	breakers *breakers
@@ -483,20 +484,37 @@ func queryAttempts(ctx context.Context, db DB, sql string, args ...any) ([]Attem
 // inTx runs fn in a short transaction on the pool and then the after-commit
 // functions fn registered.
 func (s *Service) inTx(ctx context.Context, fn func(tx pgx.Tx, after *afterCommit) error) error {
-	var after afterCommit
+	return s.inTxFinals(ctx, nil, fn)
+}
+
+// inTxFinals is inTx whose transitions to a final status hand the attempts
+// of BatchOwners to finals instead of their owner (afterCommit.finals):
+// the caller gives them to their owners together before fn returns.
+func (s *Service) inTxFinals(ctx context.Context, finals *[]Attempt, fn func(tx pgx.Tx, after *afterCommit) error) error {
+	after := afterCommit{finals: finals}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return fn(tx, &after) })
 	if err != nil {
 		return err
 	}
-	for _, f := range after {
+	for _, f := range after.fns {
 		f()
 	}
 	return nil
 }
 
-type afterCommit []func()
+// afterCommit is what a transaction leaves for after its COMMIT.
+type afterCommit struct {
+	fns []func()
+	// finals, when set, collects the attempts that transition moves to a
+	// final status and whose owner is a BatchOwner, instead of calling
+	// their owner at once: a batch hands them to their owners together,
+	// with every ledger effect in one PostMany, as its last statements
+	// (finalTogether), so it locks the merchants' accounts once, in id
+	// order, for as short a time as possible before COMMIT.
+	finals *[]Attempt
+}
 
-func (a *afterCommit) add(f func()) { *a = append(*a, f) }
+func (a *afterCommit) add(f func()) { a.fns = append(a.fns, f) }
 
 func lockAttempt(ctx context.Context, tx pgx.Tx, id uuid.UUID) (Attempt, error) {
 	return scanAttempt(tx.QueryRow(ctx, `SELECT `+attemptColumns+` FROM attempts WHERE id = $1 FOR UPDATE`, id))

@@ -1,0 +1,327 @@
+package attempts
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/saldo/saldo/providers"
+)
+
+// lookupCase is what one unknown attempt's lookup finds.
+type lookupCase string
+
+const (
+	lcSucceeded    lookupCase = "found_succeeded"     // the 500 had processed it: succeeded (R14)
+	lcFailed       lookupCase = "found_failed"        // the provider failed it: failed, owner told
+	lcProcessing   lookupCase = "found_processing"    // still processing: stays unknown, processing noted
+	lcAbsentPast   lookupCase = "not_found_past"      // never arrived, window passed: failed not_found (R16)
+	lcAbsentWithin lookupCase = "not_found_within"    // not found inside the window: proves nothing yet
+	lcAbsentAcked  lookupCase = "not_found_acked"     // not found after a webhook named it: proves nothing (R16)
+	lcOtherID      lookupCase = "found_other_id"      // found under another provider id than a webhook named: review
+	lcUnreachable  lookupCase = "lookup_inconclusive" // the lookup got no answer: nothing moves
+)
+
+var lookupCases = []lookupCase{lcSucceeded, lcFailed, lcProcessing, lcAbsentPast, lcAbsentWithin, lcAbsentAcked,
+	lcOtherID, lcUnreachable}
+
+// lookupOutcome is everything about a resolved attempt that must not
+// depend on whether its lookup was applied alone or in a batch.
+type lookupOutcome struct {
+	Case          lookupCase
+	Transitioned  bool
+	RetryIn       time.Duration
+	Status        Status
+	ProviderState string
+	ProviderID    string // "", "psp" (the PSP's id for it) or "webhook" (the id a webhook named)
+	FailureCode   string
+	Review        bool
+	LookupCount   int
+	NextLookupIn  time.Duration
+	ResolvedBy    string
+	Processing    bool
+	Events        []string
+	OwnerEffects  []string
+}
+
+// providerIDKind names whose provider id the attempt holds: the PSP's
+// ("psp"), the one the test's webhook named ("webhook"), none (""), or
+// else the id itself.
+func providerIDKind(a Attempt) string {
+	switch a.ProviderID {
+	case "op_" + a.Reference[:12]:
+		return "psp"
+	case "op_named_" + a.Reference[:8]:
+		return "webhook"
+	}
+	return a.ProviderID
+}
+
+// lookupRun makes two unknown attempts per lookupCase, then resolves them
+// all: with batch, in one resolver batch (resolveTogether) handing final
+// attempts to a BatchOwner; without, one Resolve after the other, each in
+// its own transaction, with a plain Owner: the reference path.
+func lookupRun(t *testing.T, batch bool) ([]lookupOutcome, *batchRecorder) {
+	h := setup(t, harnessOpts{})
+	bo := newBatchRecorder()
+	if batch {
+		for _, k := range Kinds {
+			h.svc.RegisterOwner(k, bo)
+		}
+	}
+	var cases []lookupCase
+	for range 2 {
+		cases = append(cases, lookupCases...)
+	}
+	// The window (2 minutes) has passed for every case but lcAbsentWithin,
+	// whose attempts went unknown 90 s after the others.
+	ids := make([]uuid.UUID, len(cases))
+	makeUnknown := func(i int) {
+		c := cases[i]
+		plan := behave500AfterRecord
+		if c == lcAbsentPast || c == lcAbsentWithin || c == lcAbsentAcked {
+			plan = behave500NoRecord
+		}
+		h.psp.setPlan(plan)
+		a := h.open(newSubject())
+		r, err := h.svc.Execute(h.ctx, a.ID)
+		require.NoError(t, err)
+		require.Equal(t, StatusUnknown, r.Attempt.Status)
+		ids[i] = a.ID
+		switch c {
+		case lcFailed:
+			h.psp.setOp(a.Reference, "failed")
+		case lcProcessing:
+			h.psp.setOp(a.Reference, "processing")
+		case lcAbsentAcked, lcOtherID:
+			_, err := h.svc.ResolveByReference(h.ctx, ResolveInput{Reference: a.Reference, State: providers.StateProcessing,
+				ProviderID: "op_named_" + a.Reference[:8], Source: SourceWebhook, Actor: "evt_" + a.Reference[:8]})
+			require.NoError(t, err)
+		}
+	}
+	for i, c := range cases {
+		if c != lcAbsentWithin {
+			makeUnknown(i)
+		}
+	}
+	h.clock.Advance(90 * time.Second)
+	for i, c := range cases {
+		if c == lcAbsentWithin {
+			makeUnknown(i)
+		}
+	}
+	h.clock.Advance(60 * time.Second)
+
+	// The provider does not answer the lcUnreachable attempts' lookups.
+	live, dead := *h.prov.base.Load(), deadURL(t)
+	before := func(i int) {
+		if cases[i] == lcUnreachable {
+			h.prov.setBase(dead)
+		} else {
+			h.prov.setBase(live)
+		}
+	}
+	var results []ResolveResult
+	var errs []error
+	if batch {
+		var err error
+		results, errs, err = h.svc.resolveTogether(h.ctx, ids, before)
+		require.NoError(t, err)
+	} else {
+		for i, id := range ids {
+			before(i)
+			r, err := h.svc.Resolve(h.ctx, id)
+			results, errs = append(results, r), append(errs, err)
+		}
+	}
+	h.prov.setBase(live)
+	now := h.clock.Now()
+	out := make([]lookupOutcome, len(ids))
+	for i, id := range ids {
+		require.NoError(t, errs[i], "slot %d (%s)", i, cases[i])
+		a := h.get(id)
+		require.Equal(t, a, results[i].Attempt, "slot %d (%s): the answer is the attempt as stored", i, cases[i])
+		o := lookupOutcome{Case: cases[i], Transitioned: results[i].Transitioned, RetryIn: results[i].RetryIn,
+			Status: a.Status, ProviderState: a.ProviderState, ProviderID: providerIDKind(a), FailureCode: a.FailureCode,
+			Review: a.Review, LookupCount: a.LookupCount, NextLookupIn: -1, ResolvedBy: a.ResolvedBy,
+			Processing: a.ProcessingFrom != nil, OwnerEffects: h.ownerEffects(id)}
+		if a.NextLookupAt != nil {
+			o.NextLookupIn = a.NextLookupAt.Sub(now)
+		}
+		for _, e := range h.events(id) {
+			s := fmt.Sprintf("%s/%s", e.Type, e.Actor)
+			switch e.Type {
+			case EventLookup:
+				s += ":" + e.Outcome
+			case EventTransition:
+				s += ":" + string(e.FromStatus) + "->" + string(e.ToStatus) + ":" + e.Reason
+			case EventNote:
+				s += ":" + e.Reason
+			}
+			o.Events = append(o.Events, s)
+		}
+		out[i] = o
+	}
+	h.requireNoViolations()
+	return out, bo
+}
+
+// The resolver's lookups applied in one batch (resolveBatch: one
+// transaction, the attempts made final handed to their BatchOwner together
+// and their ledger effects posted last) end every attempt exactly as one
+// Resolve at a time does: same status, provider state and id, failure,
+// review flag, lookup count and schedule, events in order, owner effect
+// (R14, R16, R17, R18). The BatchOwner is handed each final attempt once,
+// in one AttemptsFinal call.
+func TestResolveBatchMatchesOneAtATime(t *testing.T) {
+	t.Parallel()
+	var ref, got []lookupOutcome
+	var bo *batchRecorder
+	t.Run("one_at_a_time", func(t *testing.T) { ref, _ = lookupRun(t, false) })
+	t.Run("batched", func(t *testing.T) { got, bo = lookupRun(t, true) })
+	require.Len(t, got, len(ref))
+	for i := range ref {
+		require.Equal(t, ref[i], got[i], "slot %d (%s): batched differs from one at a time", i, ref[i].Case)
+	}
+
+	// Sanity: the reference path did what the rules say.
+	for _, o := range ref {
+		want := map[lookupCase]Status{lcSucceeded: StatusSucceeded, lcFailed: StatusFailed, lcProcessing: StatusUnknown,
+			lcAbsentPast: StatusFailed, lcAbsentWithin: StatusUnknown, lcAbsentAcked: StatusUnknown,
+			lcOtherID: StatusUnknown, lcUnreachable: StatusUnknown}[o.Case]
+		require.Equal(t, want, o.Status, o.Case)
+		require.Equal(t, o.Case == lcOtherID, o.Review, o.Case)
+		require.Equal(t, 1, o.LookupCount, o.Case)
+	}
+
+	bo.mu.Lock()
+	defer bo.mu.Unlock()
+	finals := 0
+	for _, o := range got {
+		if o.Status.Final() {
+			finals++
+		}
+	}
+	require.Equal(t, 6, finals)
+	require.Equal(t, []int{finals}, bo.batches, "one hand-over of every final attempt, at the end of the batch")
+	require.Zero(t, bo.single)
+	for id, c := range bo.handed {
+		require.Equal(t, 1, c, "attempt %s handed to its owner %d times", id, c)
+	}
+}
+
+// If the shared lookup transaction fails (the BatchOwner refuses), nothing
+// of it commits and each lookup is applied alone: every attempt ends as its
+// lookup said, with one lookup event and one owner hand-over.
+func TestResolveBatchFailureFallsBackOneByOne(t *testing.T) {
+	t.Parallel()
+	h := setup(t, harnessOpts{})
+	bo := newBatchRecorder()
+	for _, k := range Kinds {
+		h.svc.RegisterOwner(k, bo)
+	}
+	const n = 6
+	var ids []uuid.UUID
+	for range n {
+		ids = append(ids, unknownAttempt(t, h).ID)
+	}
+	h.clock.Advance(30 * time.Second)
+	bo.refuse.Store(1)
+	res, errs, err := h.svc.resolveTogether(h.ctx, ids, nil)
+	require.NoError(t, err)
+	require.Zero(t, bo.refuse.Load(), "the shared transaction was tried and refused")
+	for i, id := range ids {
+		require.NoError(t, errs[i])
+		require.True(t, res[i].Transitioned)
+		require.Equal(t, StatusSucceeded, h.get(id).Status)
+		require.Equal(t, []string{"opened", "call:unknown", "transition:pending->unknown", "lookup:found_succeeded",
+			"transition:unknown->succeeded"}, eventTypes(h.events(id)), "a rolled-back batch leaves no event behind")
+		require.Equal(t, []string{"succeeded"}, h.ownerEffects(id))
+	}
+	bo.mu.Lock()
+	require.Len(t, bo.batches, n, "each lookup applied alone, its attempt handed over alone")
+	bo.mu.Unlock()
+	h.requireNoViolations()
+}
+
+// A lookup batch's COMMIT commits but its answer is lost (docs/pitfalls.md):
+// the lookups are not recorded a second time when the batch is redone one
+// by one (no second lookup event, no second lookup counted, no second owner
+// hand-over); each answer is the attempt as it committed (R9).
+func TestAmbiguousCommitOfLookupBatchRecordsOnce_R9(t *testing.T) {
+	t.Parallel()
+	h, proxy := setupProxied(t)
+	bo := newBatchRecorder()
+	for _, k := range Kinds {
+		h.svc.RegisterOwner(k, bo)
+	}
+	const n = 5
+	var ids []uuid.UUID
+	for range n {
+		ids = append(ids, unknownAttempt(t, h).ID)
+	}
+	h.clock.Advance(30 * time.Second)
+	proxy.LoseCommitAnswer("lookup_count = lookup_count + 1", 1)
+	res, errs, err := h.svc.resolveTogether(h.ctx, ids, nil)
+	require.NoError(t, err)
+	require.Equal(t, 1, proxy.Cuts(), "the batch lost its commit answer")
+	for i, id := range ids {
+		require.NoError(t, errs[i])
+		a := h.get(id)
+		require.Equal(t, a, res[i].Attempt)
+		require.Equal(t, StatusSucceeded, a.Status)
+		require.Equal(t, 1, a.LookupCount)
+		require.Equal(t, []string{"opened", "call:unknown", "transition:pending->unknown", "lookup:found_succeeded",
+			"transition:unknown->succeeded"}, eventTypes(h.events(id)))
+		require.Equal(t, []string{"succeeded"}, h.ownerEffects(id))
+	}
+	h.requireNoViolations()
+}
+
+// Resolver jobs resolving at the same time share lookup batches through
+// Resolve itself, under -race: every attempt ends succeeded, handed to its
+// owner once, one lookup each, and the batcher formed batches.
+func TestConcurrentResolvesShareBatches(t *testing.T) {
+	t.Parallel()
+	h := setup(t, harnessOpts{})
+	bo := newBatchRecorder()
+	for _, k := range Kinds {
+		h.svc.RegisterOwner(k, bo)
+	}
+	const n = 40
+	var ids []uuid.UUID
+	for range n {
+		ids = append(ids, unknownAttempt(t, h).ID)
+	}
+	h.clock.Advance(30 * time.Second)
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Add(2) // two resolvers per attempt: a duplicate job, a retry
+		for range 2 {
+			go func() {
+				defer wg.Done()
+				_, err := h.svc.Resolve(h.ctx, id)
+				assert.NoError(t, err)
+			}()
+		}
+	}
+	wg.Wait()
+	for _, id := range ids {
+		a := h.get(id)
+		require.Equal(t, StatusSucceeded, a.Status)
+		require.Equal(t, []string{"succeeded"}, h.ownerEffects(id))
+	}
+	bo.mu.Lock()
+	for id, c := range bo.handed {
+		require.Equal(t, 1, c, "attempt %s handed to its owner %d times", id, c)
+	}
+	bo.mu.Unlock()
+	st := h.svc.BatchStats().Resolutions
+	t.Logf("lookup batches: %d requests in %d batches", st.Requests, st.Batches)
+	h.requireNoViolations()
+}
