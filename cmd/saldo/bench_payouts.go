@@ -30,7 +30,7 @@ func runBenchPayouts(ctx context.Context, args []string) error {
 	fs.DurationVar(&o.Warmup, "warmup", time.Second, "payouts created before each measured round, not counted (accounts, caches, new connections)")
 	fs.StringVar(&o.Faults, "faults", "", "sim random fault profile, e.g. hang_after=0.05,error_after=0.05,rate_limit=0.05")
 	fs.StringVar(&o.SimURL, "sim-url", "", "a running 'saldo sim-provider' (default: one in process)")
-	fs.IntVar(&o.RiverWorkers, "river-workers", 0, "River workers submitting and resolving attempts (default 4 x --workers)")
+	fs.IntVar(&o.RiverWorkers, "river-workers", 0, "River workers submitting and resolving attempts (default 8 x --workers: with --faults, hung and slow calls each hold one for seconds)")
 	rounds := fs.Int("rounds", 2, "alternate payouts and ledger measurements this many times, each for duration/rounds, so a drift in the machine's speed hits both")
 	ledgerToo := fs.Bool("ledger", true, "also measure bench ledger's uncontended transfers/s (50 accounts, 8 workers) and print the ratio")
 	server := fs.String("server-url", localServerURL, "server for the throwaway database when no database URL is given")
@@ -51,7 +51,7 @@ func runBenchPayouts(ctx context.Context, args []string) error {
 		return err
 	}
 	if o.RiverWorkers <= 0 {
-		o.RiverWorkers = 4 * max(o.Workers, 1)
+		o.RiverWorkers = 8 * max(o.Workers, 1)
 	}
 	// Group commit keeps few connections busy however many callers wait.
 	cfg.MaxConns = int32(min(o.Workers+o.RiverWorkers+10, 80))

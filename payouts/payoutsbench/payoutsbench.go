@@ -42,7 +42,8 @@ type Options struct {
 	Faults string
 	// SimURL: a running `saldo sim-provider`; empty starts one in process.
 	SimURL string
-	// RiverWorkers working submit/resolve jobs (default 4 x Workers).
+	// RiverWorkers working submit/resolve jobs (default 8 x Workers: with
+	// faults, every hung or slow call holds one for seconds).
 	RiverWorkers int
 	// Warmup is how long payouts are created, and not measured, before the
 	// measured window (default 1s).
@@ -104,7 +105,7 @@ func (o *Options) defaults() {
 		o.Duration = 10 * time.Second
 	}
 	if o.RiverWorkers <= 0 {
-		o.RiverWorkers = 4 * o.Workers
+		o.RiverWorkers = 8 * o.Workers
 	}
 	if o.Warmup <= 0 {
 		o.Warmup = time.Second
