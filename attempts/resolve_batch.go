@@ -62,9 +62,17 @@ func (s *Service) resolveMany(ctx context.Context, lus []lookedUp) []groupcommit
 			batchAt = &now
 		}
 	}
-	for _, i := range append(alone, together...) {
+	one := func(i int, batchAt *time.Time) {
 		res, err := s.resolveOne(ctx, lus[i], batchAt)
 		out[i] = groupcommit.Result[ResolveResult]{Value: s.retryIn(res), Err: err}
+	}
+	for _, i := range together {
+		one(i, batchAt)
+	}
+	// A second lookup of an attempt was never in the batch: it is recorded
+	// as its own, whatever the batch did.
+	for _, i := range alone {
+		one(i, nil)
 	}
 	return out
 }
