@@ -311,13 +311,15 @@ func (s *Service) recordedAfterAll(ctx context.Context, reqs []recordReq, idx []
 }
 
 // recordSQL records each call of a batch, and moves the attempts whose
-// call gave a definitive answer (to_status not null) to that final status
-// when the state machine allows it from their current status and the
-// answer names no provider id other than the recorded one (what transition
-// checks one attempt at a time). The CTE o locks the attempts first (in id
-// order; materialized, so a nested loop never locks them again) and gives
-// their status before the statement: from_status, and moves (whether this
-// statement makes the transition).
+// call gave a definitive answer (to_status succeeded or failed) to that
+// final status when the state machine allows it from their current status
+// and the answer names no provider id other than the recorded one, and the
+// pending attempts whose call's fate is unknown with nothing acknowledged
+// (to_status unknown) to unknown, with their first lookup due at $10: what
+// transition does one attempt at a time. The CTE o locks the attempts
+// first (in id order; materialized, so a nested loop never locks them
+// again) and gives their status before the statement: from_status, and
+// moves (whether this statement makes the transition).
 var recordSQL = `WITH o AS MATERIALIZED (SELECT id, status, provider_id FROM attempts WHERE id = ANY ($1::uuid[]) ORDER BY id FOR UPDATE)
 	UPDATE attempts a SET calls_recorded = GREATEST(a.calls_recorded, m.call_no),
 		call_ended_at = $9, last_error = m.err, updated_at = $9,
@@ -326,13 +328,17 @@ var recordSQL = `WITH o AS MATERIALIZED (SELECT id, status, provider_id FROM att
 		failure_code = CASE WHEN m.moves THEN COALESCE(m.u_failure_code, a.failure_code) ELSE a.failure_code END,
 		failure_reason = CASE WHEN m.moves THEN COALESCE(m.u_failure_reason, a.failure_reason) ELSE a.failure_reason END,
 		data = CASE WHEN m.moves THEN COALESCE(m.u_data::jsonb, a.data) ELSE a.data END,
-		resolved_at = CASE WHEN m.moves THEN $9 ELSE a.resolved_at END,
-		resolved_by = CASE WHEN m.moves THEN 'worker' ELSE a.resolved_by END,
-		provider_state = CASE WHEN m.moves THEN m.to_status ELSE a.provider_state END,
+		resolved_at = CASE WHEN m.moves AND m.final THEN $9 ELSE a.resolved_at END,
+		resolved_by = CASE WHEN m.moves AND m.final THEN 'worker' ELSE a.resolved_by END,
+		provider_state = CASE WHEN m.moves AND m.final THEN m.to_status ELSE a.provider_state END,
+		unknown_at = CASE WHEN m.moves AND NOT m.final THEN $9 ELSE a.unknown_at END,
+		next_lookup_at = CASE WHEN m.moves AND NOT m.final THEN $10 ELSE a.next_lookup_at END,
 		next_send_at = CASE WHEN m.moves THEN NULL ELSE a.next_send_at END
-	FROM (SELECT u.*, o.status AS from_status,
-			u.to_status IS NOT NULL AND o.status IN ('pending', 'unknown')
-				AND (u.u_provider_id IS NULL OR o.provider_id IS NULL OR o.provider_id = u.u_provider_id) AS moves
+	FROM (SELECT u.*, o.status AS from_status, u.to_status <> 'unknown' AS final,
+			CASE WHEN u.to_status = 'unknown' THEN o.status = 'pending'
+				ELSE u.to_status IS NOT NULL AND o.status IN ('pending', 'unknown')
+					AND (u.u_provider_id IS NULL OR o.provider_id IS NULL OR o.provider_id = u.u_provider_id)
+			END AS moves
 		FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])
 			AS u(uid, call_no, err, to_status, u_provider_id, u_failure_code, u_failure_reason, u_data)
 		JOIN o ON o.id = u.uid) m
@@ -342,8 +348,10 @@ var recordSQL = `WITH o AS MATERIALIZED (SELECT id, status, provider_id FROM att
 // recordBatch records calls of attempts owned by BatchOwners in one
 // transaction: one statement records every call and moves the attempts
 // whose definitive answer (succeeded, failed) the state machine allows to
-// their final status; one statement inserts the call and transition
-// events; the moved attempts go to their owners together; any other
+// their final status, and the pending ones whose call's fate is unknown
+// (with nothing acknowledged) to unknown; one statement inserts the call
+// and transition events, and one the resolver jobs of the attempts gone
+// unknown; the attempts made final go to their owners together; any other
 // outcome goes through applyOutcome one attempt at a time, inside the same
 // transaction.
 func (s *Service) recordBatch(ctx context.Context, reqs []recordReq) ([]recorded, error) {
@@ -362,12 +370,18 @@ func (s *Service) recordBatch(ctx context.Context, reqs []recordReq) ([]recorded
 		for i, r := range reqs {
 			ids[i], calls[i] = r.a.ID.String(), int32(r.callNo)
 			errs[i] = sqlcols.Nullable(truncate(r.errText(), maxErrorText))
-			if r.outcome == OutcomeSucceeded || r.outcome == OutcomeFailed {
+			switch {
+			case r.outcome == OutcomeSucceeded || r.outcome == OutcomeFailed:
 				to[i] = ptr(string(r.outcome.Status()))
 				pids[i], codes[i], reasons[i] = sqlcols.Nullable(r.sr.ProviderID), sqlcols.Nullable(r.sr.FailureCode), sqlcols.Nullable(r.sr.FailureReason)
 				if len(r.sr.Data) > 0 && json.Valid(r.sr.Data) {
 					data[i] = ptr(string(r.sr.Data))
 				}
+			case r.outcome == OutcomeUnknown && acknowledgement(r.sr) == "":
+				// What applyOutcome does with it, set-based: an answer that
+				// acknowledged something is kept first (acknowledge), one
+				// by one.
+				to[i] = ptr(string(StatusUnknown))
 			}
 		}
 		type row struct {
@@ -375,7 +389,8 @@ func (s *Service) recordBatch(ctx context.Context, reqs []recordReq) ([]recorded
 			moved bool
 			a     Attempt
 		}
-		rows, err := tx.Query(ctx, recordSQL, ids, calls, errs, to, pids, codes, reasons, data, now)
+		rows, err := tx.Query(ctx, recordSQL, ids, calls, errs, to, pids, codes, reasons, data, now,
+			now.Add(s.lookupDelay(0)))
 		if err != nil {
 			return err
 		}
@@ -393,6 +408,7 @@ func (s *Service) recordBatch(ctx context.Context, reqs []recordReq) ([]recorded
 		}
 		events := make([]Event, 0, 2*n)
 		var slow []int
+		var resolvers []river.InsertManyParams
 		for i, r := range reqs {
 			g, ok := got[r.a.ID]
 			if !ok {
@@ -405,8 +421,15 @@ func (s *Service) recordBatch(ctx context.Context, reqs []recordReq) ([]recorded
 				slow = append(slow, i)
 				continue
 			}
-			moved = append(moved, g.a)
-			na, from, reason := g.a, g.from, callReason(r.callNo, r.sr.Exchange.StatusCode, r.outcome)
+			reason := callReason(r.callNo, r.sr.Exchange.StatusCode, r.outcome)
+			if g.a.Status == StatusUnknown {
+				reason = r.unknownReason()
+				resolvers = append(resolvers, river.InsertManyParams{Args: ResolveAttemptArgs{AttemptID: g.a.ID},
+					InsertOpts: s.resolveOpts()})
+			} else {
+				moved = append(moved, g.a)
+			}
+			na, from := g.a, g.from
 			events = append(events, Event{AttemptID: na.ID, At: now, Type: EventTransition, Actor: ActorWorker,
 				FromStatus: from, ToStatus: na.Status, Reason: reason})
 			after.add(func() {
@@ -419,6 +442,11 @@ func (s *Service) recordBatch(ctx context.Context, reqs []recordReq) ([]recorded
 		// keep their order.
 		if err := insertEvents(ctx, tx, events); err != nil {
 			return err
+		}
+		if len(resolvers) > 0 {
+			if _, err := s.riverClient(ctx).InsertManyTx(ctx, tx, resolvers); err != nil {
+				return fmt.Errorf("attempts: enqueue %d resolvers: %w", len(resolvers), err)
+			}
 		}
 		// The calls the statement did not move (unknown, rate limited, not
 		// sent...) one by one, before the ledger: finalTogether locks the

@@ -279,6 +279,12 @@ func (r recordReq) errText() string {
 	return ""
 }
 
+// unknownReason is the reason of the transition to unknown the call's
+// answer makes.
+func (r recordReq) unknownReason() string {
+	return fmt.Sprintf("call %d: %s (HTTP %d) %s", r.callNo, r.outcome, r.sr.Exchange.StatusCode, truncate(r.errText(), 300))
+}
+
 // callEvent is the event that records the call.
 func (r recordReq) callEvent(now time.Time) Event {
 	ex := r.sr.Exchange
@@ -378,7 +384,7 @@ func (s *Service) applyOutcome(ctx context.Context, tx pgx.Tx, after *afterCommi
 		return out, err
 	case OutcomeUnknown, OutcomeInFlight, OutcomeKeyMisuse:
 		tr, err := s.transition(ctx, tx, after, la, change{To: StatusUnknown, Actor: ActorWorker,
-			Reason: fmt.Sprintf("call %d: %s (HTTP %d) %s", callNo, outcome, ex.StatusCode, truncate(r.errText(), 300))})
+			Reason: r.unknownReason()})
 		if err != nil {
 			return out, err
 		}
