@@ -133,6 +133,11 @@ func (s *Service) checkReport(ctx context.Context, tx pgx.Tx, after *afterCommit
 }
 
 func insertLookupEvent(ctx context.Context, tx pgx.Tx, a Attempt, lr providers.LookupResult, class lookupClass, actor Actor, now time.Time) error {
+	return insertEvent(ctx, tx, lookupEvent(a, lr, class, actor, now))
+}
+
+// lookupEvent is the event that records a lookup of a.
+func lookupEvent(a Attempt, lr providers.LookupResult, class lookupClass, actor Actor, now time.Time) Event {
 	ex := lr.Exchange
 	outcome := string(class)
 	if class == lookupFound {
@@ -142,9 +147,9 @@ func insertLookupEvent(ctx context.Context, tx pgx.Tx, a Attempt, lr providers.L
 	if ex.Err != nil {
 		errText = ex.Err.Error()
 	}
-	return insertEvent(ctx, tx, Event{AttemptID: a.ID, At: now, Type: EventLookup, Actor: actor,
+	return Event{AttemptID: a.ID, At: now, Type: EventLookup, Actor: actor,
 		StartedAt: timePtr(ex.Started), EndedAt: timePtr(ex.Ended), Outcome: outcome, StatusCode: ex.StatusCode,
-		ProviderRequestID: ex.ProviderRequestID, WireCalls: ex.WireCalls, Error: errText})
+		ProviderRequestID: ex.ProviderRequestID, WireCalls: ex.WireCalls, Error: errText}
 }
 
 // applyProviderState applies what the provider says about the attempt's
@@ -282,28 +287,61 @@ type lookedUp struct {
 	window time.Duration
 }
 
-// applyLookup records the lookup lu made (its event, the lookup count, the
-// next lookup's time) on the attempt, locked in tx, and applies what it
-// found: a found state moves the attempt (applyProviderState); "not found"
-// fails an unknown attempt nobody acknowledged once the consistency window
-// has passed since its last call (R16); anything else leaves it open.
-// now is the lookup's recorded time (last_lookup_at).
-func (s *Service) applyLookup(ctx context.Context, tx pgx.Tx, after *afterCommit, lu lookedUp, now time.Time) (ResolveResult, error) {
+// countLookupsSQL counts a lookup of each attempt of $1 made at $2 and
+// schedules the next: the ith lookup of an attempt is followed by the next
+// after ResolveSchedule[i] ($3, in microseconds; the last entry repeats),
+// what lookupDelay says. The CTE locks the attempts in id order first, as
+// record batches lock theirs.
+var countLookupsSQL = `WITH o AS MATERIALIZED (SELECT id FROM attempts WHERE id = ANY ($1::uuid[]) ORDER BY id FOR UPDATE)
+	UPDATE attempts a SET lookup_count = a.lookup_count + 1, last_lookup_at = $2::timestamptz,
+		updated_at = $2::timestamptz, next_lookup_at = $2::timestamptz + ($3::bigint[])[least(a.lookup_count + 1, cardinality($3::bigint[]) - 1) + 1]
+			* interval '1 microsecond'
+	FROM o WHERE a.id = ANY ($1::uuid[]) AND a.id = o.id
+	RETURNING ` + qualifiedAttemptColumns
+
+// applyLookups records the lookups lus made, of distinct attempts, at now
+// (each one's event, lookup count and next lookup's time: one statement
+// each for all of them), then applies what each found, in order
+// (applyFound).
+func (s *Service) applyLookups(ctx context.Context, tx pgx.Tx, after *afterCommit, lus []lookedUp, now time.Time) ([]ResolveResult, error) {
+	ids := make([]uuid.UUID, len(lus))
+	for i, lu := range lus {
+		ids[i] = lu.a.ID
+	}
+	schedule := make([]int64, len(s.cfg.ResolveSchedule))
+	for i, d := range s.cfg.ResolveSchedule {
+		schedule[i] = d.Microseconds()
+	}
+	counted, err := s.queryByIDs(ctx, tx, countLookupsSQL, ids, now, schedule)
+	if err != nil {
+		return nil, fmt.Errorf("attempts: record %d lookups: %w", len(lus), err)
+	}
+	events := make([]Event, len(lus))
+	for i, lu := range lus {
+		if _, ok := counted[lu.a.ID]; !ok {
+			return nil, fmt.Errorf("%w: attempt %s", ErrNotFound, lu.a.ID)
+		}
+		events[i] = lookupEvent(lu.a, lu.lr, lu.class, ActorResolver, now)
+	}
+	if err := insertEvents(ctx, tx, events); err != nil {
+		return nil, err
+	}
+	out := make([]ResolveResult, len(lus))
+	for i, lu := range lus {
+		if out[i], err = s.applyFound(ctx, tx, after, lu, counted[lu.a.ID], now); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// applyFound applies what the lookup lu found to the attempt la (locked,
+// the lookup recorded): a found state moves the attempt
+// (applyProviderState); "not found" fails an unknown attempt nobody
+// acknowledged once the consistency window has passed since its last call
+// (R16); anything else leaves it open. now is the lookup's recorded time.
+func (s *Service) applyFound(ctx context.Context, tx pgx.Tx, after *afterCommit, lu lookedUp, la Attempt, now time.Time) (ResolveResult, error) {
 	var res ResolveResult
-	la, err := lockAttempt(ctx, tx, lu.a.ID)
-	if err != nil {
-		return res, err
-	}
-	if err := insertLookupEvent(ctx, tx, la, lu.lr, lu.class, ActorResolver, now); err != nil {
-		return res, err
-	}
-	next := now.Add(s.lookupDelay(la.LookupCount + 1))
-	la, err = scanAttempt(tx.QueryRow(ctx, `UPDATE attempts SET lookup_count = lookup_count + 1,
-		last_lookup_at = $2, next_lookup_at = $3, updated_at = $2 WHERE id = $1 RETURNING `+attemptColumns,
-		la.ID, now, next))
-	if err != nil {
-		return res, err
-	}
 	res.Attempt = la
 	if !la.Status.Open() {
 		return res, nil

@@ -84,20 +84,18 @@ func (s *Service) lookupNow() time.Time {
 }
 
 // resolveBatch applies lookups of distinct attempts in one transaction:
-// each one's record and transition as applyLookup makes them, then the
+// their records and transitions as applyLookups makes them, then the
 // attempts made final go to their owners together and their ledger
 // effects are posted in one PostMany (finalTogether), the transaction's
 // last statements.
 func (s *Service) resolveBatch(ctx context.Context, lus []lookedUp, now time.Time) ([]ResolveResult, error) {
-	out := make([]ResolveResult, len(lus))
+	var out []ResolveResult
 	var final []Attempt
 	err := s.inTxFinals(ctx, &final, func(tx pgx.Tx, after *afterCommit) error {
 		final = final[:0]
-		for i, lu := range lus {
-			var err error
-			if out[i], err = s.applyLookup(ctx, tx, after, lu, now); err != nil {
-				return err
-			}
+		var err error
+		if out, err = s.applyLookups(ctx, tx, after, lus, now); err != nil {
+			return err
 		}
 		return s.finalTogether(ctx, tx, final)
 	})
@@ -126,10 +124,11 @@ func (s *Service) resolveOne(ctx context.Context, lu lookedUp, batchAt *time.Tim
 				return nil
 			}
 		}
-		var err error
-		if res, err = s.applyLookup(ctx, tx, after, lu, s.lookupNow()); err != nil {
+		rs, err := s.applyLookups(ctx, tx, after, []lookedUp{lu}, s.lookupNow())
+		if err != nil {
 			return err
 		}
+		res = rs[0]
 		return s.finalTogether(ctx, tx, final)
 	})
 	return res, err

@@ -266,7 +266,7 @@ func TestAmbiguousCommitOfLookupBatchRecordsOnce_R9(t *testing.T) {
 		ids = append(ids, unknownAttempt(t, h).ID)
 	}
 	h.clock.Advance(30 * time.Second)
-	proxy.LoseCommitAnswer("lookup_count = lookup_count + 1", 1)
+	proxy.LoseCommitAnswer("lookup_count = a.lookup_count + 1", 1)
 	res, errs, err := h.svc.resolveTogether(h.ctx, ids, nil)
 	require.NoError(t, err)
 	require.Equal(t, 1, proxy.Cuts(), "the batch lost its commit answer")
