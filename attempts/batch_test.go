@@ -74,6 +74,16 @@ func (o *batchRecorder) AttemptsFinal(ctx context.Context, tx pgx.Tx, as []Attem
 
 var _ BatchOwner = (*batchRecorder)(nil)
 
+// requireHandedOnce: no attempt was handed to the owner twice.
+func (o *batchRecorder) requireHandedOnce(t *testing.T) {
+	t.Helper()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for id, c := range o.handed {
+		require.Equal(t, 1, c, "attempt %s handed to its owner %d times", id, c)
+	}
+}
+
 // scenario is what one slot of the mixed batch does at the PSP.
 type scenario string
 

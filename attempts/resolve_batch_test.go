@@ -13,6 +13,27 @@ import (
 	"github.com/saldo/saldo/providers"
 )
 
+// batchOwner registers a batchRecorder as the owner of every kind.
+func (h *harness) batchOwner() *batchRecorder {
+	bo := newBatchRecorder()
+	for _, k := range Kinds {
+		h.svc.RegisterOwner(k, bo)
+	}
+	return bo
+}
+
+// dueUnknownAttempts makes n attempts unknown after a 500 that processed
+// them, and moves the clock to their first lookup.
+func dueUnknownAttempts(t *testing.T, h *harness, n int) []uuid.UUID {
+	t.Helper()
+	ids := make([]uuid.UUID, n)
+	for i := range ids {
+		ids[i] = unknownAttempt(t, h).ID
+	}
+	h.clock.Advance(30 * time.Second)
+	return ids
+}
+
 // lookupCase is what one unknown attempt's lookup finds.
 type lookupCase string
 
@@ -70,9 +91,7 @@ func lookupRun(t *testing.T, batch bool) ([]lookupOutcome, *batchRecorder) {
 	h := setup(t, harnessOpts{})
 	bo := newBatchRecorder()
 	if batch {
-		for _, k := range Kinds {
-			h.svc.RegisterOwner(k, bo)
-		}
+		bo = h.batchOwner()
 	}
 	var cases []lookupCase
 	for range 2 {
@@ -199,8 +218,6 @@ func TestResolveBatchMatchesOneAtATime(t *testing.T) {
 		require.Equal(t, 1, o.LookupCount, o.Case)
 	}
 
-	bo.mu.Lock()
-	defer bo.mu.Unlock()
 	finals := 0
 	for _, o := range got {
 		if o.Status.Final() {
@@ -208,11 +225,11 @@ func TestResolveBatchMatchesOneAtATime(t *testing.T) {
 		}
 	}
 	require.Equal(t, 6, finals)
+	bo.requireHandedOnce(t)
+	bo.mu.Lock()
+	defer bo.mu.Unlock()
 	require.Equal(t, []int{finals}, bo.batches, "one hand-over of every final attempt, at the end of the batch")
 	require.Zero(t, bo.single)
-	for id, c := range bo.handed {
-		require.Equal(t, 1, c, "attempt %s handed to its owner %d times", id, c)
-	}
 }
 
 // If the shared lookup transaction fails (the BatchOwner refuses), nothing
@@ -221,16 +238,8 @@ func TestResolveBatchMatchesOneAtATime(t *testing.T) {
 func TestResolveBatchFailureFallsBackOneByOne(t *testing.T) {
 	t.Parallel()
 	h := setup(t, harnessOpts{})
-	bo := newBatchRecorder()
-	for _, k := range Kinds {
-		h.svc.RegisterOwner(k, bo)
-	}
-	const n = 6
-	var ids []uuid.UUID
-	for range n {
-		ids = append(ids, unknownAttempt(t, h).ID)
-	}
-	h.clock.Advance(30 * time.Second)
+	bo := h.batchOwner()
+	ids := dueUnknownAttempts(t, h, 6)
 	bo.refuse.Store(1)
 	res, errs, err := h.svc.resolveTogether(h.ctx, ids, nil)
 	require.NoError(t, err)
@@ -244,7 +253,7 @@ func TestResolveBatchFailureFallsBackOneByOne(t *testing.T) {
 		require.Equal(t, []string{"succeeded"}, h.ownerEffects(id))
 	}
 	bo.mu.Lock()
-	require.Len(t, bo.batches, n, "each lookup applied alone, its attempt handed over alone")
+	require.Len(t, bo.batches, len(ids), "each lookup applied alone, its attempt handed over alone")
 	bo.mu.Unlock()
 	h.requireNoViolations()
 }
@@ -256,16 +265,8 @@ func TestResolveBatchFailureFallsBackOneByOne(t *testing.T) {
 func TestAmbiguousCommitOfLookupBatchRecordsOnce_R9(t *testing.T) {
 	t.Parallel()
 	h, proxy := setupProxied(t)
-	bo := newBatchRecorder()
-	for _, k := range Kinds {
-		h.svc.RegisterOwner(k, bo)
-	}
-	const n = 5
-	var ids []uuid.UUID
-	for range n {
-		ids = append(ids, unknownAttempt(t, h).ID)
-	}
-	h.clock.Advance(30 * time.Second)
+	bo := h.batchOwner()
+	ids := dueUnknownAttempts(t, h, 5)
 	proxy.LoseCommitAnswer("lookup_count = a.lookup_count + 1", 1)
 	res, errs, err := h.svc.resolveTogether(h.ctx, ids, nil)
 	require.NoError(t, err)
@@ -280,25 +281,18 @@ func TestAmbiguousCommitOfLookupBatchRecordsOnce_R9(t *testing.T) {
 			"transition:unknown->succeeded"}, eventTypes(h.events(id)))
 		require.Equal(t, []string{"succeeded"}, h.ownerEffects(id))
 	}
+	bo.requireHandedOnce(t)
 	h.requireNoViolations()
 }
 
 // Resolver jobs resolving at the same time share lookup batches through
-// Resolve itself, under -race: every attempt ends succeeded, handed to its
-// owner once, one lookup each, and the batcher formed batches.
+// Resolve itself, under -race, two resolvers per attempt: every attempt
+// ends succeeded, handed to its owner once.
 func TestConcurrentResolvesShareBatches(t *testing.T) {
 	t.Parallel()
 	h := setup(t, harnessOpts{})
-	bo := newBatchRecorder()
-	for _, k := range Kinds {
-		h.svc.RegisterOwner(k, bo)
-	}
-	const n = 40
-	var ids []uuid.UUID
-	for range n {
-		ids = append(ids, unknownAttempt(t, h).ID)
-	}
-	h.clock.Advance(30 * time.Second)
+	bo := h.batchOwner()
+	ids := dueUnknownAttempts(t, h, 40)
 	var wg sync.WaitGroup
 	for _, id := range ids {
 		wg.Add(2) // two resolvers per attempt: a duplicate job, a retry
@@ -316,11 +310,7 @@ func TestConcurrentResolvesShareBatches(t *testing.T) {
 		require.Equal(t, StatusSucceeded, a.Status)
 		require.Equal(t, []string{"succeeded"}, h.ownerEffects(id))
 	}
-	bo.mu.Lock()
-	for id, c := range bo.handed {
-		require.Equal(t, 1, c, "attempt %s handed to its owner %d times", id, c)
-	}
-	bo.mu.Unlock()
+	bo.requireHandedOnce(t)
 	st := h.svc.BatchStats().Resolutions
 	t.Logf("lookup batches: %d requests in %d batches", st.Requests, st.Batches)
 	h.requireNoViolations()
