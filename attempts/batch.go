@@ -458,8 +458,9 @@ func (s *Service) recordBatch(ctx context.Context, reqs []recordReq) ([]recorded
 				return fmt.Errorf("attempts: enqueue %d resolvers: %w", len(resolvers), err)
 			}
 		}
-		// The calls the statement did not move (unknown, rate limited, not
-		// sent...) one by one, before the ledger: finalTogether locks the
+		// The calls the statement did not move (rate limited, not sent,
+		// processing, an acknowledged unknown...) one by one, before the
+		// ledger: finalTogether locks the
 		// merchants' balance rows, which must be held for as short a time
 		// as possible before COMMIT. Applied after it, their round trips
 		// (transitions, events, lookup jobs) ran under those locks, and
