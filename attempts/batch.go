@@ -82,6 +82,9 @@ func (s *Service) newBatchers() {
 	s.starter = groupcommit.New(o("attempts_call_start", 1, 0), s.startMany)
 	s.recorder = groupcommit.New(o("attempts_record", 2, 2*time.Millisecond), s.recordMany)
 	s.resolver = groupcommit.New(o("attempts_resolve", 2, 2*time.Millisecond), s.resolveMany)
+	for _, d := range s.cfg.ResolveSchedule {
+		s.scheduleMicros = append(s.scheduleMicros, d.Microseconds())
+	}
 }
 
 // BatchStats is how Execute's phases were batched.
@@ -366,11 +369,10 @@ var recordSQL = `WITH o AS MATERIALIZED (SELECT id, status, provider_id FROM att
 // transaction.
 func (s *Service) recordBatch(ctx context.Context, reqs []recordReq) ([]recorded, error) {
 	out := make([]recorded, len(reqs))
-	// moved: the attempts this batch makes final, the statement's and any
-	// a slow outcome below makes (transition adds those), handed to their
-	// owners together last.
-	var moved []Attempt
-	err := s.inTxFinals(ctx, &moved, func(tx pgx.Tx, after *afterCommit) error {
+	// The attempts this batch makes final, the statement's (after.final)
+	// and any a slow outcome below makes (transition), go to their owners
+	// together, last (inTxFinals).
+	err := s.inTxFinals(ctx, func(tx pgx.Tx, after *afterCommit) error {
 		now := s.clock.Now()
 		n := len(reqs)
 		ids := make([]string, n)
@@ -437,7 +439,7 @@ func (s *Service) recordBatch(ctx context.Context, reqs []recordReq) ([]recorded
 				resolvers = append(resolvers, river.InsertManyParams{Args: ResolveAttemptArgs{AttemptID: g.a.ID},
 					InsertOpts: s.resolveOpts()})
 			} else {
-				moved = append(moved, g.a)
+				after.final(g.a)
 			}
 			na, from := g.a, g.from
 			events = append(events, Event{AttemptID: na.ID, At: now, Type: EventTransition, Actor: ActorWorker,
@@ -460,9 +462,9 @@ func (s *Service) recordBatch(ctx context.Context, reqs []recordReq) ([]recorded
 		}
 		// The calls the statement did not move (rate limited, not sent,
 		// processing, an acknowledged unknown...) one by one, before the
-		// ledger: finalTogether locks the
-		// merchants' balance rows, which must be held for as short a time
-		// as possible before COMMIT. Applied after it, their round trips
+		// ledger (inTxFinals runs finalTogether after this function): it
+		// locks the merchants' balance rows, which must be held for as
+		// short a time as possible before COMMIT. Applied after it, their round trips
 		// (transitions, events, lookup jobs) ran under those locks, and
 		// under provider faults the record batches queued behind each other
 		// on the merchants' rows (saldo bench payouts --faults).
@@ -470,9 +472,6 @@ func (s *Service) recordBatch(ctx context.Context, reqs []recordReq) ([]recorded
 			if out[i], err = s.applyOutcome(ctx, tx, after, out[i].a, reqs[i]); err != nil {
 				return err
 			}
-		}
-		if err := s.finalTogether(ctx, tx, moved); err != nil {
-			return err
 		}
 		return nil
 	})

@@ -308,11 +308,7 @@ func (s *Service) applyLookups(ctx context.Context, tx pgx.Tx, after *afterCommi
 	for i, lu := range lus {
 		ids[i] = lu.a.ID
 	}
-	schedule := make([]int64, len(s.cfg.ResolveSchedule))
-	for i, d := range s.cfg.ResolveSchedule {
-		schedule[i] = d.Microseconds()
-	}
-	counted, err := s.queryByIDs(ctx, tx, countLookupsSQL, ids, now, schedule)
+	counted, err := s.queryByIDs(ctx, tx, countLookupsSQL, ids, now, s.scheduleMicros)
 	if err != nil {
 		return nil, fmt.Errorf("attempts: record %d lookups: %w", len(lus), err)
 	}

@@ -86,18 +86,14 @@ func (s *Service) lookupNow() time.Time {
 // resolveBatch applies lookups of distinct attempts in one transaction:
 // their records and transitions as applyLookups makes them, then the
 // attempts made final go to their owners together and their ledger
-// effects are posted in one PostMany (finalTogether), the transaction's
-// last statements.
+// effects are posted in one PostMany, the transaction's last statements
+// (inTxFinals).
 func (s *Service) resolveBatch(ctx context.Context, lus []lookedUp, now time.Time) ([]ResolveResult, error) {
 	var out []ResolveResult
-	var final []Attempt
-	err := s.inTxFinals(ctx, &final, func(tx pgx.Tx, after *afterCommit) error {
-		final = final[:0]
+	err := s.inTxFinals(ctx, func(tx pgx.Tx, after *afterCommit) error {
 		var err error
-		if out, err = s.applyLookups(ctx, tx, after, lus, now); err != nil {
-			return err
-		}
-		return s.finalTogether(ctx, tx, final)
+		out, err = s.applyLookups(ctx, tx, after, lus, now)
+		return err
 	})
 	return out, err
 }
@@ -106,12 +102,11 @@ func (s *Service) resolveBatch(ctx context.Context, lus []lookedUp, now time.Tim
 // is the time a failed batch recorded lookups at: the error may have been
 // a lost COMMIT answer (docs/pitfalls.md), so an attempt whose last lookup
 // bears that time already has this lookup recorded and applied, and is
-// answered as it stands, not recorded twice.
+// answered as it stands, not recorded twice. The check locks the attempt:
+// a batch whose COMMIT is still under way holds it until it ends.
 func (s *Service) resolveOne(ctx context.Context, lu lookedUp, batchAt *time.Time) (ResolveResult, error) {
 	var res ResolveResult
-	var final []Attempt
-	err := s.inTxFinals(ctx, &final, func(tx pgx.Tx, after *afterCommit) error {
-		final = final[:0]
+	err := s.inTxFinals(ctx, func(tx pgx.Tx, after *afterCommit) error {
 		if batchAt != nil {
 			la, err := lockAttempt(ctx, tx, lu.a.ID)
 			if err != nil {
@@ -129,7 +124,7 @@ func (s *Service) resolveOne(ctx context.Context, lu lookedUp, batchAt *time.Tim
 			return err
 		}
 		res = rs[0]
-		return s.finalTogether(ctx, tx, final)
+		return nil
 	})
 	return res, err
 }

@@ -152,6 +152,9 @@ type Service struct {
 	starter     *groupcommit.Batcher[startReq, bool]
 	recorder    *groupcommit.Batcher[recordReq, recorded]
 	resolver    *groupcommit.Batcher[lookedUp, ResolveResult]
+	// scheduleMicros is cfg.ResolveSchedule in microseconds, for
+	// countLookupsSQL.
+	scheduleMicros []int64
 
 	// breakers hold the circuit of each provider and operation (breaker.go).
 	breakers *breakers
@@ -484,15 +487,33 @@ func queryAttempts(ctx context.Context, db DB, sql string, args ...any) ([]Attem
 // inTx runs fn in a short transaction on the pool and then the after-commit
 // functions fn registered.
 func (s *Service) inTx(ctx context.Context, fn func(tx pgx.Tx, after *afterCommit) error) error {
-	return s.inTxFinals(ctx, nil, fn)
+	return s.runTx(ctx, false, fn)
 }
 
-// inTxFinals is inTx whose transitions to a final status hand the attempts
-// of BatchOwners to finals instead of their owner (afterCommit.finals):
-// the caller gives them to their owners together before fn returns.
-func (s *Service) inTxFinals(ctx context.Context, finals *[]Attempt, fn func(tx pgx.Tx, after *afterCommit) error) error {
-	after := afterCommit{finals: finals}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return fn(tx, &after) })
+// inTxFinals is inTx for batches: the attempts transition makes final and
+// whose owner is a BatchOwner, and those fn adds with after.final, are not
+// handed to their owner one at a time but collected, and go to their
+// owners together, with every ledger effect in one PostMany, as the
+// transaction's last statements (finalTogether), once fn has returned. So
+// the batch locks the merchants' accounts once, in id order, for as short
+// a time as possible before COMMIT, and no batch can leave an attempt
+// final without its owner's effect.
+func (s *Service) inTxFinals(ctx context.Context, fn func(tx pgx.Tx, after *afterCommit) error) error {
+	return s.runTx(ctx, true, fn)
+}
+
+func (s *Service) runTx(ctx context.Context, collectFinals bool, fn func(tx pgx.Tx, after *afterCommit) error) error {
+	var after afterCommit
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		after = afterCommit{collectFinals: collectFinals}
+		if err := fn(tx, &after); err != nil {
+			return err
+		}
+		if !collectFinals {
+			return nil
+		}
+		return s.finalTogether(ctx, tx, after.finals)
+	})
 	if err != nil {
 		return err
 	}
@@ -502,17 +523,19 @@ func (s *Service) inTxFinals(ctx context.Context, finals *[]Attempt, fn func(tx 
 	return nil
 }
 
-// afterCommit is what a transaction leaves for after its COMMIT.
+// afterCommit is what a transaction leaves for after its COMMIT, and, in
+// inTxFinals, for its last statements.
 type afterCommit struct {
 	fns []func()
-	// finals, when set, collects the attempts that transition moves to a
-	// final status and whose owner is a BatchOwner, instead of calling
-	// their owner at once: a batch hands them to their owners together,
-	// with every ledger effect in one PostMany, as its last statements
-	// (finalTogether), so it locks the merchants' accounts once, in id
-	// order, for as short a time as possible before COMMIT.
-	finals *[]Attempt
+	// collectFinals: the transaction is an inTxFinals one; finals are the
+	// final attempts its BatchOwners get at its end.
+	collectFinals bool
+	finals        []Attempt
 }
+
+// final adds a to the attempts handed to their owners at the end of an
+// inTxFinals transaction.
+func (a *afterCommit) final(at Attempt) { a.finals = append(a.finals, at) }
 
 func (a *afterCommit) add(f func()) { a.fns = append(a.fns, f) }
 

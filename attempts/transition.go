@@ -100,8 +100,8 @@ func (s *Service) transition(ctx context.Context, tx pgx.Tx, after *afterCommit,
 		return transitioned{}, err
 	}
 	switch {
-	case c.To.Final() && after.finals != nil && s.isBatchOwned(na.Kind):
-		*after.finals = append(*after.finals, na)
+	case c.To.Final() && after.collectFinals && s.isBatchOwned(na.Kind):
+		after.final(na)
 	case c.To.Final():
 		o := s.owner(na.Kind)
 		if o == nil {
