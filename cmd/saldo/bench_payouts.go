@@ -51,7 +51,7 @@ func runBenchPayouts(ctx context.Context, args []string) error {
 		return err
 	}
 	if o.RiverWorkers <= 0 {
-		o.RiverWorkers = 8 * max(o.Workers, 1)
+		o.RiverWorkers = payoutsbench.DefaultRiverWorkers(o.Workers)
 	}
 	// Group commit keeps few connections busy however many callers wait.
 	cfg.MaxConns = int32(min(o.Workers+o.RiverWorkers+10, 80))

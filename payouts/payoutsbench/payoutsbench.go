@@ -105,7 +105,7 @@ func (o *Options) defaults() {
 		o.Duration = 10 * time.Second
 	}
 	if o.RiverWorkers <= 0 {
-		o.RiverWorkers = 8 * o.Workers
+		o.RiverWorkers = DefaultRiverWorkers(o.Workers)
 	}
 	if o.Warmup <= 0 {
 		o.Warmup = time.Second
@@ -117,6 +117,11 @@ func (o *Options) defaults() {
 		o.RunID = fmt.Sprintf("pb%d", time.Now().UnixNano()%1_000_000_000)
 	}
 }
+
+// DefaultRiverWorkers is Options.RiverWorkers' default for that many
+// creators: 8 each, since with faults every hung or slow call holds one
+// for seconds.
+func DefaultRiverWorkers(workers int) int { return 8 * max(workers, 1) }
 
 // Run runs the benchmark against pool (a migrated database).
 func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
