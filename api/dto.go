@@ -73,26 +73,30 @@ func payoutViewJSONOf(v payouts.View) payoutViewJSON {
 }
 
 type attemptJSON struct {
-	ID            string      `json:"id"`
-	Kind          string      `json:"kind"`
-	SubjectID     string      `json:"subject_id"`
-	Provider      string      `json:"provider"`
-	Operation     string      `json:"operation"`
-	Reference     string      `json:"reference"`
-	Status        string      `json:"status"`
-	ProviderState string      `json:"provider_state,omitempty"`
-	ProviderID    string      `json:"provider_id,omitempty"`
-	FailureCode   string      `json:"failure_code,omitempty"`
-	FailureReason string      `json:"failure_reason,omitempty"`
-	CallCount     int         `json:"call_count"`
-	LookupCount   int         `json:"lookup_count"`
-	Review        bool        `json:"review"`
-	ReviewReason  string      `json:"review_reason,omitempty"`
-	ReviewAt      *time.Time  `json:"review_at,omitempty"`
-	CreatedAt     time.Time   `json:"created_at"`
-	ResolvedAt    *time.Time  `json:"resolved_at,omitempty"`
-	ResolvedBy    string      `json:"resolved_by,omitempty"`
-	Events        []eventJSON `json:"events,omitempty"`
+	ID            string `json:"id"`
+	Kind          string `json:"kind"`
+	SubjectID     string `json:"subject_id"`
+	Provider      string `json:"provider"`
+	Operation     string `json:"operation"`
+	Reference     string `json:"reference"`
+	Status        string `json:"status"`
+	ProviderState string `json:"provider_state,omitempty"`
+	ProviderID    string `json:"provider_id,omitempty"`
+	FailureCode   string `json:"failure_code,omitempty"`
+	FailureReason string `json:"failure_reason,omitempty"`
+	CallCount     int    `json:"call_count"`
+	LookupCount   int    `json:"lookup_count"`
+	// LookupsUnanswered of them proved nothing (transport error, 5xx,
+	// 429); UnansweredSince: when the current run of those began.
+	LookupsUnanswered int         `json:"lookups_unanswered"`
+	UnansweredSince   *time.Time  `json:"unanswered_since,omitempty"`
+	Review            bool        `json:"review"`
+	ReviewReason      string      `json:"review_reason,omitempty"`
+	ReviewAt          *time.Time  `json:"review_at,omitempty"`
+	CreatedAt         time.Time   `json:"created_at"`
+	ResolvedAt        *time.Time  `json:"resolved_at,omitempty"`
+	ResolvedBy        string      `json:"resolved_by,omitempty"`
+	Events            []eventJSON `json:"events,omitempty"`
 
 	// What the provider acknowledged, and a success it reported after the
 	// attempt was resolved failed (issue 13 findings 2 and 5).
@@ -110,7 +114,7 @@ func attemptJSONOf(a attempts.Attempt, evs []attempts.Event) attemptJSON {
 	return attemptJSON{ID: a.ID.String(), Kind: string(a.Kind), SubjectID: a.SubjectID, Provider: a.Provider,
 		Operation: a.Operation, Reference: a.Reference, Status: string(a.Status), ProviderState: a.ProviderState,
 		ProviderID: a.ProviderID, FailureCode: a.FailureCode, FailureReason: a.FailureReason, CallCount: a.CallCount,
-		LookupCount: a.LookupCount, Review: a.Review, ReviewReason: a.ReviewReason, ReviewAt: utcPtr(a.ReviewAt),
+		LookupCount: a.LookupCount, LookupsUnanswered: a.LookupsUnanswered, UnansweredSince: utcPtr(a.UnansweredSince), Review: a.Review, ReviewReason: a.ReviewReason, ReviewAt: utcPtr(a.ReviewAt),
 		CreatedAt: a.CreatedAt.UTC(), ResolvedAt: utcPtr(a.ResolvedAt), ResolvedBy: a.ResolvedBy, Events: eventsJSON(evs),
 		AcknowledgedAt: utcPtr(a.AcknowledgedAt), Acknowledgement: a.Acknowledgement, DivergedAt: utcPtr(a.DivergedAt),
 		Divergence: a.Divergence, DivergenceSettledAt: utcPtr(a.DivergenceSettledAt), DivergenceSettledBy: a.DivergenceSettledBy,

@@ -253,11 +253,12 @@ func mustJSON(t *testing.T, v any) string {
 // it; the queue is then empty.
 func TestReviewQueue(t *testing.T) {
 	t.Parallel()
-	e := setup(t, sim.Config{}, func(c *attempts.Config) { c.MaxLookups = 1 })
+	e := setup(t, sim.Config{}, func(c *attempts.Config) { c.UnansweredReviewAfter = time.Hour })
 	p := e.createPix("8.00", "rq-1")
 	a := e.attemptOf(p)
 	require.NoError(t, e.srv.AddFault(sim.FaultRule{Kind: sim.FaultUnavailable, Reference: a.Reference}))
-	// The lookups fail twice (the resolver's, then the operator's below).
+	// The lookups fail twice (the resolver's, then the operator's below):
+	// an hour after the first unanswered lookup the attempt is in review.
 	require.NoError(t, e.srv.AddFault(sim.FaultRule{Kind: sim.FaultLookupFail, Reference: a.Reference, Times: 2}))
 	res, err := e.att.Execute(e.ctx, a.ID)
 	require.NoError(t, err)

@@ -97,23 +97,29 @@ type Attempt struct {
 	FailureReason string
 	// CallCount is how many calls were started (durably, before the call);
 	// CallsRecorded how many had their result recorded.
-	CallCount      int
-	CallsRecorded  int
-	CallStartedAt  *time.Time
-	CallEndedAt    *time.Time
-	NextSendAt     *time.Time
-	LastError      string
-	KeyExpiresAt   *time.Time
-	LookupCount    int
-	LastLookupAt   *time.Time
-	NextLookupAt   *time.Time
-	ProcessingFrom *time.Time
-	Review         bool
-	ReviewReason   string
-	ReviewAt       *time.Time
-	UnknownAt      *time.Time
-	ResolvedAt     *time.Time
-	ResolvedBy     string
+	CallCount     int
+	CallsRecorded int
+	CallStartedAt *time.Time
+	CallEndedAt   *time.Time
+	NextSendAt    *time.Time
+	LastError     string
+	KeyExpiresAt  *time.Time
+	LookupCount   int
+	// LookupsUnanswered counts the lookups the provider did not answer
+	// (transport error, 5xx, 429, unreadable): they prove nothing and do
+	// not move the attempt along the resolve schedule. UnansweredSince is
+	// when the current run of them began (nil after an answered lookup).
+	LookupsUnanswered int
+	UnansweredSince   *time.Time
+	LastLookupAt      *time.Time
+	NextLookupAt      *time.Time
+	ProcessingFrom    *time.Time
+	Review            bool
+	ReviewReason      string
+	ReviewAt          *time.Time
+	UnknownAt         *time.Time
+	ResolvedAt        *time.Time
+	ResolvedBy        string
 	// AcknowledgedAt is when the provider first showed it holds the
 	// operation (a 2xx, a provider id, a 409 "key in use", a processing
 	// report); Acknowledgement says what it said. After it, "not found"
@@ -163,7 +169,7 @@ const attemptColumns = `id, kind, subject_id, provider, operation, idempotency_k
 	key_expires_at, lookup_count, last_lookup_at, next_lookup_at, processing_since, review,
 	review_reason, review_at, unknown_at, resolved_at, resolved_by, data, created_at, updated_at,
 	acknowledged_at, acknowledgement, diverged_at, divergence, divergence_settled_at, divergence_settled_by,
-	divergence_settlement`
+	divergence_settlement, lookups_unanswered, unanswered_since`
 
 // qualifiedAttemptColumns is attemptColumns of the table aliased a.
 var qualifiedAttemptColumns = sqlcols.Qualify("a", attemptColumns)
@@ -183,7 +189,8 @@ func scanAttemptAfter(row pgx.Row, before ...any) (Attempt, error) {
 		&a.CallCount, &a.CallsRecorded, &a.CallStartedAt, &a.CallEndedAt, &a.NextSendAt, &lastError,
 		&a.KeyExpiresAt, &a.LookupCount, &a.LastLookupAt, &a.NextLookupAt, &a.ProcessingFrom, &a.Review,
 		&reviewReason, &a.ReviewAt, &a.UnknownAt, &a.ResolvedAt, &resolvedBy, &data, &a.CreatedAt, &a.UpdatedAt,
-		&a.AcknowledgedAt, &ack, &a.DivergedAt, &divergence, &a.DivergenceSettledAt, &settledBy, &settlement)...)
+		&a.AcknowledgedAt, &ack, &a.DivergedAt, &divergence, &a.DivergenceSettledAt, &settledBy, &settlement,
+		&a.LookupsUnanswered, &a.UnansweredSince)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return a, ErrNotFound
 	}

@@ -84,6 +84,9 @@ type fakePSP struct {
 	byKey     map[string]*fakeOp
 	lookups   int
 	hideUntil int // lookups answer 404 until this many lookups were made (eventual consistency)
+	// lookupFails are the answers of the next lookups, one each, before
+	// any other: an HTTP status, with its Retry-After when set.
+	lookupFails []lookupFail
 	release   chan struct{}
 }
 
@@ -125,6 +128,19 @@ func (p *fakePSP) totalSubmits() int {
 		n += v
 	}
 	return n
+}
+
+// lookupFail is a lookup the provider does not answer: status (429, 5xx)
+// and its Retry-After header ("" for none).
+type lookupFail struct {
+	status     int
+	retryAfter string
+}
+
+func (p *fakePSP) failLookups(fs ...lookupFail) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.lookupFails = append(p.lookupFails, fs...)
 }
 
 func (p *fakePSP) lookupCount() int {
@@ -228,6 +244,16 @@ func (p *fakePSP) submit(w http.ResponseWriter, r *http.Request) {
 func (p *fakePSP) lookup(w http.ResponseWriter, r *http.Request) {
 	p.mu.Lock()
 	p.lookups++
+	if len(p.lookupFails) > 0 {
+		f := p.lookupFails[0]
+		p.lookupFails = p.lookupFails[1:]
+		p.mu.Unlock()
+		if f.retryAfter != "" {
+			w.Header().Set("Retry-After", f.retryAfter)
+		}
+		writeJSON(w, f.status, map[string]string{"code": "unavailable"})
+		return
+	}
 	op, ok := p.ops[r.PathValue("ref")]
 	hidden := p.lookups <= p.hideUntil
 	var cp fakeOp

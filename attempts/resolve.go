@@ -266,10 +266,13 @@ func (s *Service) Resolve(ctx context.Context, id uuid.UUID) (ResolveResult, err
 	case a.NextLookupAt != nil && now.Before(*a.NextLookupAt):
 		res.RetryIn = a.NextLookupAt.Sub(now)
 		return res, nil
-	case a.LookupCount >= s.cfg.MaxLookups:
-		return review(fmt.Sprintf("%d lookups and the outcome is still unclear (R18)", a.LookupCount))
+	case a.LookupCount-a.LookupsUnanswered >= s.cfg.MaxLookups:
+		return review(fmt.Sprintf("%d answered lookups and the outcome is still unclear (R18)", a.LookupCount-a.LookupsUnanswered))
 	case a.ProcessingFrom != nil && now.Sub(*a.ProcessingFrom) >= s.cfg.ProcessingReviewAfter:
 		return review(fmt.Sprintf("provider reports processing since %s (R18)", fmtTime(a.ProcessingFrom)))
+	case a.UnansweredSince != nil && now.Sub(*a.UnansweredSince) >= s.cfg.UnansweredReviewAfter:
+		return review(fmt.Sprintf("the provider has answered none of the %d lookups since %s (R18)",
+			a.LookupsUnanswered, fmtTime(a.UnansweredSince)))
 	}
 
 	lr, lerr := lookup(ctx, prov, a)
@@ -288,15 +291,24 @@ type lookedUp struct {
 }
 
 // countLookupsSQL counts a lookup of each attempt of $1 made at $2 and
-// schedules the next: the ith lookup of an attempt is followed by the next
-// after ResolveSchedule[i] ($3, in microseconds; the last entry repeats),
-// what lookupDelay says. The CTE locks the attempts in id order first, as
-// record batches lock theirs.
-var countLookupsSQL = `WITH o AS MATERIALIZED (SELECT id FROM attempts WHERE id = ANY ($1::uuid[]) ORDER BY id FOR UPDATE)
-	UPDATE attempts a SET lookup_count = a.lookup_count + 1, last_lookup_at = $2::timestamptz,
-		updated_at = $2::timestamptz, next_lookup_at = $2::timestamptz + ($3::bigint[])[least(a.lookup_count + 1, cardinality($3::bigint[]) - 1) + 1]
-			* interval '1 microsecond'
-	FROM o WHERE a.id = ANY ($1::uuid[]) AND a.id = o.id
+// schedules the next. $4 says, for each id of $1, whether the provider
+// answered that lookup (found or not found); $5 is the provider's
+// Retry-After for an unanswered one, in microseconds (0 when it gave
+// none). The schedule's step is the number of answered lookups: after the
+// nth answered lookup the next comes after ResolveSchedule[n] ($3, in
+// microseconds; the last entry repeats). An unanswered lookup leaves the
+// step where it was: the next comes after the same delay again, or after
+// the Retry-After when longer. The CTE locks the attempts in id order
+// first, as record batches lock theirs.
+var countLookupsSQL = `WITH o AS MATERIALIZED (SELECT id FROM attempts WHERE id = ANY ($1::uuid[]) ORDER BY id FOR UPDATE),
+	l AS (SELECT * FROM unnest($1::uuid[], $4::boolean[], $5::bigint[]) AS l (id, answered, wait_us))
+	UPDATE attempts a SET lookup_count = a.lookup_count + 1, last_lookup_at = $2::timestamptz, updated_at = $2::timestamptz,
+		lookups_unanswered = a.lookups_unanswered + CASE WHEN l.answered THEN 0 ELSE 1 END,
+		unanswered_since = CASE WHEN l.answered THEN NULL ELSE coalesce(a.unanswered_since, $2::timestamptz) END,
+		next_lookup_at = $2::timestamptz + greatest(l.wait_us,
+			($3::bigint[])[least(a.lookup_count - a.lookups_unanswered + CASE WHEN l.answered THEN 1 ELSE 0 END,
+				cardinality($3::bigint[]) - 1) + 1]) * interval '1 microsecond'
+	FROM o JOIN l ON l.id = o.id WHERE a.id = ANY ($1::uuid[]) AND a.id = o.id
 	RETURNING ` + qualifiedAttemptColumns
 
 // applyLookups records the lookups lus made, of distinct attempts, at now
@@ -305,10 +317,16 @@ var countLookupsSQL = `WITH o AS MATERIALIZED (SELECT id FROM attempts WHERE id 
 // (applyFound).
 func (s *Service) applyLookups(ctx context.Context, tx pgx.Tx, after *afterCommit, lus []lookedUp, now time.Time) ([]ResolveResult, error) {
 	ids := make([]uuid.UUID, len(lus))
+	answered := make([]bool, len(lus))
+	waitMicros := make([]int64, len(lus))
 	for i, lu := range lus {
 		ids[i] = lu.a.ID
+		answered[i] = lu.class != lookupInconclusive
+		if !answered[i] {
+			waitMicros[i] = min(lu.lr.Exchange.RetryAfter, s.cfg.ResolveSchedule[len(s.cfg.ResolveSchedule)-1]).Microseconds()
+		}
 	}
-	counted, err := s.queryByIDs(ctx, tx, countLookupsSQL, ids, now, s.scheduleMicros)
+	counted, err := s.queryByIDs(ctx, tx, countLookupsSQL, ids, now, s.scheduleMicros, answered, waitMicros)
 	if err != nil {
 		return nil, fmt.Errorf("attempts: record %d lookups: %w", len(lus), err)
 	}

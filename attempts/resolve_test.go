@@ -219,21 +219,23 @@ func TestProcessingTooLongGoesToReview(t *testing.T) {
 	require.Equal(t, 1, h.owner.count(a.ID))
 }
 
-// TestLookupsExhaustedGoToReview (R18) and providers without lookup (R25).
+// TestLookupsExhaustedGoToReview (R18) and providers without lookup (R25):
+// MaxLookups answered lookups ("not found" inside a window that never
+// passes) end in review, never in failed.
 func TestLookupsExhaustedGoToReview(t *testing.T) {
 	t.Parallel()
-	h := setup(t, harnessOpts{tune: func(c *Config) { c.MaxLookups = 3 }})
+	caps := stdCaps()
+	caps.ConsistencyWindow = 365 * 24 * time.Hour
+	h := setup(t, harnessOpts{caps: &caps, tune: func(c *Config) { c.MaxLookups = 3 }})
 	h.psp.mu.Lock()
 	h.psp.hideUntil = 1 << 30
 	h.psp.mu.Unlock()
-	// Lookups fail at transport level: inconclusive, never "not found".
 	a := unknownAttempt(t, h)
-	h.prov.setBase(deadURL(t))
 	for range 10 {
 		h.clock.Advance(time.Hour)
 		r, err := h.svc.Resolve(h.ctx, a.ID)
 		require.NoError(t, err)
-		require.Equal(t, StatusUnknown, r.Attempt.Status, "a lookup that failed proves nothing")
+		require.Equal(t, StatusUnknown, r.Attempt.Status, "not found inside the window proves nothing")
 		if r.Attempt.Review {
 			break
 		}
@@ -241,8 +243,114 @@ func TestLookupsExhaustedGoToReview(t *testing.T) {
 	got := h.get(a.ID)
 	require.True(t, got.Review)
 	require.Equal(t, 3, got.LookupCount)
+	require.Zero(t, got.LookupsUnanswered)
+	require.Contains(t, got.ReviewReason, "3 answered lookups")
 	require.EqualValues(t, 1, h.reviews.Load())
 	require.Equal(t, float64(1), testCounter(h.metrics.ReviewFlagged))
+}
+
+// TestUnansweredLookupsGoToReviewAfterADay (R15, R18): lookups that fail at
+// transport level prove nothing and do not use up MaxLookups; an attempt
+// whose lookups have gone unanswered for UnansweredReviewAfter in a row
+// goes to review, never to failed.
+func TestUnansweredLookupsGoToReviewAfterADay(t *testing.T) {
+	t.Parallel()
+	h := setup(t, harnessOpts{tune: func(c *Config) {
+		c.MaxLookups = 3
+		c.UnansweredReviewAfter = 5 * time.Hour
+	}})
+	a := unknownAttempt(t, h)
+	h.prov.setBase(deadURL(t))
+	var firstUnanswered time.Time
+	for i := range 20 {
+		h.clock.Advance(time.Hour)
+		if i == 0 {
+			firstUnanswered = h.clock.Now()
+		}
+		r, err := h.svc.Resolve(h.ctx, a.ID)
+		require.NoError(t, err)
+		require.Equal(t, StatusUnknown, r.Attempt.Status, "a lookup that failed proves nothing")
+		if r.Attempt.Review {
+			break
+		}
+		require.Equal(t, i+1, r.Attempt.LookupsUnanswered)
+		require.NotNil(t, r.Attempt.UnansweredSince)
+		require.True(t, r.Attempt.UnansweredSince.Equal(firstUnanswered), "the run began at the first unanswered lookup")
+	}
+	got := h.get(a.ID)
+	require.True(t, got.Review)
+	require.Equal(t, 5, got.LookupCount, "unanswered lookups at 1h..5h; the 6th hour's run flags it without looking up")
+	require.Equal(t, 5, got.LookupsUnanswered)
+	require.Contains(t, got.ReviewReason, "answered none of the 5 lookups")
+	require.EqualValues(t, 1, h.reviews.Load())
+}
+
+// TestUnansweredLookupKeepsTheSchedule (R15): a lookup the provider did not
+// answer (5xx, 429) does not push the next one further out: it comes after
+// the same step's delay again, or after the provider's Retry-After when
+// longer (capped at the schedule's longest delay); only answered lookups
+// move the attempt along the schedule. A run of refused lookups used to
+// carry an attempt to the 30 min step, past the chaos long form's 15 min
+// (docs/reliability.md).
+func TestUnansweredLookupKeepsTheSchedule(t *testing.T) {
+	t.Parallel()
+	caps := stdCaps()
+	caps.ConsistencyWindow = 365 * 24 * time.Hour // "not found" never concludes here
+	h := setup(t, harnessOpts{caps: &caps, plan: []behaviour{behave500NoRecord}})
+	a := h.open(newSubject())
+	_, err := h.svc.Execute(h.ctx, a.ID)
+	require.NoError(t, err)
+	h.clock.Advance(30 * time.Second)
+
+	steps := []struct {
+		fail    *lookupFail
+		wait    time.Duration
+		answers int
+	}{
+		{nil, time.Minute, 1},                                             // answered (not found): step 1
+		{&lookupFail{status: 503}, time.Minute, 1},                        // unanswered: step 1 again
+		{&lookupFail{status: 429, retryAfter: "180"}, 3 * time.Minute, 1}, // Retry-After longer than the step
+		{&lookupFail{status: 429, retryAfter: "5"}, time.Minute, 1},       // shorter: the step
+		{&lookupFail{status: 500}, time.Minute, 1},
+		{nil, 2 * time.Minute, 2}, // answered: step 2
+		{nil, 5 * time.Minute, 3},
+		{nil, 10 * time.Minute, 4},
+		{nil, 30 * time.Minute, 5},
+		{&lookupFail{status: 429, retryAfter: "7200"}, 30 * time.Minute, 5}, // capped at the longest delay
+		{&lookupFail{status: 502}, 30 * time.Minute, 5},
+		{nil, 30 * time.Minute, 6},
+	}
+	var since *time.Time
+	unanswered := 0
+	for i, st := range steps {
+		if st.fail != nil {
+			h.psp.failLookups(*st.fail)
+			unanswered++
+			if since == nil {
+				now := h.clock.Now()
+				since = &now
+			}
+		} else {
+			since = nil
+		}
+		r, err := h.svc.Resolve(h.ctx, a.ID)
+		require.NoError(t, err)
+		require.Equal(t, i+1, h.psp.lookupCount())
+		require.Equal(t, StatusUnknown, r.Attempt.Status)
+		require.Equal(t, st.wait, r.RetryIn, "after lookup %d", i+1)
+		require.Equal(t, i+1, r.Attempt.LookupCount)
+		require.Equal(t, unanswered, r.Attempt.LookupsUnanswered, "after lookup %d", i+1)
+		require.Equal(t, st.answers, r.Attempt.LookupCount-r.Attempt.LookupsUnanswered)
+		if since == nil {
+			require.Nil(t, r.Attempt.UnansweredSince, "after lookup %d", i+1)
+		} else {
+			require.NotNil(t, r.Attempt.UnansweredSince, "after lookup %d", i+1)
+			require.True(t, since.Equal(*r.Attempt.UnansweredSince), "after lookup %d", i+1)
+		}
+		h.clock.Advance(st.wait)
+	}
+	require.Zero(t, h.psp.totalSubmits()-1, "never re-sent")
+	h.requireNoViolations()
 }
 
 func TestNoLookupProviderGoesToReview(t *testing.T) {

@@ -98,15 +98,24 @@ type Config struct {
 	// operator must fix the key: re-sending at the rate-limit pace would
 	// only hammer the provider with refused requests. Default 10m.
 	AuthRefusedWait time.Duration
-	// ResolveSchedule is the delay before each lookup of an unknown attempt;
-	// the last one repeats (R15). Default 30s, 1m, 2m, 5m, 10m, 30m.
+	// ResolveSchedule is the delay before each answered lookup of an
+	// unknown attempt; the last one repeats (R15). Default 30s, 1m, 2m, 5m,
+	// 10m, 30m. A lookup the provider did not answer (transport error,
+	// 5xx, 429, unreadable) does not move the attempt along it: the next
+	// lookup comes after the same step's delay again, or after the
+	// provider's Retry-After when longer (capped at the schedule's longest
+	// delay).
 	ResolveSchedule []time.Duration
-	// MaxLookups before an unresolved attempt goes to review (R18). Default
-	// 60 (about a day with the default schedule).
+	// MaxLookups answered lookups before an unresolved attempt goes to
+	// review (R18). Default 60 (about a day with the default schedule).
 	MaxLookups int
 	// ProcessingReviewAfter: an attempt the provider keeps reporting as
 	// processing for this long goes to review. Default 24h.
 	ProcessingReviewAfter time.Duration
+	// UnansweredReviewAfter: an attempt whose lookups have gone unanswered
+	// this long in a row (the provider's lookups down, or refusing saldo)
+	// goes to review (R18). Default 24h.
+	UnansweredReviewAfter time.Duration
 	// StaleCallAfter: a pending attempt whose call started this long ago and
 	// recorded nothing is turned unknown by the sweeper. Must exceed every
 	// provider's connect + read timeout. Default 5m.
@@ -196,6 +205,7 @@ func New(cfg Config) (*Service, error) {
 	def(&cfg.SendBackoffMax, 5*time.Minute)
 	def(&cfg.AuthRefusedWait, 10*time.Minute)
 	def(&cfg.ProcessingReviewAfter, 24*time.Hour)
+	def(&cfg.UnansweredReviewAfter, 24*time.Hour)
 	def(&cfg.StaleCallAfter, 5*time.Minute)
 	def(&cfg.SweepInterval, time.Minute)
 	def(&cfg.JobTimeout, DefaultJobTimeout)

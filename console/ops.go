@@ -151,6 +151,9 @@ func (c *Console) queue(ctx context.Context, rq, uq string, limit int) ([]queueR
 		}
 		why := "unknown for longer than " + fmtDuration(c.cfg.UnknownAfter) + "; " +
 			plural(a.LookupCount, "lookup", "lookups") + " so far"
+		if a.LookupsUnanswered > 0 {
+			why += " (" + strconv.Itoa(a.LookupsUnanswered) + " unanswered)"
+		}
 		if a.NextLookupAt != nil {
 			why += ", next lookup at " + a.NextLookupAt.UTC().Format("15:04:05")
 		}
