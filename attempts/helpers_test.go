@@ -87,7 +87,7 @@ type fakePSP struct {
 	// lookupFails are the answers of the next lookups, one each, before
 	// any other: an HTTP status, with its Retry-After when set.
 	lookupFails []lookupFail
-	release   chan struct{}
+	release     chan struct{}
 }
 
 func newFakePSP(t testing.TB, plan ...behaviour) *fakePSP {

@@ -28,6 +28,10 @@ type Metrics struct {
 	// (OutcomeAuthRefused: 401, 403), by provider and operation: alert on
 	// any increase, an operator must fix the provider's key or permissions.
 	AuthRefused *prometheus.CounterVec
+	// Lookups counts lookups by reference by kind, provider and what they
+	// found: found, not_found, or unanswered (a transport error, 5xx, 429:
+	// proves nothing; a rising share says the provider's lookups are down).
+	Lookups *prometheus.CounterVec
 	// OldestUnknownAge is the age in seconds of the oldest unknown attempt.
 	OldestUnknownAge prometheus.Gauge
 	// ReviewQueueSize is the number of attempts in review: open ones, and
@@ -59,6 +63,9 @@ func NewMetrics() *Metrics {
 		AuthRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "saldo_provider_auth_refused_total",
 			Help: "Provider calls refused for saldo's credentials (401, 403): nothing processed, the attempt waits (alert on increase)."},
 			[]string{"provider", "operation"}),
+		Lookups: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "saldo_attempts_lookups_total",
+			Help: "Lookups by reference by what they found (found, not_found, unanswered: a transport error, 5xx or 429 that proves nothing)."},
+			append(labels, "outcome")),
 		OldestUnknownAge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "saldo_attempts_oldest_unknown_age_seconds",
 			Help: "Age of the oldest unknown attempt, refreshed by the sweeper."}),
 		ReviewQueueSize: prometheus.NewGauge(prometheus.GaugeOpts{Name: "saldo_attempts_review_queue_size",
@@ -71,12 +78,23 @@ func NewMetrics() *Metrics {
 // Collectors returns every collector, for registration.
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.Calls, m.Transitions, m.ReviewFlagged, m.Conflicts, m.Divergences, m.Mismatches,
-		m.AuthRefused, m.OldestUnknownAge, m.ReviewQueueSize, m.ResolverLag}
+		m.AuthRefused, m.Lookups, m.OldestUnknownAge, m.ReviewQueueSize, m.ResolverLag}
 }
 
 func (m *Metrics) call(a Attempt, o Outcome) {
 	if m != nil {
 		m.Calls.WithLabelValues(string(a.Kind), a.Provider, string(o)).Inc()
+	}
+}
+
+// lookup counts a lookup of a by what it found (class).
+func (m *Metrics) lookup(a Attempt, class lookupClass) {
+	if m != nil {
+		outcome := string(class)
+		if class == lookupInconclusive {
+			outcome = "unanswered"
+		}
+		m.Lookups.WithLabelValues(string(a.Kind), a.Provider, outcome).Inc()
 	}
 }
 

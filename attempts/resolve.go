@@ -337,6 +337,11 @@ func (s *Service) applyLookups(ctx context.Context, tx pgx.Tx, after *afterCommi
 		}
 		events[i] = lookupEvent(lu.a, lu.lr, lu.class, ActorResolver, now)
 	}
+	after.add(func() {
+		for _, lu := range lus {
+			s.metrics.lookup(lu.a, lu.class)
+		}
+	})
 	if err := insertEvents(ctx, tx, events); err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -350,6 +351,12 @@ func TestUnansweredLookupKeepsTheSchedule(t *testing.T) {
 		h.clock.Advance(st.wait)
 	}
 	require.Zero(t, h.psp.totalSubmits()-1, "never re-sent")
+	lookups := func(outcome string) float64 {
+		return testutil.ToFloat64(h.metrics.Lookups.WithLabelValues(string(a.Kind), a.Provider, outcome))
+	}
+	require.Equal(t, float64(unanswered), lookups("unanswered"), "saldo_attempts_lookups_total")
+	require.Equal(t, float64(len(steps)-unanswered), lookups("not_found"))
+	require.Zero(t, lookups("found"))
 	h.requireNoViolations()
 }
 
