@@ -247,3 +247,65 @@ func TestPosterDisjointBatchesDoNotWait(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, rep.OK(), "%v", rep.Violations)
 }
+
+// TestSetBasedBatchMatchesPost (issue 19, migration 00017): a batch written
+// by ledger_post_batch's set-based path (legs chaining to earlier legs of
+// the same account in the batch, a three-leg transaction, amounts with
+// trailing zeros) stores the request hashes ledger_post computes, so each
+// transaction replays through Post and a changed amount is a conflict, and
+// the posting hashes chain as Verify recomputes them.
+func TestSetBasedBatchMatchesPost(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t)
+	funding, err := EnsureAccount(ctx, pool, PlatformFunding(money.BRL))
+	require.NoError(t, err)
+	a, err := EnsureAccount(ctx, pool, MerchantAvailable("a", money.BRL))
+	require.NoError(t, err)
+	b, err := EnsureAccount(ctx, pool, MerchantAvailable("b", money.BRL))
+	require.NoError(t, err)
+	c, err := EnsureAccount(ctx, pool, MerchantAvailable("c", money.BRL))
+	require.NoError(t, err)
+	_, err = Post(ctx, pool, posterTransfer("fund", funding.Code, a.Code, "100"))
+	require.NoError(t, err)
+	p := NewPoster(pool, PosterOptions{Flushers: 1})
+	defer p.Close()
+
+	threeLegs := TransactionInput{IdempotencyKey: "split", CauseKind: "test", CauseID: "split",
+		Postings: []PostingInput{
+			{AccountID: a.ID, Amount: decimal.RequireFromString("-3.10"), Currency: money.BRL},
+			{AccountID: b.ID, Amount: decimal.RequireFromString("1.000"), Currency: money.BRL},
+			{AccountCode: c.Code, Amount: decimal.RequireFromString("2.1"), Currency: money.BRL},
+		}}
+	ins := []TransactionInput{
+		posterTransfer("s1", a.Code, b.Code, "10.50"),
+		posterTransfer("s2", b.Code, c.Code, "4.25"),
+		threeLegs,
+		posterTransfer("s3", c.Code, a.Code, "0.01"),
+		posterTransfer("s4", a.Code, c.Code, "7"),
+	}
+	before := p.Stats().SetBased
+	res := flushOne(ctx, p, ins...)
+	require.Equal(t, before+1, p.Stats().SetBased, "the batch went through ledger_post_batch's set-based path")
+	for i, r := range res {
+		require.NoError(t, r.err, "transfer %d", i)
+		again, err := Post(ctx, pool, ins[i])
+		require.NoError(t, err, "replay of %s through ledger_post", ins[i].IdempotencyKey)
+		require.True(t, again.Replayed)
+		require.Equal(t, r.tx.ID, again.ID)
+		changed := ins[i]
+		changed.Postings = append([]PostingInput(nil), ins[i].Postings...)
+		changed.Postings[0].Amount = changed.Postings[0].Amount.Sub(decimal.RequireFromString("0.01"))
+		changed.Postings[1].Amount = changed.Postings[1].Amount.Add(decimal.RequireFromString("0.01"))
+		_, err = Post(ctx, pool, changed)
+		require.ErrorIs(t, err, ErrIdempotencyConflict, "%s with other amounts", ins[i].IdempotencyKey)
+	}
+	rep, err := Verify(ctx, pool)
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "verify: %v", rep.Violations)
+	for code, want := range map[string]string{a.Code: "79.41", b.Code: "7.25", c.Code: "13.34"} {
+		bal, err := Balance(ctx, pool, code)
+		require.NoError(t, err)
+		require.Equal(t, want, bal.Decimal().String(), code)
+	}
+}
