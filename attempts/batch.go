@@ -437,7 +437,7 @@ func (s *Service) recordBatch(ctx context.Context, reqs []recordReq) ([]recorded
 			if g.a.Status == StatusUnknown {
 				reason = r.unknownReason()
 				resolvers = append(resolvers, river.InsertManyParams{Args: ResolveAttemptArgs{AttemptID: g.a.ID},
-					InsertOpts: s.resolveOpts()})
+					InsertOpts: s.resolveOptsFor(g.a)})
 			} else {
 				after.final(g.a)
 			}

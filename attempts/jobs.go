@@ -57,6 +57,29 @@ func (s *Service) resolveOpts() *river.InsertOpts {
 		UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: liveJobStates}}
 }
 
+// riverSchedulerInterval is how often River's scheduler makes scheduled
+// jobs available (its default; River does not export it). A job snoozed
+// for less than this is made available at once and fetched when due; a
+// job scheduled at insertion waits for the scheduler.
+const riverSchedulerInterval = 5 * time.Second
+
+// resolveOptsFor is resolveOpts for a's resolver job: when a's first lookup
+// is due further out than River's scheduler interval (30 s by default), the
+// job is inserted scheduled for then. Inserted available, it ran at once
+// only to find the lookup not due and snooze until it was: one job run, a
+// read of the attempt and a River update per unknown attempt for nothing.
+// River schedules by its own clock (the system's), so the delay is
+// measured on the service's clock and added to the system's.
+func (s *Service) resolveOptsFor(a Attempt) *river.InsertOpts {
+	o := s.resolveOpts()
+	if a.NextLookupAt != nil {
+		if d := a.NextLookupAt.Sub(s.clock.Now()); d > riverSchedulerInterval {
+			o.ScheduledAt = time.Now().Add(d)
+		}
+	}
+	return o
+}
+
 // AddWorkers registers the SubmitAttempt, ResolveAttempt and SweepAttempts
 // workers.
 func (s *Service) AddWorkers(w *river.Workers) {

@@ -11,6 +11,8 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/saldo/saldo/providers"
 )
 
 // TestRiverEndToEnd runs the real workers on a real River client with a
@@ -97,4 +99,65 @@ func TestRiverEndToEnd(t *testing.T) {
 			Input: ok.inputForTest()})
 		return err
 	}))
+}
+
+// TestResolverJobScheduledForFirstLookup (R15): an attempt whose first
+// lookup is due further out than River's scheduler interval gets its
+// resolver job inserted scheduled for then (it used to run at once only to
+// snooze until the lookup was due); one due sooner gets an available job,
+// which waits for its lookup by snoozing. Both ways an attempt becomes
+// unknown (the record batch, a transition) and a "processing" report do it.
+func TestResolverJobScheduledForFirstLookup(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		first     time.Duration
+		scheduled bool
+	}{{30 * time.Second, true}, {100 * time.Millisecond, false}} {
+		t.Run(tc.first.String(), func(t *testing.T) {
+			t.Parallel()
+			h := setup(t, harnessOpts{plan: []behaviour{behave500NoRecord}, tune: func(c *Config) {
+				c.Clock = SystemClock{}
+				c.ResolveSchedule = []time.Duration{tc.first, time.Minute}
+			}})
+			requireJob := func(a Attempt) {
+				t.Helper()
+				var state string
+				var at time.Time
+				require.NoError(t, h.pool.QueryRow(h.ctx, `SELECT state, scheduled_at FROM river_job
+					WHERE kind = $1 AND args->>'attempt_id' = $2`, ResolveAttemptKind, a.ID.String()).Scan(&state, &at))
+				require.NotNil(t, a.NextLookupAt)
+				if !tc.scheduled {
+					require.Equal(t, "available", state)
+					return
+				}
+				require.Equal(t, "scheduled", state)
+				require.WithinDuration(t, *a.NextLookupAt, at, time.Second, "the job runs when the first lookup is due")
+			}
+
+			// Gone unknown in the record batch.
+			r, err := h.svc.Execute(h.ctx, h.open(newSubject()).ID)
+			require.NoError(t, err)
+			require.Equal(t, StatusUnknown, r.Attempt.Status)
+			requireJob(r.Attempt)
+
+			// Reported processing by a webhook before any call.
+			p := h.open(newSubject())
+			_, err = h.svc.ResolveByReference(h.ctx, ResolveInput{Reference: p.Reference, State: providers.StateProcessing,
+				ProviderID: "op_p", Source: SourceWebhook, Actor: "evt_p"})
+			require.NoError(t, err)
+			requireJob(h.get(p.ID))
+
+			// Turned unknown by the sweeper: a call started long ago that
+			// recorded nothing.
+			s := h.open(newSubject())
+			_, err = h.pool.Exec(h.ctx, `UPDATE attempts SET call_count = 1, call_started_at = now() - interval '1 hour'
+				WHERE id = $1`, s.ID)
+			require.NoError(t, err)
+			_, err = h.svc.Sweep(h.ctx)
+			require.NoError(t, err)
+			got := h.get(s.ID)
+			require.Equal(t, StatusUnknown, got.Status)
+			requireJob(got)
+		})
+	}
 }

@@ -127,7 +127,7 @@ func (s *Service) transition(ctx context.Context, tx pgx.Tx, after *afterCommit,
 // enqueueResolveFor inserts the attempt's resolver job in tx. The job is unique
 // per attempt among live jobs, so a duplicate insert is skipped.
 func (s *Service) enqueueResolveFor(ctx context.Context, tx pgx.Tx, a Attempt) error {
-	_, err := s.riverClient(ctx).InsertTx(ctx, tx, ResolveAttemptArgs{AttemptID: a.ID}, s.resolveOpts())
+	_, err := s.riverClient(ctx).InsertTx(ctx, tx, ResolveAttemptArgs{AttemptID: a.ID}, s.resolveOptsFor(a))
 	if err != nil {
 		return fmt.Errorf("attempts: enqueue resolver for %s: %w", a.ID, err)
 	}
