@@ -27,16 +27,25 @@ func unknownAttempt(t *testing.T, h *harness) Attempt {
 	return r.Attempt
 }
 
-// TestResolverSchedule (R15): the first lookup waits 30s, then 1, 2, 5, 10,
-// 30 minutes, then every 30 minutes, all with the injected clock.
-func TestResolverSchedule(t *testing.T) {
-	t.Parallel()
+// unknownNeverFound is an attempt gone unknown (a 500, nothing recorded)
+// at a provider whose consistency window never passes: every lookup comes
+// back "not found" and concludes nothing.
+func unknownNeverFound(t *testing.T) (*harness, Attempt) {
+	t.Helper()
 	caps := stdCaps()
-	caps.ConsistencyWindow = 365 * 24 * time.Hour // "not found" never concludes here
+	caps.ConsistencyWindow = 365 * 24 * time.Hour
 	h := setup(t, harnessOpts{caps: &caps, plan: []behaviour{behave500NoRecord}})
 	a := h.open(newSubject())
 	_, err := h.svc.Execute(h.ctx, a.ID)
 	require.NoError(t, err)
+	return h, a
+}
+
+// TestResolverSchedule (R15): the first lookup waits 30s, then 1, 2, 5, 10,
+// 30 minutes, then every 30 minutes, all with the injected clock.
+func TestResolverSchedule(t *testing.T) {
+	t.Parallel()
+	h, a := unknownNeverFound(t)
 
 	r, err := h.svc.Resolve(h.ctx, a.ID)
 	require.NoError(t, err)
@@ -295,12 +304,7 @@ func TestUnansweredLookupsGoToReviewAfterADay(t *testing.T) {
 // (docs/reliability.md).
 func TestUnansweredLookupKeepsTheSchedule(t *testing.T) {
 	t.Parallel()
-	caps := stdCaps()
-	caps.ConsistencyWindow = 365 * 24 * time.Hour // "not found" never concludes here
-	h := setup(t, harnessOpts{caps: &caps, plan: []behaviour{behave500NoRecord}})
-	a := h.open(newSubject())
-	_, err := h.svc.Execute(h.ctx, a.ID)
-	require.NoError(t, err)
+	h, a := unknownNeverFound(t)
 	h.clock.Advance(30 * time.Second)
 
 	steps := []struct {

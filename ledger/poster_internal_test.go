@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
 	"github.com/stretchr/testify/require"
 
@@ -22,6 +23,27 @@ func posterTransfer(key, from, to, amount string) TransactionInput {
 			{AccountCode: to, Amount: a, Currency: money.BRL},
 		},
 	}
+}
+
+// posterFixture makes merchant accounts named names, funds the first with
+// fund from the platform's funding account, and starts a one-flusher
+// Poster, closed when the test ends.
+func posterFixture(t *testing.T, fund string, names ...string) (context.Context, *pgxpool.Pool, []Account, *Poster) {
+	t.Helper()
+	ctx := context.Background()
+	pool := testdb.New(t)
+	funding, err := EnsureAccount(ctx, pool, PlatformFunding(money.BRL))
+	require.NoError(t, err)
+	accs := make([]Account, len(names))
+	for i, n := range names {
+		accs[i], err = EnsureAccount(ctx, pool, MerchantAvailable(n, money.BRL))
+		require.NoError(t, err)
+	}
+	_, err = Post(ctx, pool, posterTransfer("fund", funding.Code, accs[0].Code, fund))
+	require.NoError(t, err)
+	p := NewPoster(pool, PosterOptions{Flushers: 1})
+	t.Cleanup(p.Close)
+	return ctx, pool, accs, p
 }
 
 // flushOne runs the given inputs as ONE batch and returns each answer.
@@ -45,18 +67,8 @@ func flushOne(ctx context.Context, p *Poster, ins ...TransactionInput) []posterR
 // transaction at fault fails.
 func TestPosterBatchSemantics(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	pool := testdb.New(t)
-	funding, err := EnsureAccount(ctx, pool, PlatformFunding(money.BRL))
-	require.NoError(t, err)
-	a, err := EnsureAccount(ctx, pool, MerchantAvailable("a", money.BRL))
-	require.NoError(t, err)
-	b, err := EnsureAccount(ctx, pool, MerchantAvailable("b", money.BRL))
-	require.NoError(t, err)
-	_, err = Post(ctx, pool, posterTransfer("fund", funding.Code, a.Code, "10"))
-	require.NoError(t, err)
-	p := NewPoster(pool, PosterOptions{Flushers: 1})
-	defer p.Close()
+	ctx, pool, accs, p := posterFixture(t, "10", "a", "b")
+	a, b := accs[0], accs[1]
 
 	res := flushOne(ctx, p,
 		posterTransfer("t1", a.Code, b.Code, "8"), // a 2
@@ -248,7 +260,7 @@ func TestPosterDisjointBatchesDoNotWait(t *testing.T) {
 	require.True(t, rep.OK(), "%v", rep.Violations)
 }
 
-// TestSetBasedBatchMatchesPost (issue 19, migration 00017): a batch written
+// TestSetBasedBatchMatchesPost (issue 19): a batch written
 // by ledger_post_batch's set-based path (legs chaining to earlier legs of
 // the same account in the batch, a three-leg transaction, amounts with
 // trailing zeros) stores the request hashes ledger_post computes, so each
@@ -256,20 +268,8 @@ func TestPosterDisjointBatchesDoNotWait(t *testing.T) {
 // the posting hashes chain as Verify recomputes them.
 func TestSetBasedBatchMatchesPost(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	pool := testdb.New(t)
-	funding, err := EnsureAccount(ctx, pool, PlatformFunding(money.BRL))
-	require.NoError(t, err)
-	a, err := EnsureAccount(ctx, pool, MerchantAvailable("a", money.BRL))
-	require.NoError(t, err)
-	b, err := EnsureAccount(ctx, pool, MerchantAvailable("b", money.BRL))
-	require.NoError(t, err)
-	c, err := EnsureAccount(ctx, pool, MerchantAvailable("c", money.BRL))
-	require.NoError(t, err)
-	_, err = Post(ctx, pool, posterTransfer("fund", funding.Code, a.Code, "100"))
-	require.NoError(t, err)
-	p := NewPoster(pool, PosterOptions{Flushers: 1})
-	defer p.Close()
+	ctx, pool, accs, p := posterFixture(t, "100", "a", "b", "c")
+	a, b, c := accs[0], accs[1], accs[2]
 
 	threeLegs := TransactionInput{IdempotencyKey: "split", CauseKind: "test", CauseID: "split",
 		Postings: []PostingInput{
