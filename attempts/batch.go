@@ -402,7 +402,7 @@ func (s *Service) recordBatch(ctx context.Context, reqs []recordReq) ([]recorded
 			a     Attempt
 		}
 		rows, err := tx.Query(ctx, recordSQL, ids, calls, errs, to, pids, codes, reasons, data, now,
-			now.Add(s.lookupDelay(0)))
+			now.Add(s.firstLookupDelay()))
 		if err != nil {
 			return err
 		}

@@ -567,10 +567,9 @@ func backoff(base, max time.Duration, n int) time.Duration {
 	return half + time.Duration(rand.Int64N(int64(half)+1))
 }
 
-func (s *Service) lookupDelay(lookupsDone int) time.Duration {
-	sch := s.cfg.ResolveSchedule
-	if lookupsDone >= len(sch) {
-		return sch[len(sch)-1]
-	}
-	return sch[lookupsDone]
+// firstLookupDelay is how long after an attempt goes unknown, or is first
+// reported processing, its first lookup comes (R15). The delays after each
+// lookup are countLookupsSQL's.
+func (s *Service) firstLookupDelay() time.Duration {
+	return s.cfg.ResolveSchedule[0]
 }

@@ -61,7 +61,7 @@ func (s *Service) transition(ctx context.Context, tx pgx.Tx, after *afterCommit,
 	}
 	if c.To == StatusUnknown {
 		unknownAt = &now
-		nl := now.Add(s.lookupDelay(0))
+		nl := now.Add(s.firstLookupDelay())
 		nextLookup = &nl
 	}
 	var data any
@@ -213,7 +213,7 @@ func (s *Service) markProcessing(ctx context.Context, tx pgx.Tx, a Attempt, acto
 	first := a.ProviderState != string(providers.StateProcessing)
 	var nextLookup *time.Time
 	if first && a.NextLookupAt == nil {
-		nl := now.Add(s.lookupDelay(0))
+		nl := now.Add(s.firstLookupDelay())
 		nextLookup = &nl
 	}
 	na, err := scanAttempt(tx.QueryRow(ctx, `UPDATE attempts SET provider_state = 'processing',
