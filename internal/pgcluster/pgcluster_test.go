@@ -2,6 +2,9 @@ package pgcluster_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,6 +28,16 @@ func TestStartFromLocalBinaries(t *testing.T) {
 	var one int
 	require.NoError(t, conn.QueryRow(ctx, "SELECT 1").Scan(&one))
 	require.Equal(t, 1, one)
+	// The server runs with the allocator settings, which its backends
+	// inherit: read from the postmaster's environment (a backend's own
+	// /proc environ holds its process title instead).
+	pidFile, err := os.ReadFile(filepath.Join(c.Dir, "data", "postmaster.pid"))
+	require.NoError(t, err)
+	environ, err := os.ReadFile("/proc/" + strings.SplitN(string(pidFile), "\n", 2)[0] + "/environ")
+	require.NoError(t, err)
+	for _, kv := range pgcluster.ServerEnv {
+		require.Contains(t, strings.Split(string(environ), "\x00"), kv)
+	}
 	require.NoError(t, conn.Close(ctx))
 
 	// Reuse finds the running cluster in the same directory.
