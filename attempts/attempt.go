@@ -147,6 +147,11 @@ type Attempt struct {
 // recorded: the request may have left (crash, or a call still running).
 func (a Attempt) CallInFlight() bool { return a.CallCount > a.CallsRecorded }
 
+// LookupsAnswered is how many lookups the provider answered (found or not
+// found): the attempt's step on the resolve schedule, and what MaxLookups
+// counts.
+func (a Attempt) LookupsAnswered() int { return a.LookupCount - a.LookupsUnanswered }
+
 // Acknowledged reports whether the provider ever named or acknowledged the
 // operation: a provider id, a provider state, or a recorded acknowledgement
 // (any 2xx, a 409 "key in use"). A lookup's "not found" after it is a

@@ -91,7 +91,7 @@ func (m *Metrics) call(a Attempt, o Outcome) {
 func (m *Metrics) lookup(a Attempt, class lookupClass) {
 	if m != nil {
 		outcome := string(class)
-		if class == lookupInconclusive {
+		if !class.answered() {
 			outcome = "unanswered"
 		}
 		m.Lookups.WithLabelValues(string(a.Kind), a.Provider, outcome).Inc()

@@ -49,6 +49,10 @@ const (
 	lookupInconclusive lookupClass = "inconclusive"
 )
 
+// answered: the provider answered the lookup (found, or not found); an
+// inconclusive one is unanswered and proves nothing (lookups_unanswered).
+func (c lookupClass) answered() bool { return c != lookupInconclusive }
+
 // classifyLookup: found needs a readable answer naming a state; not found
 // needs a clean 404 or an empty 2xx search result. Anything else (transport
 // error, 5xx, 429, auth errors) proves nothing.
@@ -266,8 +270,8 @@ func (s *Service) Resolve(ctx context.Context, id uuid.UUID) (ResolveResult, err
 	case a.NextLookupAt != nil && now.Before(*a.NextLookupAt):
 		res.RetryIn = a.NextLookupAt.Sub(now)
 		return res, nil
-	case a.LookupCount-a.LookupsUnanswered >= s.cfg.MaxLookups:
-		return review(fmt.Sprintf("%d answered lookups and the outcome is still unclear (R18)", a.LookupCount-a.LookupsUnanswered))
+	case a.LookupsAnswered() >= s.cfg.MaxLookups:
+		return review(fmt.Sprintf("%d answered lookups and the outcome is still unclear (R18)", a.LookupsAnswered()))
 	case a.ProcessingFrom != nil && now.Sub(*a.ProcessingFrom) >= s.cfg.ProcessingReviewAfter:
 		return review(fmt.Sprintf("provider reports processing since %s (R18)", fmtTime(a.ProcessingFrom)))
 	case a.UnansweredSince != nil && now.Sub(*a.UnansweredSince) >= s.cfg.UnansweredReviewAfter:
@@ -321,7 +325,7 @@ func (s *Service) applyLookups(ctx context.Context, tx pgx.Tx, after *afterCommi
 	waitMicros := make([]int64, len(lus))
 	for i, lu := range lus {
 		ids[i] = lu.a.ID
-		answered[i] = lu.class != lookupInconclusive
+		answered[i] = lu.class.answered()
 		if !answered[i] {
 			waitMicros[i] = min(lu.lr.Exchange.RetryAfter, s.cfg.ResolveSchedule[len(s.cfg.ResolveSchedule)-1]).Microseconds()
 		}
