@@ -11,6 +11,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/saldo/saldo/internal/groupcommit"
+	"github.com/saldo/saldo/internal/pgplan"
 	"github.com/saldo/saldo/internal/sqlcols"
 	"github.com/saldo/saldo/ledger"
 )
@@ -101,9 +102,10 @@ func (s *Service) BatchStats() BatchStats {
 }
 
 // Batch statements reach their rows through "id = ANY ($1)" and only then
-// join the unnest of per-row values: a generic plan cached while a table
-// was small keeps an index scan for "= ANY", where a plain join against
-// unnest would keep a sequential scan as the table grows (docs/pitfalls.md).
+// join the unnest of per-row values, and go with pgplan.PerCall: planned on
+// every call for the table as it is. A generic plan cached while the table
+// was small (a few hundred rows, batches of 20 or more) scans the whole
+// table for as long as the connection lives (docs/pitfalls.md).
 //
 // A status condition next to "id = ANY" is written "(a.status = 'pending')
 // IS TRUE" (the same test: status is NOT NULL), which no index can serve:
@@ -141,7 +143,7 @@ func (s *Service) getMany(ctx context.Context, ids []uuid.UUID) []groupcommit.Re
 // queryByIDs runs sql with ids as its first argument and returns the
 // attempts it returns by id.
 func (s *Service) queryByIDs(ctx context.Context, db DB, sql string, ids []uuid.UUID, args ...any) (map[uuid.UUID]Attempt, error) {
-	as, err := queryAttempts(ctx, db, sql, append([]any{uuidStrings(ids)}, args...)...)
+	as, err := queryAttempts(ctx, db, sql, append([]any{pgplan.PerCall, uuidStrings(ids)}, args...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -217,7 +219,7 @@ func (s *Service) startMany(ctx context.Context, reqs []startReq) []groupcommit.
 	for i, r := range reqs {
 		ids[i], calls[i], started[i] = r.id.String(), int32(r.callNo), r.started
 	}
-	rows, err := s.pool.Query(ctx, startSQL, ids, calls, started)
+	rows, err := s.pool.Query(ctx, startSQL, pgplan.PerCall, ids, calls, started)
 	marked := map[uuid.UUID]bool{}
 	if err == nil {
 		var id uuid.UUID
@@ -401,7 +403,7 @@ func (s *Service) recordBatch(ctx context.Context, reqs []recordReq) ([]recorded
 			moved bool
 			a     Attempt
 		}
-		rows, err := tx.Query(ctx, recordSQL, ids, calls, errs, to, pids, codes, reasons, data, now,
+		rows, err := tx.Query(ctx, recordSQL, pgplan.PerCall, ids, calls, errs, to, pids, codes, reasons, data, now,
 			now.Add(s.firstLookupDelay()))
 		if err != nil {
 			return err

@@ -10,6 +10,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/internal/pgplan"
 	"github.com/saldo/saldo/internal/sqlcols"
 	"github.com/saldo/saldo/ledger"
 )
@@ -88,7 +89,7 @@ func (s *Service) AttemptsFinal(ctx context.Context, tx pgx.Tx, as []attempts.At
 // reads their splits (one statement).
 func (s *Service) lockMany(ctx context.Context, tx pgx.Tx, ids []string) (map[string]Charge, error) {
 	rows, err := tx.Query(ctx, `SELECT `+chargeColumns+` FROM charges
-		WHERE id = ANY ($1::text[]) ORDER BY id FOR UPDATE`, ids)
+		WHERE id = ANY ($1::text[]) ORDER BY id FOR UPDATE`, pgplan.PerCall, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +106,7 @@ func (s *Service) lockMany(ctx context.Context, tx pgx.Tx, ids []string) (map[st
 		return nil, err
 	}
 	rows, err = tx.Query(ctx, `SELECT charge_id, recipient_id, percent, fixed, amount FROM charge_splits
-		WHERE charge_id = ANY ($1::text[]) ORDER BY charge_id, idx`, ids)
+		WHERE charge_id = ANY ($1::text[]) ORDER BY charge_id, idx`, pgplan.PerCall, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -162,7 +163,7 @@ func (s *Service) markPaid(ctx context.Context, tx pgx.Tx, cs []Charge, as []att
 			credit_tx_id = u.tx_id, provider_id = COALESCE(c.provider_id, u.provider_id), updated_at = $5
 		FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[]) AS u(cid, paid_by, tx_id, provider_id)
 		WHERE c.id = ANY ($1::text[]) AND c.id = u.cid AND c.status IN ('processing', 'awaiting_payment')`,
-		ids, paidBy, txIDs, pids, now)
+		pgplan.PerCall, ids, paidBy, txIDs, pids, now)
 	if err != nil {
 		return err
 	}
@@ -194,7 +195,7 @@ func (s *Service) failMany(ctx context.Context, tx pgx.Tx, cs []Charge, as []att
 			failure_reason = u.reason, provider_id = COALESCE(c.provider_id, u.provider_id), updated_at = $6
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) AS u(cid, status, code, reason, provider_id)
 		WHERE c.id = ANY ($1::text[]) AND c.id = u.cid AND c.status IN ('processing', 'awaiting_payment')`,
-		ids, statuses, codes, reasons, pids, now); err != nil {
+		pgplan.PerCall, ids, statuses, codes, reasons, pids, now); err != nil {
 		return err
 	}
 	for k, i := range failed {
@@ -210,7 +211,7 @@ func (s *Service) finalHooks(ctx context.Context, tx pgx.Tx, cs []Charge, ids []
 	if s.onFinal == nil && s.onFinals == nil {
 		return nil
 	}
-	rows, err := tx.Query(ctx, `SELECT `+chargeColumns+` FROM charges WHERE id = ANY ($1::text[])`, ids)
+	rows, err := tx.Query(ctx, `SELECT `+chargeColumns+` FROM charges WHERE id = ANY ($1::text[])`, pgplan.PerCall, ids)
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/saldo/saldo/attempts"
 	"github.com/saldo/saldo/internal/groupcommit"
 	"github.com/saldo/saldo/internal/intent"
+	"github.com/saldo/saldo/internal/pgplan"
 	"github.com/saldo/saldo/internal/sqlcols"
 	"github.com/saldo/saldo/ledger"
 )
@@ -351,7 +352,7 @@ func (s *Service) AttemptsFinal(ctx context.Context, tx pgx.Tx, as []attempts.At
 			codes[i], reasons[i] = sqlcols.Nullable(a.FailureCode), sqlcols.Nullable(a.FailureReason)
 		}
 	}
-	rows, err := tx.Query(ctx, attemptsFinalSQL, pids, aids, to, codes, reasons, s.clock.Now())
+	rows, err := tx.Query(ctx, attemptsFinalSQL, pgplan.PerCall, pids, aids, to, codes, reasons, s.clock.Now())
 	if err != nil {
 		return err
 	}
