@@ -138,6 +138,12 @@ func runServe(ctx context.Context, args []string) error {
 		"how long an open circuit holds calls back before one probe goes out ($SALDO_BREAKER_OPEN_FOR)")
 	resolveSpec := fs.String("resolve-schedule", envOr("SALDO_RESOLVE_SCHEDULE", "30s,1m,2m,5m,10m,30m"),
 		"delays before each lookup of an unknown attempt, separated by commas; the last repeats (R15) ($SALDO_RESOLVE_SCHEDULE)")
+	maxLookups := fs.Int("max-lookups", env.int("SALDO_MAX_LOOKUPS", 60),
+		"answered lookups of an unknown attempt before it goes to the review queue (R18) ($SALDO_MAX_LOOKUPS)")
+	unansweredReview := fs.Duration("unanswered-review-after", env.duration("SALDO_UNANSWERED_REVIEW_AFTER", 24*time.Hour),
+		"an attempt whose lookups have gone unanswered this long in a row goes to the review queue (R18) ($SALDO_UNANSWERED_REVIEW_AFTER)")
+	processingReview := fs.Duration("processing-review-after", env.duration("SALDO_PROCESSING_REVIEW_AFTER", 24*time.Hour),
+		"an attempt the provider keeps reporting as processing this long goes to the review queue ($SALDO_PROCESSING_REVIEW_AFTER)")
 	staleCall := fs.Duration("stale-call-after", env.duration("SALDO_STALE_CALL_AFTER", 5*time.Minute),
 		"a call started this long ago with nothing recorded is unknown (must exceed connect + read timeout)")
 	shutdown := fs.Duration("shutdown-timeout", env.duration("SALDO_SHUTDOWN_TIMEOUT", 0),
@@ -239,6 +245,9 @@ func runServe(ctx context.Context, args []string) error {
 		}
 		resolveSchedule = append(resolveSchedule, d)
 	}
+	if *maxLookups < 1 || *unansweredReview <= 0 || *processingReview <= 0 {
+		problems = append(problems, "--max-lookups must be at least 1, --unanswered-review-after and --processing-review-after positive")
+	}
 	if *retryMax < 1 || *retryWithin < 0 || *retryBackoff < 0 {
 		problems = append(problems, "--payout-max-attempts must be at least 1, --payout-retry-within and --payout-retry-backoff not negative")
 	}
@@ -300,7 +309,8 @@ func runServe(ctx context.Context, args []string) error {
 		// A job outlives the longest call it makes, so River never cuts a call
 		// off (which would only make it unknown, but costs a lookup).
 		Attempts: attempts.Config{StaleCallAfter: *staleCall, JobTimeout: longestCall + 30*time.Second,
-			ResolveSchedule: resolveSchedule,
+			ResolveSchedule: resolveSchedule, MaxLookups: *maxLookups, UnansweredReviewAfter: *unansweredReview,
+			ProcessingReviewAfter: *processingReview,
 			Breaker: attempts.BreakerConfig{Window: *breakerWindow, MinCalls: *breakerMin, FailureRate: *breakerRate,
 				OpenFor: *breakerOpen}},
 		ShutdownTimeout: *shutdown, StartupWait: *startupWait, Logger: log,

@@ -195,14 +195,16 @@ func TestServeRefusesBadConfiguration(t *testing.T) {
 	bin, err := buildSaldo()
 	require.NoError(t, err)
 	cmd := exec.Command(bin, "serve", "--roles", "api,cron", "--provider-read-timeout", "1s", "--stale-call-after", "1s",
-		"--route", "card_charge=sim,refund=sim", "--payout-max-attempts", "0", "--resolve-schedule", "30s,soon")
+		"--route", "card_charge=sim,refund=sim", "--payout-max-attempts", "0", "--resolve-schedule", "30s,soon",
+		"--unanswered-review-after", "0s")
 	cmd.Env = append(os.Environ(), "SALDO_DATABASE_URL=", "SALDO_SIM_URL=", "SALDO_MAX_WORKERS=many")
 	out, err := cmd.CombinedOutput()
 	require.Error(t, err)
 	for _, want := range []string{"refusing to start", "no database", `unknown role "cron"`, "no provider configured",
 		"--stale-call-after", `SALDO_MAX_WORKERS="many" is not a whole number`,
 		"--route: providers: refunds are not routed", "--payout-max-attempts must be at least 1",
-		`--resolve-schedule: "soon" is not a positive duration`} {
+		`--resolve-schedule: "soon" is not a positive duration`,
+		"--max-lookups must be at least 1, --unanswered-review-after and --processing-review-after positive"} {
 		require.Contains(t, string(out), want)
 	}
 }
