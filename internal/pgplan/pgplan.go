@@ -5,11 +5,14 @@
 // pgx's default sends every statement as a named prepared statement. After
 // five executions PostgreSQL may switch a prepared statement to a generic
 // plan, made once for any arguments from the table's size at that moment,
-// and keeps it for the connection's life. On a new or never-analyzed table
-// (a fresh deployment, every test database, any server without autovacuum)
-// the generic plan of "id = ANY ($1)" is a sequential scan, and it stays
-// one as the table grows: under saldo bench payouts the final-payouts
-// statement read the whole payouts table on every batch (docs/pitfalls.md).
+// and it keeps that plan until the table is analyzed, vacuumed or altered.
+// While a table holds a few hundred rows, the generic plan of
+// "id = ANY ($1)" is a sequential scan, and PostgreSQL prefers it to custom
+// plans for batches of 20 or more keys. On a fresh database without
+// autovacuum (every test and bench database here), or before autovacuum
+// reaches the table, the scan then stays as the table grows: under saldo
+// bench payouts the final-payouts statement read the whole payouts table
+// on about half its calls (docs/pitfalls.md).
 //
 // PerCall, passed as such a statement's first argument (pgx reads a
 // QueryExecMode there), sends it as the unnamed statement with the cached
