@@ -69,6 +69,7 @@ func usage() {
 }
 
 func main() {
+	applyGCDefault()
 	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
 		usage()
 		os.Exit(2)
