@@ -57,6 +57,9 @@ type readsOptions struct {
 	DeepPage    int
 	Calibrate   time.Duration
 	PayoutsPerS float64
+	// PayoutsMerchantPayouts: payouts the payouts merchant (<run>p) has
+	// before its statement is read.
+	PayoutsMerchantPayouts int
 	SkipAudit   bool
 	Rounds      int
 	Reuse       string
@@ -76,6 +79,7 @@ func runBenchReads(ctx context.Context, args []string) error {
 	fs.IntVar(&o.CSVRows, "csv-rows", 1_000_000, "postings in the measured CSV export")
 	fs.IntVar(&o.DeepPage, "deep-page", 10_000, "the deep entries page measured (50 rows a page; capped by the long account's length)")
 	fs.DurationVar(&o.Calibrate, "calibrate", 3*time.Second, "how long the ledger's throughput (ledger.Poster, 64 workers) is measured before the reads")
+	fs.IntVar(&o.PayoutsMerchantPayouts, "payouts-merchant", 400, "payouts of the merchant whose statement is all payouts (<run>p; created when missing)")
 	fs.Float64Var(&o.PayoutsPerS, "payouts", 20, "payouts per second created for the statement's merchant while reads are measured (real payout_reserve entries)")
 	fs.StringVar(&o.Reuse, "reuse", "", "measure the ledger an earlier run RUN built (its database: --database-url, kept with --keep) instead of building one; RUN is the prefix of its merchants' ids")
 	fs.BoolVar(&o.SkipAudit, "skip-audit", false, "skip the audit at the end (never for figures you publish)")
@@ -235,6 +239,18 @@ func benchReads(ctx context.Context, pool *pgxpool.Pool, o readsOptions) error {
 	if err != nil {
 		return err
 	}
+	// A merchant whose statement is all payouts (a dashboard's usual
+	// case): every entry's cause names a payout, which the statement reads
+	// through the entry's attempt.
+	pm, err := readsPayoutsMerchant(ctx, pool, eng.Payouts, run, o.PayoutsMerchantPayouts)
+	if err != nil {
+		return err
+	}
+	_, pmKey, err := api.CreateKey(ctx, pool, api.RoleMerchant, pm, "bench reads", time.Now())
+	if err != nil {
+		return err
+	}
+	pmStmt := "/v1/merchants/" + pm + "/statement?limit=50"
 	reads := []readSpec{
 		{name: "baseline: GET /readyz (SELECT 1)", path: func() string { return "/readyz" }},
 		{name: "merchant balances", target: 2 * time.Millisecond, key: merchantKey,
@@ -249,6 +265,8 @@ func benchReads(ctx context.Context, pool *pgxpool.Pool, o readsOptions) error {
 		{name: "statement page 1 (50 rows, 3 accounts)", target: 5 * time.Millisecond, key: merchantKey, path: func() string { return stmt }},
 		{name: fmt.Sprintf("statement page %d (50 rows)", stmtDeep), target: 5 * time.Millisecond, key: merchantKey,
 			path: func() string { return stmt + "&cursor=" + stmtCursor }},
+		{name: "payouts merchant's statement page 1 (50 payout entries)", target: 5 * time.Millisecond, key: pmKey,
+			path: func() string { return pmStmt }},
 	}
 	// Without autovacuum (some test servers turn it off), the accounts
 	// table, a few rows updated by every transfer, grows a page of dead
@@ -386,6 +404,39 @@ func readsAccounts(ctx context.Context, pool *pgxpool.Pool, o readsOptions, run 
 		}
 	}
 	return l, nil
+}
+
+// readsPayoutsMerchant makes sure merchant <run>p exists, is funded and
+// has at least n payouts (created through payouts.Service, as the API
+// does; the bench runs no River workers, so they stay reserved: each
+// gives the statement two entries, payout_reserve on available and
+// reserved), and returns its id. A ledger kept by an earlier run gets
+// the merchant and the payouts it lacks.
+func readsPayoutsMerchant(ctx context.Context, pool *pgxpool.Pool, pay *payouts.Service, run string, n int) (string, error) {
+	id := run + "p"
+	if _, err := merchants.Get(ctx, pool, id); errors.Is(err, merchants.ErrNotFound) {
+		if _, err := merchants.Create(ctx, pool, id, "bench reads payouts merchant"); err != nil {
+			return "", err
+		}
+	} else if err != nil {
+		return "", err
+	}
+	if _, err := merchants.Fund(ctx, pool, merchants.Funding{MerchantID: id, Amount: money.MustParse("1000000.00", "BRL"),
+		Key: "bench-reads-payouts", Reason: "bench reads funding", Actor: "bench"}); err != nil {
+		return "", err
+	}
+	var have int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM payouts WHERE merchant_id = $1`, id).Scan(&have); err != nil {
+		return "", err
+	}
+	for i := have; i < n; i++ {
+		if _, err := pay.CreatePayout(ctx, payouts.PayoutRequest{MerchantID: id, ClientKey: fmt.Sprintf("bench-reads-pm-%d", i),
+			Operation: providers.OpPixTransfer, Amount: money.MustParse("1.00", "BRL"),
+			Destination: &providers.Destination{PixKey: &providers.PixKey{Type: "email", Value: "bench@example.com"}}}); err != nil {
+			return "", fmt.Errorf("payouts merchant: payout %d: %w", i, err)
+		}
+	}
+	return id, nil
 }
 
 // readsBuild posts o.Postings postings (two per transfer) through

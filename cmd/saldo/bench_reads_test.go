@@ -21,10 +21,10 @@ func TestBenchReadsSmall(t *testing.T) {
 	pool := testdb.New(t)
 	ctx := context.Background()
 	o := readsOptions{Postings: 4000, Merchants: 4, Builders: 2, Batch: 300, Samples: 40, Rounds: 2, WriterShare: 0.5,
-		CSVRows: 500, DeepPage: 10, Calibrate: 300 * time.Millisecond, PayoutsPerS: 20}
+		CSVRows: 500, DeepPage: 10, Calibrate: 300 * time.Millisecond, PayoutsPerS: 20, PayoutsMerchantPayouts: 30}
 	out := captureStdout(t, func() { require.NoError(t, benchReads(ctx, pool, o)) })
 	for _, want := range []string{"build: 4000 postings", "merchant balances", "entries page 10 (50 rows)",
-		"balance at an instant", "statement page 1 (50 rows", "CSV export of one account", "audit (ledger", "audit OK"} {
+		"balance at an instant", "statement page 1 (50 rows", "payouts merchant's statement page 1", "CSV export of one account", "audit (ledger", "audit OK"} {
 		require.Contains(t, out, want)
 	}
 	// The test's role may not CHECKPOINT: the bench says so and goes on.
@@ -36,6 +36,10 @@ func TestBenchReadsSmall(t *testing.T) {
 	require.Contains(t, out, "reusing run "+run)
 	require.NotContains(t, out, "build:")
 	require.Contains(t, out, "audit OK")
+	// The payouts merchant is reused, not given its payouts twice.
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM payouts WHERE merchant_id = $1`, run+"p").Scan(&n))
+	require.Equal(t, 30, n)
 }
 
 func captureStdout(t *testing.T, fn func()) string {
