@@ -480,3 +480,43 @@ func TestMerchantStatementTimeWindow(t *testing.T) {
 func b64(s string) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(s))
 }
+
+// A payout-kind entry whose cause id names no attempt (not a uuid, or a
+// uuid no attempt has) is still listed, as a payout without an object id:
+// the statement's one query guards its uuid cast, so no cause id can make a
+// page fail (every 5xx a client can trigger is a defect). The transfers go
+// from m1 to m2, so no reserve is left without its attempt for the audit.
+func TestMerchantStatementCausesNamingNothing(t *testing.T) {
+	t.Parallel()
+	e := setup(t, sim.Config{})
+	from, err := ledger.EnsureAccount(e.ctx, e.pool, ledger.MerchantAvailable("m1", money.BRL))
+	require.NoError(t, err)
+	to, err := ledger.EnsureAccount(e.ctx, e.pool, ledger.MerchantAvailable("m2", money.BRL))
+	require.NoError(t, err)
+	post := func(kind, id string) {
+		_, err := ledger.Post(e.ctx, e.pool, ledger.TransactionInput{IdempotencyKey: "st-odd-" + kind + id, CauseKind: kind, CauseID: id,
+			Postings: []ledger.PostingInput{{AccountID: from.ID, Amount: brl("-1.00").Decimal(), Currency: money.BRL},
+				{AccountID: to.ID, Amount: brl("1.00").Decimal(), Currency: money.BRL}}})
+		require.NoError(t, err)
+	}
+	post("payout_reserve", "not-a-uuid")
+	post("payout_release", "{00000000-0000-4000-8000-00000000000}") // neither
+	post("payout_settle", "00000000-0000-4000-8000-000000000000")   // a uuid no attempt has
+	for _, m := range []struct{ id, key string }{{"m1", e.m1}, {"m2", e.m2}} {
+		all := e.statementAll(m.id, m.key, url.Values{"limit": {"2"}})
+		type cause struct{ kind, object, objectID, attemptID string }
+		seen := map[cause]int{}
+		for _, x := range all {
+			seen[cause{x.Cause.Kind, x.Cause.Object, x.Cause.ObjectID, x.Cause.AttemptID}]++
+		}
+		want := map[cause]int{
+			{"payout_reserve", "payout", "", ""}:                                    1,
+			{"payout_release", "payout", "", ""}:                                    1,
+			{"payout_settle", "payout", "", "00000000-0000-4000-8000-000000000000"}: 1,
+		}
+		if m.id == "m1" {
+			want[cause{"funding", "funding", "", ""}] = 1
+		}
+		require.Equal(t, want, seen, m.id)
+	}
+}

@@ -265,7 +265,7 @@ func benchReads(ctx context.Context, pool *pgxpool.Pool, o readsOptions) error {
 		{name: "statement page 1 (50 rows, 3 accounts)", target: 5 * time.Millisecond, key: merchantKey, path: func() string { return stmt }},
 		{name: fmt.Sprintf("statement page %d (50 rows)", stmtDeep), target: 5 * time.Millisecond, key: merchantKey,
 			path: func() string { return stmt + "&cursor=" + stmtCursor }},
-		{name: "payouts merchant's statement page 1 (50 payout entries)", target: 5 * time.Millisecond, key: pmKey,
+		{name: "statement of payouts, page 1 (50 rows)", target: 5 * time.Millisecond, key: pmKey,
 			path: func() string { return pmStmt }},
 	}
 	// Without autovacuum (some test servers turn it off), the accounts
