@@ -463,36 +463,21 @@ func scanStatementRows(rows pgx.Rows, merchantID string, accs []*statementAccoun
 	return out, n > limit, nil
 }
 
-// statementSQL: the merchant's accounts with their positions (from the
-// cursor's arrays; an account they do not name is left out when $8, else
+// statementSQL reads a page through ledger_statement_page (migration
+// 00017): the merchant's accounts with their positions (from the cursor's
+// arrays $1 and $2; an account they do not name is left out when $8, else
 // starts at its end newest first, at its beginning oldest first; -1: left
-// out), each account's next limit+1 postings by primary key (the LATERAL),
-// the time range, the merge in statement order, and the causes of the
-// page's transactions only. Rows past the range's far end are only ever at
-// the end of an account's rows (posted_at never goes backwards along its
-// sequence), so filtering after each account's LIMIT loses nothing.
-const statementSQL = `WITH c AS MATERIALIZED (
-		SELECT a.id AS account_id,
-		       CASE WHEN x.account_id IS NOT NULL THEN x.bound WHEN $8 THEN -1 ELSE %s END AS bound
-		FROM ledger_accounts a
-		LEFT JOIN unnest($1::bigint[], $2::bigint[]) AS x(account_id, bound) ON x.account_id = a.id
-		WHERE a.owner_kind = 'merchant' AND a.owner_id = $6 AND ($7 = '' OR a.currency = $7)
-	)
-	SELECT p.account_id, p.seq, p.transaction_id, p.leg, p.amount::text, p.balance_after::text, p.posted_at,
-		t.cause_kind, t.cause_id
-	FROM (
-		SELECT p.* FROM c
-		CROSS JOIN LATERAL (
-			SELECT p.account_id, p.seq, p.transaction_id, p.leg, p.amount, p.balance_after, p.posted_at
-			FROM ledger_postings p WHERE p.account_id = c.account_id AND c.bound <> -1 AND %s LIMIT $3) p
-		WHERE ($4::timestamptz IS NULL OR p.posted_at >= $4) AND ($5::timestamptz IS NULL OR p.posted_at < $5)
-		ORDER BY %s LIMIT $3) p
-	JOIN ledger_transactions t ON t.id = p.transaction_id
-	ORDER BY %[3]s`
+// out), each account's next $3 (limit+1) postings by primary key, the time
+// range [$4, $5), the merge in statement order, and the causes of the
+// page's transactions only. The function keeps the query's generic plan
+// for the session: sent as a statement of its own, it was planned on every
+// call, and planning cost more than running it.
+const statementSQL = `SELECT account_id, seq, transaction_id, leg, amount, balance_after, posted_at, cause_kind, cause_id
+	FROM ledger_statement_page(%t, $1, $2, $3, $4, $5, $6, $7, $8)`
 
 var (
-	statementAscSQL  = fmt.Sprintf(statementSQL, "0", "p.seq > c.bound ORDER BY p.seq", "p.posted_at, p.account_id, p.seq")
-	statementDescSQL = fmt.Sprintf(statementSQL, "a.last_seq + 1", "p.seq < c.bound ORDER BY p.seq DESC", "p.posted_at DESC, p.account_id DESC, p.seq DESC")
+	statementAscSQL  = fmt.Sprintf(statementSQL, false)
+	statementDescSQL = fmt.Sprintf(statementSQL, true)
 )
 
 func statementSQLFor(o Order) string {
