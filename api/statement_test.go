@@ -483,9 +483,9 @@ func b64(s string) string {
 
 // A payout-kind entry whose cause id names no attempt (not a uuid, or a
 // uuid no attempt has) is still listed, as a payout without an object id:
-// the statement's one query guards its uuid cast, so no cause id can make a
-// page fail (every 5xx a client can trigger is a defect). The transfers go
-// from m1 to m2, so no reserve is left without its attempt for the audit.
+// only cause ids that parse as uuids are looked up, so no cause id can make
+// a page fail (every 5xx a client can trigger is a defect). The transfers
+// go from m1 to m2, so no reserve is left without its attempt for the audit.
 func TestMerchantStatementCausesNamingNothing(t *testing.T) {
 	t.Parallel()
 	e := setup(t, sim.Config{})
