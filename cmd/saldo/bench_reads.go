@@ -60,9 +60,9 @@ type readsOptions struct {
 	// PayoutsMerchantPayouts: payouts the payouts merchant (<run>p) has
 	// before its statement is read.
 	PayoutsMerchantPayouts int
-	SkipAudit   bool
-	Rounds      int
-	Reuse       string
+	SkipAudit              bool
+	Rounds                 int
+	Reuse                  string
 }
 
 func runBenchReads(ctx context.Context, args []string) error {
