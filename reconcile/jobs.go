@@ -36,6 +36,20 @@ func (w *RunWorker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
 	if err != nil {
 		return river.JobCancel(fmt.Errorf("reconcile: bad day %q: %w", job.Args.Day, err))
 	}
+	// The daily job reconciles a provider's day once. River's uniqueness
+	// alone cannot say so: it forgets a completed job after
+	// engine.Config.CompletedJobsKept (an hour by default), and a leader
+	// started later that day inserts the job again (RunOnStart), which would
+	// read the provider's whole statement for the day again. A run by an
+	// operator or by saldo reconcile is never skipped.
+	var done bool
+	if err := w.svc.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM reconcile_runs WHERE provider = $1 AND day = $2
+		AND status = 'succeeded' AND triggered_by LIKE 'job:%')`, job.Args.Provider, Day(day)).Scan(&done); err != nil {
+		return fmt.Errorf("reconcile: daily run of %s for %s: %w", job.Args.Provider, job.Args.Day, err)
+	}
+	if done {
+		return nil
+	}
 	_, err = w.svc.Run(ctx, job.Args.Provider, day, RunOptions{TriggeredBy: fmt.Sprintf("job:%d", job.ID)})
 	if errors.Is(err, ErrUnknownProvider) || errors.Is(err, ErrNoStatements) {
 		return river.JobCancel(err)

@@ -62,6 +62,8 @@ type processConfig struct {
 	// PayoutRetry is engine.Config.PayoutRetry.
 	PayoutRetry payouts.RetryPolicy
 	MaxWorkers  int
+	// CompletedJobsKept is engine.Config.CompletedJobsKept.
+	CompletedJobsKept time.Duration
 	// NotifyDenyPrivate: merchant notification URLs may not reach
 	// loopback or private addresses (no SSRF into the platform's network).
 	NotifyDenyPrivate bool
@@ -149,7 +151,8 @@ func runProcess(ctx context.Context, pc processConfig) error {
 	e, err := engine.New(engine.Config{
 		Pool: pool, Providers: pc.Providers, PayoutProvider: pc.PayoutProvider, ChargeProvider: pc.ChargeProvider,
 		Routes: pc.Routes, PayoutRetry: pc.PayoutRetry,
-		Logger: log, RunWorkers: pc.RunWorkers, MaxWorkers: pc.MaxWorkers, Attempts: pc.Attempts, Metrics: metrics,
+		Logger: log, RunWorkers: pc.RunWorkers, MaxWorkers: pc.MaxWorkers, CompletedJobsKept: pc.CompletedJobsKept,
+		Attempts: pc.Attempts, Metrics: metrics,
 		Notifications: api.NotifierConfig{HTTP: providers.HTTPSettings{DenyPrivateNetworks: pc.NotifyDenyPrivate}},
 		Reconcile:     rcfg,
 	})

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/internal/engine"
 	"github.com/saldo/saldo/internal/replica"
 	"github.com/saldo/saldo/payouts"
 	"github.com/saldo/saldo/providers"
@@ -110,6 +111,8 @@ func runServe(ctx context.Context, args []string) error {
 		"serve GET /metrics on this address instead of on --listen, away from the API's clients ($SALDO_METRICS_LISTEN)")
 	roles := fs.String("roles", envOr("SALDO_ROLES", "api,workers"), "what this process runs: api, workers or both ($SALDO_ROLES)")
 	maxWorkers := fs.Int("max-workers", env.int("SALDO_MAX_WORKERS", defaultMaxWorkers), "River workers ($SALDO_MAX_WORKERS)")
+	jobsKept := fs.Duration("completed-jobs-kept", env.duration("SALDO_COMPLETED_JOBS_KEPT", engine.DefaultCompletedJobsKept),
+		"how long River keeps a completed job before deleting it; a payout's history is its attempt's events ($SALDO_COMPLETED_JOBS_KEPT)")
 	simURL := fs.String("sim-url", os.Getenv("SALDO_SIM_URL"), "base URL of a simulated PSP (saldo sim-provider) ($SALDO_SIM_URL)")
 	simName := fs.String("sim-name", envOr("SALDO_SIM_NAME", "sim"), "provider name of the simulated PSP ($SALDO_SIM_NAME)")
 	pixf := registerPixFlags(fs, env)
@@ -224,6 +227,9 @@ func runServe(ctx context.Context, args []string) error {
 	if *maxWorkers <= 0 {
 		problems = append(problems, "--max-workers must be positive")
 	}
+	if *jobsKept <= 0 {
+		problems = append(problems, "--completed-jobs-kept must be positive")
+	}
 	if *readMaxLag <= 0 {
 		problems = append(problems, "--read-max-lag must be positive")
 	}
@@ -305,7 +311,7 @@ func runServe(ctx context.Context, args []string) error {
 		DatabaseURL: u, ReadDatabaseURL: *readURL, ReadMaxLag: *readMaxLag, Listen: *listen, MetricsListen: *metricsListen, RunAPI: runAPI, RunWorkers: runWorkers,
 		Providers: provs, PayoutProvider: fallback, ChargeProvider: fallback, Routes: routes,
 		PayoutRetry: payouts.RetryPolicy{MaxAttempts: *retryMax, Within: *retryWithin, Backoff: *retryBackoff},
-		MaxWorkers:  *maxWorkers, NotifyDenyPrivate: !*notifyPrivate,
+		MaxWorkers:  *maxWorkers, CompletedJobsKept: *jobsKept, NotifyDenyPrivate: !*notifyPrivate,
 		// A job outlives the longest call it makes, so River never cuts a call
 		// off (which would only make it unknown, but costs a lookup).
 		Attempts: attempts.Config{StaleCallAfter: *staleCall, JobTimeout: longestCall + 30*time.Second,

@@ -196,7 +196,7 @@ func TestServeRefusesBadConfiguration(t *testing.T) {
 	require.NoError(t, err)
 	cmd := exec.Command(bin, "serve", "--roles", "api,cron", "--provider-read-timeout", "1s", "--stale-call-after", "1s",
 		"--route", "card_charge=sim,refund=sim", "--payout-max-attempts", "0", "--resolve-schedule", "30s,soon",
-		"--unanswered-review-after", "0s")
+		"--unanswered-review-after", "0s", "--completed-jobs-kept", "0s")
 	cmd.Env = append(os.Environ(), "SALDO_DATABASE_URL=", "SALDO_SIM_URL=", "SALDO_MAX_WORKERS=many")
 	out, err := cmd.CombinedOutput()
 	require.Error(t, err)
@@ -204,7 +204,8 @@ func TestServeRefusesBadConfiguration(t *testing.T) {
 		"--stale-call-after", `SALDO_MAX_WORKERS="many" is not a whole number`,
 		"--route: providers: refunds are not routed", "--payout-max-attempts must be at least 1",
 		`--resolve-schedule: "soon" is not a positive duration`,
-		"--max-lookups must be at least 1, --unanswered-review-after and --processing-review-after positive"} {
+		"--max-lookups must be at least 1, --unanswered-review-after and --processing-review-after positive",
+		"--completed-jobs-kept must be positive"} {
 		require.Contains(t, string(out), want)
 	}
 }

@@ -71,6 +71,11 @@ type Config struct {
 	// second: MaxWorkers per cooldown. Group commit makes a submit cheap
 	// enough for River's 100ms to be the ceiling.
 	FetchCooldown time.Duration
+	// CompletedJobsKept is how long River keeps a completed job before its
+	// cleaner deletes it (default DefaultCompletedJobsKept; River's own is
+	// 24 h). Discarded and cancelled jobs keep River's defaults (7 days,
+	// 24 h): they are the ones worth reading later.
+	CompletedJobsKept time.Duration
 	// Attempts lets the caller tune the attempts core; Pool, Providers,
 	// Clock and Logger are filled in by the engine.
 	Attempts attempts.Config
@@ -88,6 +93,15 @@ type Config struct {
 // IdempotencyRetention is how long the API keeps finished idempotent
 // requests for replay (at least 24 hours, as the API documents).
 const IdempotencyRetention = 24 * time.Hour
+
+// DefaultCompletedJobsKept is how long River keeps completed jobs unless
+// Config.CompletedJobsKept says otherwise. A payout's history is its
+// attempt's events, not its River jobs; at a thousand payouts a second,
+// River's own 24 h would keep about 90 million completed submit jobs, with
+// their seven indexes. Submit and resolver jobs are unique among live
+// states only, and the daily reconciliation job skips a day a job already
+// reconciled, so deleting completed jobs never lets work run twice.
+const DefaultCompletedJobsKept = time.Hour
 
 // Engine is a wired saldo.
 type Engine struct {
@@ -181,7 +195,8 @@ func New(cfg Config) (*Engine, error) {
 	// attempts sweeper leaves attempts with a running submit job alone, so
 	// the rescue must come soon after the longest job could have ended.
 	jobTimeout := cmp.Or(cfg.Attempts.JobTimeout, attempts.DefaultJobTimeout)
-	rc := &river.Config{Logger: cfg.Logger, Workers: workers, RescueStuckJobsAfter: jobTimeout + time.Minute}
+	rc := &river.Config{Logger: cfg.Logger, Workers: workers, RescueStuckJobsAfter: jobTimeout + time.Minute,
+		CompletedJobRetentionPeriod: cmp.Or(cfg.CompletedJobsKept, DefaultCompletedJobsKept)}
 	if cfg.RunWorkers {
 		rc.Queues = map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.MaxWorkers}}
 		rc.PeriodicJobs = append(att.PeriodicJobs(), e.Periodic...)

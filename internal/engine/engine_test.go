@@ -89,3 +89,44 @@ func TestPayoutsEndToEndThroughRiver(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, res.OK(), res.Summary())
 }
+
+// River's cleaner deletes completed jobs older than CompletedJobsKept
+// (DefaultCompletedJobsKept, an hour, unless set) and keeps newer ones and
+// discarded ones, whatever their age.
+func TestCompletedJobsKeptAnHour(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t)
+	var old, recent, discarded int64
+	insert := func(state string, age time.Duration, id *int64) {
+		require.NoError(t, pool.QueryRow(ctx, `INSERT INTO river_job (args, kind, max_attempts, state, queue, priority,
+				scheduled_at, finalized_at, attempt)
+			VALUES ('{}', 'saldo_test_finished', 1, $1::river_job_state, 'default', 1, now() - $2::interval,
+				now() - $2::interval, 1) RETURNING id`, state, fmt.Sprintf("%d seconds", int(age.Seconds()))).Scan(id))
+	}
+	insert("completed", engine.DefaultCompletedJobsKept+10*time.Minute, &old)
+	insert("completed", engine.DefaultCompletedJobsKept-10*time.Minute, &recent)
+	insert("discarded", 2*engine.DefaultCompletedJobsKept, &discarded)
+
+	srv := sim.NewServer(sim.Config{Seed: 1}).Start()
+	t.Cleanup(srv.Close)
+	prov := srv.NewProvider()
+	e, err := engine.New(engine.Config{Pool: pool, Providers: []providers.Provider{prov}, PayoutProvider: prov.Name(),
+		RunWorkers: true, FetchPollInterval: 20 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, e.Start(ctx))
+	t.Cleanup(func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, e.Stop(stopCtx))
+	})
+	exists := func(id int64) bool {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE id = $1`, id).Scan(&n))
+		return n == 1
+	}
+	require.Eventually(t, func() bool { return !exists(old) }, 60*time.Second, 100*time.Millisecond,
+		"the completed job older than an hour is deleted")
+	require.True(t, exists(recent), "a completed job younger than an hour is kept")
+	require.True(t, exists(discarded), "a discarded job is kept (River's 7 days)")
+}

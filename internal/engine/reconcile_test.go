@@ -64,4 +64,31 @@ func TestDailyReconciliationJob_R19(t *testing.T) {
 	}, 20*time.Second, 50*time.Millisecond)
 	require.Equal(t, "succeeded", status)
 	require.Equal(t, 1, matched)
+
+	// River forgets the completed job after CompletedJobsKept; a leader
+	// started later that day inserts it again (on start) and it runs, but
+	// the day is not reconciled a second time.
+	stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	require.NoError(t, e.Stop(stopCtx))
+	_, err = pool.Exec(ctx, `DELETE FROM river_job WHERE kind = 'reconcile.run'`)
+	require.NoError(t, err)
+	e2, err := engine.New(engine.Config{Pool: pool, Providers: []providers.Provider{prov}, PayoutProvider: prov.Name(),
+		Clock: clock, RunWorkers: true, MaxWorkers: 5, FetchPollInterval: 20 * time.Millisecond,
+		Reconcile: reconcile.Config{SettleMargin: time.Hour}})
+	require.NoError(t, err)
+	require.NoError(t, e2.Start(ctx))
+	t.Cleanup(func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, e2.Stop(stopCtx))
+	})
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'reconcile.run' AND state = 'completed'`).Scan(&n))
+		return n == 1
+	}, 20*time.Second, 50*time.Millisecond, "the daily job ran again after a restart")
+	var runs int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM reconcile_runs WHERE provider = 'sim' AND day = $1`, day).Scan(&runs))
+	require.Equal(t, 1, runs, "and did not reconcile the day again")
 }
