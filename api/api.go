@@ -328,6 +328,9 @@ func (s *Server) accessLog(next http.Handler) http.Handler {
 //     Go would drop the parameter and the filter it carried would fail open;
 //   - the path and every query key and value must be UTF-8 without NUL
 //     (PostgreSQL refuses both, which would be a 500);
+//   - under /v1 (webhooks aside) a query parameter given twice or with an
+//     empty value is refused, naming it (a filter read as its first value
+//     or as no filter at all would fail open);
 //   - a valid Idempotency-Key is echoed on every answer, the refusals of
 //     authentication, role and scope checks included;
 //   - /v1 answers are Cache-Control: no-store (they carry balances, and new
@@ -349,6 +352,9 @@ func (s *Server) guard(next http.Handler) http.Handler {
 			s.problem(w, r, errInvalidQuery)
 			return
 		}
+		// A filter given twice or empty would otherwise be read as its
+		// first value or as no filter at all: a listing that fails open.
+		strict := strings.HasPrefix(r.URL.Path, "/v1/") && !strings.HasPrefix(r.URL.Path, "/v1/webhooks/")
 		for k, vs := range q {
 			if !cleanText(k) {
 				s.problem(w, r, badRequest("query parameter names must be UTF-8 without NUL characters"))
@@ -359,6 +365,14 @@ func (s *Server) guard(next http.Handler) http.Handler {
 					s.problem(w, r, invalidField(k, k+" must be UTF-8 without NUL characters"))
 					return
 				}
+			}
+			switch {
+			case strict && len(vs) > 1:
+				s.problem(w, r, invalidField(k, k+" is given more than once: give it once"))
+				return
+			case strict && vs[0] == "":
+				s.problem(w, r, invalidField(k, k+" is empty: give it a value or leave it out"))
+				return
 			}
 		}
 		next.ServeHTTP(w, r)

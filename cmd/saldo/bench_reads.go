@@ -257,14 +257,14 @@ func benchReads(ctx context.Context, pool *pgxpool.Pool, o readsOptions) error {
 			path: func() string { return "/v1/merchants/" + l.merchants[0] + "/balances" }},
 		{name: "entries page 1 (50 rows)", target: 5 * time.Millisecond, key: auditorKey, path: func() string { return entries }},
 		{name: fmt.Sprintf("entries page %d (50 rows)", deep), target: 5 * time.Millisecond, key: auditorKey,
-			path: func() string { return entries + "&cursor=" + cursor }},
+			path: func() string { return withCursor(entries, cursor) }},
 		{name: "balance at an instant", target: 10 * time.Millisecond, key: auditorKey, path: func() string {
 			at := first.Add(time.Duration(rng.Int64N(int64(span) + 1))).UTC().Format(time.RFC3339Nano)
 			return "/v1/ledger/balance?account=" + url.QueryEscape(long) + "&at=" + url.QueryEscape(at)
 		}},
 		{name: "statement page 1 (50 rows, 3 accounts)", target: 5 * time.Millisecond, key: merchantKey, path: func() string { return stmt }},
 		{name: fmt.Sprintf("statement page %d (50 rows)", stmtDeep), target: 5 * time.Millisecond, key: merchantKey,
-			path: func() string { return stmt + "&cursor=" + stmtCursor }},
+			path: func() string { return withCursor(stmt, stmtCursor) }},
 		{name: "statement of payouts, page 1 (50 rows)", target: 5 * time.Millisecond, key: pmKey,
 			path: func() string { return pmStmt }},
 	}
@@ -753,7 +753,7 @@ func (c *readsClient) walkPostings(ctx context.Context, code, key string, skip i
 			Data       []json.RawMessage `json:"data"`
 			NextCursor string            `json:"next_cursor"`
 		}
-		if err := c.getJSON(ctx, fmt.Sprintf("/v1/ledger/postings?limit=%d&account=%s&cursor=%s", limit, url.QueryEscape(code), cursor), key, &pg); err != nil {
+		if err := c.getJSON(ctx, withCursor(fmt.Sprintf("/v1/ledger/postings?limit=%d&account=%s", limit, url.QueryEscape(code)), cursor), key, &pg); err != nil {
 			return "", err
 		}
 		if pg.NextCursor == "" {
@@ -764,6 +764,15 @@ func (c *readsClient) walkPostings(ctx context.Context, code, key string, skip i
 	return cursor, nil
 }
 
+// withCursor adds cursor to a listing's path, unless it is "" (the first
+// page): the API refuses an empty parameter.
+func withCursor(path, cursor string) string {
+	if cursor == "" {
+		return path
+	}
+	return path + "&cursor=" + url.QueryEscape(cursor)
+}
+
 // walkStatement follows pages-1 statement pages and returns the cursor of
 // the next one.
 func (c *readsClient) walkStatement(ctx context.Context, path, key string, pages int) (string, error) {
@@ -772,11 +781,7 @@ func (c *readsClient) walkStatement(ctx context.Context, path, key string, pages
 		var pg struct {
 			NextCursor string `json:"next_cursor"`
 		}
-		p := path
-		if cursor != "" {
-			p += "&cursor=" + cursor
-		}
-		if err := c.getJSON(ctx, p, key, &pg); err != nil {
+		if err := c.getJSON(ctx, withCursor(path, cursor), key, &pg); err != nil {
 			return "", err
 		}
 		if pg.NextCursor == "" {
