@@ -67,6 +67,33 @@ func TestHostileQueryValuesNeverAnswer5xx(t *testing.T) {
 			}
 		}
 	}
+	// The same for the ids in paths.
+	ids := []string{"-1", "0", "9223372036854775808", "99999999999999999999", "abc", "ü€😀", strings.Repeat("a", 2000),
+		"00000000-0000-0000-0000-000000000000", "not-a-uuid", "%27%3B--", "po_" + strings.Repeat("0", 32), ".."}
+	paths := []struct{ pattern, key string }{
+		{"/v1/merchants/%s", e.admin},
+		{"/v1/merchants/%s/balances", e.admin},
+		{"/v1/merchants/%s/statement", e.admin},
+		{"/v1/merchants/m1/payouts/%s", e.m1},
+		{"/v1/merchants/m1/charges/%s", e.m1},
+		{"/v1/merchants/m1/splits/%s", e.m1},
+		{"/v1/ledger/transactions/%s", e.auditor},
+		{"/v1/attempts/%s", e.operator},
+		{"/v1/reconcile/divergences/%s", e.operator},
+		{"/v1/reconcile/runs/%s", e.operator},
+	}
+	for _, p := range paths {
+		for _, id := range ids {
+			path := fmt.Sprintf(p.pattern, id)
+			got, err := e.exchange(req{method: http.MethodGet, path: path, key: p.key})
+			switch {
+			case err != nil:
+				failures = append(failures, fmt.Sprintf("%s: %v", path[:min(len(path), 160)], err))
+			case got.Status >= 500:
+				failures = append(failures, fmt.Sprintf("%s: %d %s", path[:min(len(path), 160)], got.Status, got.Body))
+			}
+		}
+	}
 	require.Empty(t, failures, "%d failures", len(failures))
 }
 
