@@ -193,8 +193,9 @@ func (s *Server) listCharges(w http.ResponseWriter, r *http.Request) {
 }
 
 type createRefundRequest struct {
-	// Amount "" refunds everything still refundable.
-	Amount      string            `json:"amount"`
+	// Amount left out refunds everything still refundable; given, it must
+	// be an amount (an empty one is refused, never read as "everything").
+	Amount      *string           `json:"amount"`
 	Currency    string            `json:"currency"`
 	Description string            `json:"description"`
 	Metadata    map[string]string `json:"metadata"`
@@ -210,8 +211,12 @@ func (s *Server) createRefund(w http.ResponseWriter, r *http.Request) {
 	}
 	rr := payouts.RefundRequest{MerchantID: chi.URLParam(r, "merchant_id"), ClientKey: r.Header.Get(IdempotencyHeader),
 		ChargeID: chi.URLParam(r, "charge_id"), Description: req.Description, Metadata: req.Metadata}
-	if req.Amount != "" {
-		amt, err := parsePositive(req.Amount, req.Currency, "amount")
+	if req.Amount != nil {
+		if *req.Amount == "" {
+			s.problem(w, r, invalidField("amount", "amount is empty: leave it out to refund everything still refundable"))
+			return
+		}
+		amt, err := parsePositive(*req.Amount, req.Currency, "amount")
 		if err != nil {
 			s.problem(w, r, err)
 			return

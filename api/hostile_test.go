@@ -119,3 +119,144 @@ func TestEmptyOrRepeatedQueryParameterRefused(t *testing.T) {
 	r := e.get("/v1/merchants/m1/payouts?status=failed", e.m1)
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
 }
+
+// The same for bodies: every POST route, from a valid body, with each field
+// in turn replaced by hostile values (wrong types, out of range, more
+// decimals than the currency has, long, empty, nested), answers a 4xx or a
+// 2xx, never a 5xx, as docs/openapi.yaml says; and then the audit (run when
+// the test ends) finds the books whole.
+func TestHostileBodiesNeverAnswer5xx(t *testing.T) {
+	t.Parallel()
+	e := setup(t, sim.Config{})
+	pix := map[string]any{"pix_key": map[string]any{"type": "email", "value": "a@example.com"}}
+	ch := e.post("/v1/merchants/m1/charges", e.m1, "hb-charge", map[string]any{"kind": "card", "amount": "50.00",
+		"currency": "BRL", "card_token": "tok_visa"})
+	require.Equal(t, http.StatusCreated, ch.Status, string(ch.Body))
+	chj := ch.json(t)
+	chargeID := chj["id"].(string)
+	e.execute(chj["attempt_id"].(string)) // paid: refundable
+	// Each route's body is valid as it stands (base: the status it gets),
+	// so the sweep reaches past the first check.
+	routes := []struct {
+		path, key string
+		body      map[string]any
+		base      int
+	}{
+		{"/v1/merchants/m1/payouts", e.m1, map[string]any{"operation": "pix_transfer", "amount": "1.00", "currency": "BRL",
+			"destination": pix, "description": "x"}, http.StatusCreated},
+		{"/v1/merchants/m1/pix-transfers", e.m1, map[string]any{"amount": "1.00", "currency": "BRL", "destination": pix}, http.StatusCreated},
+		{"/v1/merchants/m1/splits", e.m1, map[string]any{"currency": "BRL",
+			"legs": []any{map[string]any{"operation": "pix_transfer", "amount": "1.00", "destination": pix}}}, http.StatusCreated},
+		{"/v1/merchants/m1/charges", e.m1, map[string]any{"kind": "card", "amount": "10.00", "currency": "BRL", "card_token": "tok_visa",
+			"splits": []any{map[string]any{"recipient_id": "m2", "percent": "10"}}}, http.StatusCreated},
+		{"/v1/merchants/m1/charges/" + chargeID + "/refunds", e.m1, map[string]any{"amount": "1.00", "currency": "BRL"}, http.StatusCreated},
+		{"/v1/merchants/m1/fundings", e.admin, map[string]any{"amount": "1.00", "currency": "BRL", "reason": "x"}, http.StatusCreated},
+		{"/v1/merchants/m1/notification-endpoints", e.m1, map[string]any{"url": "https://example.com/hook"}, http.StatusCreated},
+		{"/v1/merchants", e.admin, map[string]any{"id": "m9", "name": "x"}, http.StatusCreated},
+		{"/v1/keys", e.admin, map[string]any{"role": "merchant", "merchant_id": "m1", "name": "x"}, http.StatusCreated},
+		{"/v1/attempts/00000000-0000-4000-8000-000000000000/resolution", e.operator, map[string]any{"status": "failed",
+			"reason": "x"}, http.StatusNotFound},
+	}
+	for _, r := range routes {
+		got := e.post(r.path, r.key, "hb-base-"+r.path, r.body)
+		require.Equal(t, r.base, got.Status, "%s: %s", r.path, got.Body)
+	}
+	values := []any{nil, true, 0, -1, 1e308, "1e309", "NaN", "-0.00", "0.001", "-1.00", "99999999999999999999999.99",
+		"", " ", "ü€😀", strings.Repeat("a", 5000), []any{}, map[string]any{}, []any{map[string]any{}},
+		map[string]any{"a": map[string]any{"b": []any{nil}}}, "m2", "USD", "XTS", "tok_chargeDeclined", "http://127.0.0.1/x"}
+	var failures []string
+	n := 0
+	for _, r := range routes {
+		// Every top-level field saldo reads somewhere, and every field of the
+		// valid body at any depth (legs[0].amount, destination.pix_key.value).
+		fields := []string{"amount", "currency", "destination", "description", "metadata", "legs", "kind", "card_token",
+			"splits", "url", "reason", "status", "evidence", "role", "merchant_id", "name", "id", "operation", "events"}
+		fields = append(fields, leafPaths("", r.body)...)
+		for _, f := range fields {
+			for _, v := range values {
+				body := withValue(map[string]any(r.body), strings.Split(f, "."), v)
+				n++
+				got, err := e.exchange(req{method: http.MethodPost, path: r.path, key: r.key, body: body,
+					header: map[string]string{"Idempotency-Key": fmt.Sprintf("hb-%d", n)}})
+				switch {
+				case err != nil:
+					failures = append(failures, fmt.Sprintf("%s %s=%.60v: %v", r.path, f, v, err))
+				case got.Status >= 500:
+					failures = append(failures, fmt.Sprintf("%s %s=%.60v: %d %s", r.path, f, v, got.Status, got.Body))
+				}
+			}
+		}
+	}
+	require.Empty(t, failures, "%d failures", len(failures))
+}
+
+// leafPaths lists the dotted paths of every value in body, at any depth
+// (an array's elements as their index).
+func leafPaths(prefix string, v any) []string {
+	var out []string
+	switch x := v.(type) {
+	case map[string]any:
+		for k, y := range x {
+			p := k
+			if prefix != "" {
+				p = prefix + "." + k
+			}
+			out = append(out, p)
+			out = append(out, leafPaths(p, y)...)
+		}
+	case []any:
+		for i, y := range x {
+			p := fmt.Sprintf("%s.%d", prefix, i)
+			out = append(out, p)
+			out = append(out, leafPaths(p, y)...)
+		}
+	}
+	return out
+}
+
+// withValue copies v with the value at path set to val.
+func withValue(v any, path []string, val any) any {
+	if len(path) == 0 {
+		return val
+	}
+	switch x := v.(type) {
+	case map[string]any:
+		c := make(map[string]any, len(x)+1)
+		for k, y := range x {
+			c[k] = y
+		}
+		c[path[0]] = withValue(x[path[0]], path[1:], val)
+		return c
+	case []any:
+		c := append([]any(nil), x...)
+		var i int
+		if _, err := fmt.Sscan(path[0], &i); err == nil && i >= 0 && i < len(c) {
+			c[i] = withValue(c[i], path[1:], val)
+		}
+		return c
+	}
+	return withValue(map[string]any{}, path, val)
+}
+
+// A refund's amount left out refunds everything still refundable; an empty
+// or null amount is a client's missing value, refused, never read as
+// "everything", and nothing is reserved for it.
+func TestRefundEmptyOrNullAmountRefused(t *testing.T) {
+	t.Parallel()
+	e := setup(t, sim.Config{})
+	ch := e.post("/v1/merchants/m1/charges", e.m1, "re-charge", map[string]any{"kind": "card", "amount": "50.00",
+		"currency": "BRL", "card_token": "tok_visa"})
+	require.Equal(t, http.StatusCreated, ch.Status, string(ch.Body))
+	chj := ch.json(t)
+	e.execute(chj["attempt_id"].(string))
+	path := "/v1/merchants/m1/charges/" + chj["id"].(string) + "/refunds"
+	for i, amount := range []any{"", nil} {
+		r := e.post(path, e.m1, fmt.Sprintf("re-bad-%d", i), map[string]any{"amount": amount, "currency": "BRL"})
+		require.Equal(t, http.StatusBadRequest, r.Status, "%v: %s", amount, r.Body)
+		require.Equal(t, "amount", r.field(t))
+	}
+	require.Zero(t, e.countRows("payouts"))
+	r := e.post(path, e.m1, "re-all", map[string]any{})
+	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
+	require.Equal(t, "50.00", r.json(t)["amount"])
+}

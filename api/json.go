@@ -138,6 +138,12 @@ func join(path, key string) string {
 }
 
 func checkValue(dec *json.Decoder, path string, t reflect.Type) error {
+	// JSON null is a value only inside free-form JSON (evidence, metadata
+	// of a report): elsewhere encoding/json would read it as the field's
+	// zero value or as absent (a pointer), which docs/openapi.yaml forbids
+	// and which could turn a client's missing value into a default (a
+	// refund's null amount into a full refund).
+	nullable := t == nil || t.Kind() == reflect.Interface || t == rawMessageType
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
@@ -149,6 +155,11 @@ func checkValue(dec *json.Decoder, path string, t reflect.Type) error {
 		return err
 	}
 	switch tok := tok.(type) {
+	case nil:
+		if !nullable {
+			return invalidField(path, fmt.Sprintf("%s must not be null: leave it out instead", orBody(path)))
+		}
+		return nil
 	case string:
 		if strings.IndexByte(tok, 0) >= 0 {
 			return invalidField(path, fmt.Sprintf("%s must not contain NUL (\\u0000)", orBody(path)))
