@@ -47,8 +47,10 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -175,7 +177,43 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "internal error", http.StatusInternalServerError)
 		}
 	}()
+	if !cleanRequest(r) {
+		c.renderError(w, r, nil, http.StatusBadRequest,
+			"The address must be UTF-8 without NUL characters, with a query string that parses.")
+		return
+	}
 	c.mux.ServeHTTP(w, r)
+}
+
+// cleanRequest: the path and the query's names and values are UTF-8
+// without NUL (PostgreSQL text refuses NUL, which would be a 500), and the
+// query parses.
+func cleanRequest(r *http.Request) bool {
+	if !cleanText(r.URL.Path) {
+		return false
+	}
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	return err == nil && cleanValues(q)
+}
+
+// cleanValues: every name and value of a query or form is clean text.
+func cleanValues(vs url.Values) bool {
+	for k, v := range vs {
+		if !cleanText(k) {
+			return false
+		}
+		for _, x := range v {
+			if !cleanText(x) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// cleanText: valid UTF-8 without NUL, as PostgreSQL text requires.
+func cleanText(s string) bool {
+	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
 }
 
 // CSP is the Content-Security-Policy of every console answer: nothing but

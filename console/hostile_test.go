@@ -24,7 +24,7 @@ func TestConsoleHostileRequestsNeverAnswer5xx(t *testing.T) {
 	values := []string{"", " ", "-1", "0", "9223372036854775807", "99999999999999999999", "NaN", "0001-01-01T00:00:00Z",
 		"9999-12-31T23:59:59Z", "2026-13-01", "2026-12-04", "ü€😀", strings.Repeat("a", 3000), "'; DROP TABLE attempts; --",
 		"merchant/m1/available/BRL", "merchant/nobody/available/BRL", "csv", "desc", "asc", "//evil.example/x",
-		"https://evil.example/", "YWJj", "%00"}
+		"https://evil.example/", "YWJj", "%00", "a\x00b", "\xff\xfe"}
 	var failures []string
 	check := func(path string) {
 		res, body := c.get(path)
@@ -40,7 +40,7 @@ func TestConsoleHostileRequestsNeverAnswer5xx(t *testing.T) {
 		}
 	}
 	ids := []string{"-1", "0", "9223372036854775808", "99999999999999999999", "abc", "ü€😀", strings.Repeat("a", 2000),
-		"00000000-0000-0000-0000-000000000000", "not-a-uuid", "%27%3B--", ".."}
+		"00000000-0000-0000-0000-000000000000", "not-a-uuid", "%27%3B--", "..", "%00", "a%00b", "%FF%FE"}
 	for _, pattern := range []string{"/console/attempts/%s", "/console/merchants/%s", "/console/merchants/m1/payouts/%s",
 		"/console/merchants/m1/splits/%s", "/console/merchants/m1/charges/%s", "/console/ledger/transactions/%s",
 		"/console/ledger/transactions/%s/csv", "/console/reconcile/divergences/%s", "/console/merchants/%s/payouts/x"} {
@@ -50,5 +50,51 @@ func TestConsoleHostileRequestsNeverAnswer5xx(t *testing.T) {
 	}
 	if len(failures) > 0 {
 		t.Fatalf("%d requests answered a 5xx:\n%s", len(failures), strings.Join(failures, "\n"))
+	}
+}
+
+// The same for the forms an operator posts: resolving a stuck attempt, a
+// divergence, and signing in, with hostile values in every field. Nothing
+// answers a 5xx, and no hostile status resolves the attempt.
+func TestConsoleHostileFormsNeverAnswer5xx(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{insecure: true})
+	_, a := e.stuckPayout("10.00")
+	c := e.client()
+	token := c.signIn(e.secret["operator"])
+	values := []string{"", " ", "-1", "SUCCEEDED", "succeeded ", "pending", "unknown", "ü€😀", strings.Repeat("a", 20000),
+		"'; DROP TABLE attempts; --", "{", `{"a":`, "null", "[]", `{"a":"\u0000"}`, "%00", "a\x00b", "\xff\xfe"}
+	var failures []string
+	post := func(path string, form url.Values) {
+		res, body := c.post(path, form)
+		if res.StatusCode >= 500 {
+			failures = append(failures, fmt.Sprintf("%s %v: %d %.200s", path, form, res.StatusCode, body))
+		}
+	}
+	for _, field := range []string{"status", "reason", "evidence"} {
+		for _, v := range values {
+			form := url.Values{"csrf": {token}, "status": {"failed"}, "reason": {"checked"}, "evidence": {`{"ok":true}`}}
+			form.Set(field, v)
+			if field != "status" {
+				form.Set("status", "bogus") // never resolve: the other fields are the point
+			}
+			post("/console/attempts/"+a.ID.String()+"/resolve", form)
+			post("/console/attempts/not-a-uuid/resolve", form)
+			post("/console/reconcile/divergences/"+url.PathEscape(v)+"x/resolve", url.Values{"csrf": {token}, "reason": {v}})
+		}
+	}
+	for _, v := range values {
+		post("/console/login", url.Values{"csrf": {token}, "key": {v}, "next": {v}})
+		post("/console/login/link", url.Values{"csrf": {token}, "t": {v}})
+	}
+	if len(failures) > 0 {
+		t.Fatalf("%d requests answered a 5xx:\n%s", len(failures), strings.Join(failures, "\n"))
+	}
+	got, err := e.e.Attempts.Get(e.ctx, e.pool, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != "unknown" && got.Status != "failed" {
+		t.Fatalf("a hostile form moved the attempt to %s", got.Status)
 	}
 }

@@ -220,8 +220,8 @@ func (c *Console) form(roles []Role, h handlerFunc) http.Handler {
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
-		if err := r.ParseForm(); err != nil {
-			c.renderError(w, r, s, http.StatusBadRequest, "The form could not be read.")
+		if err := r.ParseForm(); err != nil || !cleanValues(r.PostForm) {
+			c.renderError(w, r, s, http.StatusBadRequest, "The form could not be read (or holds NUL or invalid UTF-8).")
 			return
 		}
 		if !tokensEqual(r.PostForm.Get(CSRFField), s.CSRF) {
@@ -273,8 +273,8 @@ func (c *Console) checkLoginToken(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
-	if err := r.ParseForm(); err != nil {
-		c.renderError(w, r, nil, http.StatusBadRequest, "The form could not be read.")
+	if err := r.ParseForm(); err != nil || !cleanValues(r.PostForm) {
+		c.renderError(w, r, nil, http.StatusBadRequest, "The form could not be read (or holds NUL or invalid UTF-8).")
 		return false
 	}
 	ck, err := r.Cookie(LoginCookie)
