@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -259,4 +260,52 @@ func TestRefundEmptyOrNullAmountRefused(t *testing.T) {
 	r := e.post(path, e.m1, "re-all", map[string]any{})
 	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
 	require.Equal(t, "50.00", r.json(t)["amount"])
+}
+
+// A webhook signed with the right secret but carrying hostile content (a
+// provider that misbehaves, or whose secret leaked) answers a 4xx or a 2xx,
+// never a 5xx, and moves nothing it should not (the audit when the test
+// ends finds the books whole).
+func TestHostileSignedWebhooksNeverAnswer5xx(t *testing.T) {
+	t.Parallel()
+	e := setup(t, sim.Config{})
+	p := e.createPix("10.00", "hw-1")
+	now := e.clock.Now()
+	ref := p["current_attempt_id"].(string)
+	values := []any{nil, true, 0, -1, 1e308, "", " ", "NaN", "1e309", "-10.00", "10.001", "99999999999999999999.99",
+		"ü€😀", strings.Repeat("a", 5000), []any{}, map[string]any{}, "succeeded", "failed", "processing", "refunded",
+		"USD", "2026-13-01T00:00:00Z", "0001-01-01T00:00:00Z", "a\u0000b"}
+	base := map[string]any{"id": "evt_1", "type": "operation.updated", "created_at": now,
+		"data": map[string]any{"id": "op_1", "reference": ref, "operation": "pix_transfer", "amount": "10.00",
+			"currency": "BRL", "state": "succeeded", "created_at": now}}
+	var failures []string
+	n := 0
+	for _, f := range append([]string{"extra"}, leafPaths("", base)...) {
+		for _, v := range values {
+			n++
+			body := withValue(map[string]any(base), strings.Split(f, "."), v)
+			body = withValue(body, []string{"id"}, fmt.Sprintf("evt_h%d", n))
+			b, err := json.Marshal(body)
+			require.NoError(t, err)
+			got, err := e.exchange(req{method: http.MethodPost, path: "/v1/webhooks/sim", body: b,
+				header: map[string]string{sim.SignatureHeader: sim.Sign(webhookSecret, now, b)}})
+			switch {
+			case err != nil:
+				failures = append(failures, fmt.Sprintf("%s=%.60v: %v", f, v, err))
+			case got.Status >= 500:
+				failures = append(failures, fmt.Sprintf("%s=%.60v: %d %s", f, v, got.Status, got.Body))
+			}
+		}
+	}
+	for _, raw := range []string{"", "null", "[]", "{", `{"id":`, strings.Repeat("[", 10000), `"x"`, "\x00"} {
+		got, err := e.exchange(req{method: http.MethodPost, path: "/v1/webhooks/sim", body: []byte(raw),
+			header: map[string]string{sim.SignatureHeader: sim.Sign(webhookSecret, now, []byte(raw))}})
+		switch {
+		case err != nil:
+			failures = append(failures, fmt.Sprintf("raw %.40q: %v", raw, err))
+		case got.Status >= 500:
+			failures = append(failures, fmt.Sprintf("raw %.40q: %d %s", raw, got.Status, got.Body))
+		}
+	}
+	require.Empty(t, failures, "%d failures", len(failures))
 }

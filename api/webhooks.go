@@ -74,6 +74,11 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 		ev, err = prov.ParseWebhook(r.Header, body, s.clock.Now())
 		evs = []providers.WebhookEvent{ev}
 	}
+	for _, ev := range evs {
+		if err == nil {
+			err = ev.Storable()
+		}
+	}
 	if err != nil {
 		s.log.WarnContext(r.Context(), "api: webhook refused", "provider", name, "error", err)
 		s.problem(w, r, err)

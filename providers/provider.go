@@ -12,10 +12,14 @@
 package providers
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Operation is what we ask the provider to do.
@@ -349,6 +353,24 @@ type WebhookEvent struct {
 	Currency      string
 	OccurredAt    time.Time
 	Data          []byte
+}
+
+// Storable reports a verified event that PostgreSQL could not store or
+// look up (ErrMalformedWebhook): a text field with NUL or invalid UTF-8,
+// or Data that is not JSON jsonb accepts (no \u0000). A signature proves
+// who sent an event, not that its content is sane.
+func (e WebhookEvent) Storable() error {
+	for _, f := range []struct{ name, v string }{{"id", e.ID}, {"type", e.Type}, {"operation", string(e.Operation)},
+		{"reference", e.Reference}, {"provider id", e.ProviderID}, {"state", string(e.State)},
+		{"failure code", e.FailureCode}, {"failure reason", e.FailureReason}, {"amount", e.Amount}, {"currency", e.Currency}} {
+		if !utf8.ValidString(f.v) || strings.IndexByte(f.v, 0) >= 0 {
+			return fmt.Errorf("%w: its %s holds NUL or invalid UTF-8", ErrMalformedWebhook, f.name)
+		}
+	}
+	if !utf8.Valid(e.Data) || bytes.Contains(e.Data, []byte(`\u0000`)) || bytes.IndexByte(e.Data, 0) >= 0 {
+		return fmt.Errorf("%w: its data holds NUL or invalid UTF-8", ErrMalformedWebhook)
+	}
+	return nil
 }
 
 // StatementEntry is one operation in a provider's daily statement (R19).
