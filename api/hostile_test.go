@@ -59,12 +59,7 @@ func TestHostileQueryValuesNeverAnswer5xx(t *testing.T) {
 			for _, v := range values {
 				path := r.path + "?" + url.Values{p: {v}}.Encode()
 				got, err := e.exchange(req{method: http.MethodGet, path: path, key: r.key})
-				switch {
-				case err != nil:
-					failures = append(failures, fmt.Sprintf("%s: %v", path[:min(len(path), 160)], err))
-				case got.Status >= 500:
-					failures = append(failures, fmt.Sprintf("%s: %d %s", path[:min(len(path), 160)], got.Status, got.Body))
-				}
+				failures = noteFailure(failures, fmt.Sprintf("%s", path[:min(len(path), 160)]), got, err)
 			}
 		}
 	}
@@ -87,12 +82,7 @@ func TestHostileQueryValuesNeverAnswer5xx(t *testing.T) {
 		for _, id := range ids {
 			path := fmt.Sprintf(p.pattern, id)
 			got, err := e.exchange(req{method: http.MethodGet, path: path, key: p.key})
-			switch {
-			case err != nil:
-				failures = append(failures, fmt.Sprintf("%s: %v", path[:min(len(path), 160)], err))
-			case got.Status >= 500:
-				failures = append(failures, fmt.Sprintf("%s: %d %s", path[:min(len(path), 160)], got.Status, got.Body))
-			}
+			failures = noteFailure(failures, fmt.Sprintf("%s", path[:min(len(path), 160)]), got, err)
 		}
 	}
 	require.Empty(t, failures, "%d failures", len(failures))
@@ -179,12 +169,7 @@ func TestHostileBodiesNeverAnswer5xx(t *testing.T) {
 				n++
 				got, err := e.exchange(req{method: http.MethodPost, path: r.path, key: r.key, body: body,
 					header: map[string]string{"Idempotency-Key": fmt.Sprintf("hb-%d", n)}})
-				switch {
-				case err != nil:
-					failures = append(failures, fmt.Sprintf("%s %s=%.60v: %v", r.path, f, v, err))
-				case got.Status >= 500:
-					failures = append(failures, fmt.Sprintf("%s %s=%.60v: %d %s", r.path, f, v, got.Status, got.Body))
-				}
+				failures = noteFailure(failures, fmt.Sprintf("%s %s=%.60v", r.path, f, v), got, err)
 			}
 		}
 	}
@@ -289,23 +274,25 @@ func TestHostileSignedWebhooksNeverAnswer5xx(t *testing.T) {
 			require.NoError(t, err)
 			got, err := e.exchange(req{method: http.MethodPost, path: "/v1/webhooks/sim", body: b,
 				header: map[string]string{sim.SignatureHeader: sim.Sign(webhookSecret, now, b)}})
-			switch {
-			case err != nil:
-				failures = append(failures, fmt.Sprintf("%s=%.60v: %v", f, v, err))
-			case got.Status >= 500:
-				failures = append(failures, fmt.Sprintf("%s=%.60v: %d %s", f, v, got.Status, got.Body))
-			}
+			failures = noteFailure(failures, fmt.Sprintf("%s=%.60v", f, v), got, err)
 		}
 	}
 	for _, raw := range []string{"", "null", "[]", "{", `{"id":`, strings.Repeat("[", 10000), `"x"`, "\x00"} {
 		got, err := e.exchange(req{method: http.MethodPost, path: "/v1/webhooks/sim", body: []byte(raw),
 			header: map[string]string{sim.SignatureHeader: sim.Sign(webhookSecret, now, []byte(raw))}})
-		switch {
-		case err != nil:
-			failures = append(failures, fmt.Sprintf("raw %.40q: %v", raw, err))
-		case got.Status >= 500:
-			failures = append(failures, fmt.Sprintf("raw %.40q: %d %s", raw, got.Status, got.Body))
-		}
+		failures = noteFailure(failures, fmt.Sprintf("raw %.40q", raw), got, err)
 	}
 	require.Empty(t, failures, "%d failures", len(failures))
+}
+
+// noteFailure adds what went wrong with one hostile request to failures:
+// the exchange's own error (an answer docs/openapi.yaml forbids) or a 5xx.
+func noteFailure(failures []string, what string, got resp, err error) []string {
+	switch {
+	case err != nil:
+		return append(failures, fmt.Sprintf("%s: %v", what, err))
+	case got.Status >= 500:
+		return append(failures, fmt.Sprintf("%s: %d %s", what, got.Status, got.Body))
+	}
+	return failures
 }
