@@ -296,3 +296,55 @@ func noteFailure(failures []string, what string, got resp, err error) []string {
 	}
 	return failures
 }
+
+// Hostile ids in the paths of POST routes, and hostile headers, with
+// bodies that would otherwise be valid: never a 5xx.
+func TestHostilePostPathsAndHeadersNeverAnswer5xx(t *testing.T) {
+	t.Parallel()
+	e := setup(t, sim.Config{})
+	pix := map[string]any{"pix_key": map[string]any{"type": "email", "value": "a@example.com"}}
+	ids := []string{"-1", "0", "9223372036854775808", "abc", "ü€😀", strings.Repeat("a", 2000), "%00", "a%00b", "%FF%FE",
+		"00000000-0000-0000-0000-000000000000", "not-a-uuid", "%27%3B--", "m2"}
+	posts := []struct {
+		pattern, key string
+		body         any
+	}{
+		{"/v1/merchants/%s/payouts", e.admin, map[string]any{"operation": "pix_transfer", "amount": "1.00", "currency": "BRL", "destination": pix}},
+		{"/v1/merchants/%s/pix-transfers", e.admin, map[string]any{"amount": "1.00", "currency": "BRL", "destination": pix}},
+		{"/v1/merchants/%s/fundings", e.admin, map[string]any{"amount": "1.00", "currency": "BRL", "reason": "x"}},
+		{"/v1/merchants/m1/payouts/%s/retry", e.m1, nil},
+		{"/v1/merchants/m1/charges/%s/refunds", e.m1, map[string]any{"amount": "1.00", "currency": "BRL"}},
+		{"/v1/merchants/m1/notification-endpoints/%s/disable", e.m1, nil},
+		{"/v1/keys/%s/revoke", e.admin, nil},
+		{"/v1/attempts/%s/resolution", e.operator, map[string]any{"status": "failed", "reason": "x"}},
+		{"/v1/attempts/%s/divergence-settlement", e.operator, map[string]any{"reason": "x"}},
+		{"/v1/reconcile/divergences/%s/resolution", e.operator, map[string]any{"reason": "x"}},
+	}
+	var failures []string
+	n := 0
+	for _, p := range posts {
+		for _, id := range ids {
+			n++
+			path := fmt.Sprintf(p.pattern, id)
+			got, err := e.exchange(req{method: http.MethodPost, path: path, key: p.key, body: p.body,
+				header: map[string]string{"Idempotency-Key": fmt.Sprintf("hp-%d", n)}})
+			failures = noteFailure(failures, path[:min(len(path), 160)], got, err)
+		}
+	}
+	body := map[string]any{"amount": "1.00", "currency": "BRL", "destination": pix}
+	for _, h := range []map[string]string{
+		{"Idempotency-Key": ""}, {"Idempotency-Key": strings.Repeat("k", 300)}, {"Idempotency-Key": "ü€😀"},
+		{"Idempotency-Key": "a\tb"}, {"Content-Type": "application/json; charset=latin1"}, {"Content-Type": "text/plain"},
+		{"Content-Type": "application/json;;;"}, {"Authorization": "Bearer "}, {"Authorization": "Bearer sk_" + strings.Repeat("x", 5000)},
+		{"Authorization": "Basic dXNlcjpwYXNz"}, {"Authorization": "Bearer ü€"},
+	} {
+		n++
+		hdr := map[string]string{"Idempotency-Key": fmt.Sprintf("hh-%d", n)}
+		for k, v := range h {
+			hdr[k] = v
+		}
+		got, err := e.exchange(req{method: http.MethodPost, path: "/v1/merchants/m1/pix-transfers", key: e.m1, body: body, header: hdr})
+		failures = noteFailure(failures, fmt.Sprintf("headers %v", h), got, err)
+	}
+	require.Empty(t, failures, "%d failures", len(failures))
+}
