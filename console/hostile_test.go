@@ -10,7 +10,7 @@ import (
 // Every 5xx a client can trigger is a defect: every console GET page, with
 // every query parameter the console reads set to hostile values, and with
 // hostile ids in its paths, answers a page, a redirect or a 4xx, never a
-// 5xx, for a signed-in admin (who may open every page).
+// 5xx, for every role signed in.
 func TestConsoleHostileRequestsNeverAnswer5xx(t *testing.T) {
 	t.Parallel()
 	e := setup(t, envOpts{insecure: true})
