@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/saldo/saldo/internal/hostile"
 	"github.com/saldo/saldo/providers/sim"
 )
 
@@ -162,10 +163,10 @@ func TestHostileBodiesNeverAnswer5xx(t *testing.T) {
 		// valid body at any depth (legs[0].amount, destination.pix_key.value).
 		fields := []string{"amount", "currency", "destination", "description", "metadata", "legs", "kind", "card_token",
 			"splits", "url", "reason", "status", "evidence", "role", "merchant_id", "name", "id", "operation", "events"}
-		fields = append(fields, leafPaths("", r.body)...)
+		fields = append(fields, hostile.LeafPaths(r.body)...)
 		for _, f := range fields {
 			for _, v := range values {
-				body := withValue(map[string]any(r.body), strings.Split(f, "."), v)
+				body := hostile.With(r.body, strings.Split(f, "."), v)
 				n++
 				got, err := e.exchange(req{method: http.MethodPost, path: r.path, key: r.key, body: body,
 					header: map[string]string{"Idempotency-Key": fmt.Sprintf("hb-%d", n)}})
@@ -174,54 +175,6 @@ func TestHostileBodiesNeverAnswer5xx(t *testing.T) {
 		}
 	}
 	require.Empty(t, failures, "%d failures", len(failures))
-}
-
-// leafPaths lists the dotted paths of every value in body, at any depth
-// (an array's elements as their index).
-func leafPaths(prefix string, v any) []string {
-	var out []string
-	switch x := v.(type) {
-	case map[string]any:
-		for k, y := range x {
-			p := k
-			if prefix != "" {
-				p = prefix + "." + k
-			}
-			out = append(out, p)
-			out = append(out, leafPaths(p, y)...)
-		}
-	case []any:
-		for i, y := range x {
-			p := fmt.Sprintf("%s.%d", prefix, i)
-			out = append(out, p)
-			out = append(out, leafPaths(p, y)...)
-		}
-	}
-	return out
-}
-
-// withValue copies v with the value at path set to val.
-func withValue(v any, path []string, val any) any {
-	if len(path) == 0 {
-		return val
-	}
-	switch x := v.(type) {
-	case map[string]any:
-		c := make(map[string]any, len(x)+1)
-		for k, y := range x {
-			c[k] = y
-		}
-		c[path[0]] = withValue(x[path[0]], path[1:], val)
-		return c
-	case []any:
-		c := append([]any(nil), x...)
-		var i int
-		if _, err := fmt.Sscan(path[0], &i); err == nil && i >= 0 && i < len(c) {
-			c[i] = withValue(c[i], path[1:], val)
-		}
-		return c
-	}
-	return withValue(map[string]any{}, path, val)
 }
 
 // A refund's amount left out refunds everything still refundable; an empty
@@ -265,11 +218,11 @@ func TestHostileSignedWebhooksNeverAnswer5xx(t *testing.T) {
 			"currency": "BRL", "state": "succeeded", "created_at": now}}
 	var failures []string
 	n := 0
-	for _, f := range append([]string{"extra"}, leafPaths("", base)...) {
+	for _, f := range append([]string{"extra"}, hostile.LeafPaths(base)...) {
 		for _, v := range values {
 			n++
-			body := withValue(map[string]any(base), strings.Split(f, "."), v)
-			body = withValue(body, []string{"id"}, fmt.Sprintf("evt_h%d", n))
+			body := hostile.With(base, strings.Split(f, "."), v)
+			body = hostile.With(body, []string{"id"}, fmt.Sprintf("evt_h%d", n))
 			b, err := json.Marshal(body)
 			require.NoError(t, err)
 			got, err := e.exchange(req{method: http.MethodPost, path: "/v1/webhooks/sim", body: b,
