@@ -6,14 +6,18 @@ package hostile
 
 import (
 	"fmt"
+	"sort"
 	"strconv"
 )
 
 // LeafPaths lists the dotted paths of every value in v (a decoded JSON
 // document: maps, slices, scalars), at any depth, an array's elements by
-// index: {"a":{"b":[1]}} gives a, a.b, a.b.0.
+// index, sorted (a sweep runs in the same order every time):
+// {"a":{"b":[1]}} gives a, a.b, a.b.0.
 func LeafPaths(v any) []string {
-	return leafPaths("", v)
+	out := leafPaths("", v)
+	sort.Strings(out)
+	return out
 }
 
 func leafPaths(prefix string, v any) []string {
