@@ -94,15 +94,11 @@ func MerchantStatement(ctx context.Context, db DBTX, req StatementRequest) (Stat
 			return StatementPage{}, err
 		}
 	}
-	// The first page of a range read from its near side starts each account
-	// at the range's start, found by binary search first.
-	if req.Cursor == "" && (req.Order == Ascending && !req.From.IsZero() || req.Order == Descending && !req.To.IsZero()) {
-		return statementSearched(ctx, db, req, scope, nil, limit)
-	}
-	// Otherwise one round trip: the accounts, and the page from the
-	// cursor's positions (an account it does not name starts at its end,
-	// newest first, or its beginning, oldest first; newest first, an
-	// account opened after the first page is left out).
+	// One round trip: the accounts, and the page from the cursor's
+	// positions (ledger_statement_page: an account the cursor does not name
+	// starts at its end, newest first, or its beginning, oldest first, or
+	// at the range's start when the range has one on that side; newest
+	// first, an account opened after the first page is left out).
 	ids, bounds := positionArrays(pos)
 	b := &pgx.Batch{}
 	b.Queue(statementAccountsSQL, req.MerchantID, req.Currency.Code())
@@ -122,68 +118,27 @@ func MerchantStatement(ctx context.Context, db DBTX, req StatementRequest) (Stat
 	if rows, err = res.Query(); err != nil {
 		return StatementPage{}, fmt.Errorf("ledger: statement of %s: %w", req.MerchantID, err)
 	}
-	entries, more, err := scanStatementRows(rows, req.MerchantID, accs, limit)
+	entries, used, more, err := scanStatementRows(rows, req.MerchantID, accs, limit)
 	if err != nil {
 		return StatementPage{}, err
 	}
 	if err := res.Close(); err != nil {
 		return StatementPage{}, fmt.Errorf("ledger: statement of %s: %w", req.MerchantID, err)
 	}
-	unlisted, err := applyPositions(pos, req.Order, accs)
-	if err != nil {
+	// The cursor is checked against the merchant's accounts (the query
+	// read only the merchant's, whatever the cursor named); then every
+	// account takes the position the page was read from.
+	if err := checkPositions(pos, accs); err != nil {
 		return StatementPage{}, err
-	}
-	if unlisted && req.Order == Ascending && !req.From.IsZero() {
-		// An account opened since the first page starts at the range's
-		// start, which only a search finds (rare: read again that way).
-		return statementSearched(ctx, db, req, scope, pos, limit)
 	}
 	for _, a := range accs {
-		if a.bound == -1 && !a.done {
-			if req.Order == Descending {
-				a.bound = a.lastSeq + 1
-			} else {
-				a.bound = 0
-			}
+		bound, ok := used[a.id]
+		if !ok {
+			// The page's statement reads the accounts after the first one
+			// did, and accounts are never deleted: not expected.
+			return StatementPage{}, fmt.Errorf("ledger: statement of %s: no position for account %s", req.MerchantID, a.code)
 		}
-	}
-	return statementPageOf(scope, req.Order, accs, entries, more), nil
-}
-
-// statementSearched reads a page in three round trips: the accounts, the
-// positions of the range's start in the accounts the cursor does not name
-// (binary search), and the page from explicit positions.
-func statementSearched(ctx context.Context, db DBTX, req StatementRequest, scope string, pos map[int64]int64, limit int) (StatementPage, error) {
-	rows, err := db.Query(ctx, statementAccountsSQL, req.MerchantID, req.Currency.Code())
-	if err != nil {
-		return StatementPage{}, fmt.Errorf("ledger: statement of %s: accounts: %w", req.MerchantID, err)
-	}
-	accs, err := scanStatementAccounts(rows, req.MerchantID)
-	if err != nil {
-		return StatementPage{}, err
-	}
-	if _, err := applyPositions(pos, req.Order, accs); err != nil {
-		return StatementPage{}, err
-	}
-	if err := initialBounds(ctx, db, req, accs); err != nil {
-		return StatementPage{}, err
-	}
-	var ids, bounds []int64
-	for _, a := range accs {
-		ids = append(ids, a.id)
-		if a.done {
-			bounds = append(bounds, -1)
-		} else {
-			bounds = append(bounds, a.bound)
-		}
-	}
-	from, to := timeArgs(req)
-	if rows, err = db.Query(ctx, statementSQLFor(req.Order), ids, bounds, limit+1, from, to, req.MerchantID, req.Currency.Code(), true); err != nil {
-		return StatementPage{}, fmt.Errorf("ledger: statement of %s: %w", req.MerchantID, err)
-	}
-	entries, more, err := scanStatementRows(rows, req.MerchantID, accs, limit)
-	if err != nil {
-		return StatementPage{}, err
+		a.bound, a.done = bound, bound == -1
 	}
 	return statementPageOf(scope, req.Order, accs, entries, more), nil
 }
@@ -316,98 +271,25 @@ func parseStatementCursor(c, scope string, order Order) (map[int64]int64, error)
 	return pos, nil
 }
 
-// applyPositions gives the merchant's accounts the cursor's positions.
-// Every account the cursor names must be one of them, at a position its
-// history has. It reports whether some account is not named (one opened
-// after the first page): newest first it is left out, being newer than the
-// statement being read; oldest first it starts from the beginning of the
-// range (the caller positions it).
-func applyPositions(pos map[int64]int64, order Order, accs []*statementAccount) (unlisted bool, err error) {
-	if pos == nil {
-		return false, nil
-	}
+// checkPositions refuses a cursor that names an account that is not one
+// of the merchant's (accs), or a position its history does not have.
+func checkPositions(pos map[int64]int64, accs []*statementAccount) error {
 	byID := make(map[int64]*statementAccount, len(accs))
 	for _, a := range accs {
 		byID[a.id] = a
 	}
 	for id, bound := range pos {
-		a := byID[id]
-		if a == nil || bound > a.lastSeq+1 {
-			return false, fmt.Errorf("%w: bad position", ErrInvalidCursor)
-		}
-		if bound == -1 {
-			a.done = true
-			continue
-		}
-		a.bound = bound
-	}
-	for _, a := range accs {
-		if _, ok := pos[a.id]; !ok {
-			unlisted = true
-			if order == Descending {
-				a.done = true
-			}
+		if a := byID[id]; a == nil || bound > a.lastSeq+1 {
+			return fmt.Errorf("%w: bad position", ErrInvalidCursor)
 		}
 	}
-	return unlisted, nil
-}
-
-// initialBounds positions the accounts the cursor did not: at the start of
-// the time range. A range bound on the side the listing starts from is
-// found by binary search over the account's sequence (posted_at never goes
-// backwards within an account); the other side is checked on the rows read.
-func initialBounds(ctx context.Context, db DBTX, req StatementRequest, accs []*statementAccount) error {
-	var search []*statementAccount
-	for _, a := range accs {
-		if a.done || a.bound != -1 {
-			continue
-		}
-		if req.Order == Descending {
-			a.bound = a.lastSeq + 1
-			if !req.To.IsZero() {
-				search = append(search, a)
-			}
-		} else {
-			a.bound = 0
-			if !req.From.IsZero() {
-				search = append(search, a)
-			}
-		}
-		if a.lastSeq == 0 && req.Order == Descending {
-			a.done = true
-		}
-	}
-	if len(search) == 0 {
-		return nil
-	}
-	at := req.From
-	if req.Order == Descending {
-		at = req.To
-	}
-	b := &pgx.Batch{}
-	for _, a := range search {
-		b.Queue(lastSeqBeforeSQL, a.id, a.lastSeq, at)
-	}
-	res := db.SendBatch(ctx, b)
-	defer res.Close()
-	for _, a := range search {
-		var seq int64
-		if err := res.QueryRow().Scan(&seq); err != nil {
-			return fmt.Errorf("ledger: statement: position of %s at %s: %w", a.code, at, err)
-		}
-		// seq is the last posting before the instant (0: none).
-		if req.Order == Descending {
-			a.bound = seq + 1
-		} else {
-			a.bound = seq
-		}
-	}
-	return res.Close()
+	return nil
 }
 
 // lastSeqBeforeSQL binary-searches the account's sequence for its last
 // posting with posted_at < $3 (0 when there is none): O(log n) primary-key
-// probes in one round trip, like BalanceAt.
+// probes in one round trip, like BalanceAt (the CSV export's range;
+// ledger_statement_page searches the same way).
 const lastSeqBeforeSQL = `
 	WITH RECURSIVE search(lo, hi) AS (
 		SELECT 0::bigint, $2::bigint
@@ -420,18 +302,20 @@ const lastSeqBeforeSQL = `
 	)
 	SELECT lo FROM search WHERE lo >= hi`
 
-// scanStatementRows reads a page's rows: at most limit+1 come back, and
-// the last is only the sign of a next page. A row of an account opened
-// between the two statements of the round trip is not on this page (the
-// next one has it, oldest first; newest first it is newer than the
+// scanStatementRows reads a page's rows: first the position each account
+// was read from (leg 0, which no posting has: used), then at most limit+1
+// postings, the last only the sign of a next page. A row of an account
+// opened between the two statements of the round trip is not on this page
+// (the next one has it, oldest first; newest first it is newer than the
 // statement), but it counts for the next page's existence.
-func scanStatementRows(rows pgx.Rows, merchantID string, accs []*statementAccount, limit int) ([]StatementEntry, bool, error) {
+func scanStatementRows(rows pgx.Rows, merchantID string, accs []*statementAccount, limit int) (entries []StatementEntry, used map[int64]int64, more bool, err error) {
 	defer rows.Close()
 	byID := make(map[int64]*statementAccount, len(accs))
 	for _, a := range accs {
 		byID[a.id] = a
 	}
 	out := make([]StatementEntry, 0, limit)
+	used = make(map[int64]int64, len(accs))
 	n := 0
 	for rows.Next() {
 		var (
@@ -440,7 +324,11 @@ func scanStatementRows(rows pgx.Rows, merchantID string, accs []*statementAccoun
 			amount, after string
 		)
 		if err := rows.Scan(&e.AccountID, &e.Seq, &e.TransactionID, &leg, &amount, &after, &e.PostedAt, &e.CauseKind, &e.CauseID); err != nil {
-			return nil, false, fmt.Errorf("ledger: statement of %s: %w", merchantID, err)
+			return nil, nil, false, fmt.Errorf("ledger: statement of %s: %w", merchantID, err)
+		}
+		if leg == 0 {
+			used[e.AccountID] = e.Seq
+			continue
 		}
 		n++
 		a := byID[e.AccountID]
@@ -448,19 +336,18 @@ func scanStatementRows(rows pgx.Rows, merchantID string, accs []*statementAccoun
 			continue
 		}
 		e.Leg, e.AccountCode, e.Currency, e.Purpose = int(leg), a.code, a.currency, a.purpose
-		var err error
 		if e.Amount, err = decimal.NewFromString(amount); err != nil {
-			return nil, false, err
+			return nil, nil, false, err
 		}
 		if e.BalanceAfter, err = decimal.NewFromString(after); err != nil {
-			return nil, false, err
+			return nil, nil, false, err
 		}
 		out = append(out, e)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, false, fmt.Errorf("ledger: statement of %s: %w", merchantID, err)
+		return nil, nil, false, fmt.Errorf("ledger: statement of %s: %w", merchantID, err)
 	}
-	return out, n > limit, nil
+	return out, used, n > limit, nil
 }
 
 // statementSQL reads a page through ledger_statement_page (migration

@@ -251,6 +251,7 @@ func benchReads(ctx context.Context, pool *pgxpool.Pool, o readsOptions) error {
 		return err
 	}
 	pmStmt := "/v1/merchants/" + pm + "/statement?limit=50"
+	stmtUntil := stmt + "&to=" + url.QueryEscape(first.Add(span/2).UTC().Format(time.RFC3339Nano))
 	reads := []readSpec{
 		{name: "baseline: GET /readyz (SELECT 1)", path: func() string { return "/readyz" }},
 		{name: "merchant balances", target: 2 * time.Millisecond, key: merchantKey,
@@ -267,6 +268,11 @@ func benchReads(ctx context.Context, pool *pgxpool.Pool, o readsOptions) error {
 			path: func() string { return withCursor(stmt, stmtCursor) }},
 		{name: "statement of payouts, page 1 (50 rows)", target: 5 * time.Millisecond, key: pmKey,
 			path: func() string { return pmStmt }},
+		// A dashboard's "statement until a date": the first page of a range
+		// whose end is in the middle of the long account's history (each
+		// account positioned there by binary search).
+		{name: "statement until a date, page 1", target: 5 * time.Millisecond, key: merchantKey,
+			path: func() string { return stmtUntil }},
 	}
 	// Without autovacuum (some test servers turn it off), the accounts
 	// table, a few rows updated by every transfer, grows a page of dead

@@ -24,7 +24,7 @@ func TestBenchReadsSmall(t *testing.T) {
 		CSVRows: 500, DeepPage: 10, Calibrate: 300 * time.Millisecond, PayoutsPerS: 20, PayoutsMerchantPayouts: 30}
 	out := captureStdout(t, func() { require.NoError(t, benchReads(ctx, pool, o)) })
 	for _, want := range []string{"build: 4000 postings", "merchant balances", "entries page 10 (50 rows)",
-		"balance at an instant", "statement page 1 (50 rows", "statement of payouts, page 1 (50 rows)", "CSV export of one account", "audit (ledger", "audit OK"} {
+		"balance at an instant", "statement page 1 (50 rows", "statement of payouts, page 1 (50 rows)", "statement until a date, page 1", "CSV export of one account", "audit (ledger", "audit OK"} {
 		require.Contains(t, out, want)
 	}
 	// The test's role may not CHECKPOINT: the bench says so and goes on.
