@@ -353,12 +353,14 @@ func scanStatementRows(rows pgx.Rows, merchantID string, accs []*statementAccoun
 // statementSQL reads a page through ledger_statement_page (migration
 // 00017): the merchant's accounts with their positions (from the cursor's
 // arrays $1 and $2; an account they do not name is left out when $8, else
-// starts at its end newest first, at its beginning oldest first; -1: left
-// out), each account's next $3 (limit+1) postings by primary key, the time
-// range [$4, $5), the merge in statement order, and the causes of the
-// page's transactions only. The function keeps the query's generic plan
-// for the session: sent as a statement of its own, it was planned on every
-// call, and planning cost more than running it.
+// starts at its end newest first, at its beginning oldest first, or at the
+// range's start when the range has one on that side, by binary search;
+// -1: left out), returned first as leg-0 rows; then each account's next $3
+// (limit+1) postings by primary key, the time range [$4, $5), the merge in
+// statement order, and the causes of the page's transactions only. The
+// function keeps its queries' generic plans for the session: sent as a
+// statement of its own, the page was planned on every call, and planning
+// cost more than running it.
 const statementSQL = `SELECT account_id, seq, transaction_id, leg, amount, balance_after, posted_at, cause_kind, cause_id
 	FROM ledger_statement_page(%t, $1, $2, $3, $4, $5, $6, $7, $8)`
 
