@@ -59,10 +59,9 @@ type statementAccount struct {
 	lastSeq  int64
 	// bound is the position the next page continues from: in ascending
 	// order the last seq consumed (the next page reads seq > bound), in
-	// descending order the smallest seq consumed (seq < bound). done: the
-	// account has nothing more in the statement's time range.
+	// descending order the smallest seq consumed (seq < bound); -1: the
+	// account has nothing more in the statement.
 	bound int64
-	done  bool
 }
 
 // MerchantStatement returns one page of the merchant's statement: the
@@ -138,7 +137,7 @@ func MerchantStatement(ctx context.Context, db DBTX, req StatementRequest) (Stat
 			// did, and accounts are never deleted: not expected.
 			return StatementPage{}, fmt.Errorf("ledger: statement of %s: no position for account %s", req.MerchantID, a.code)
 		}
-		a.bound, a.done = bound, bound == -1
+		a.bound = bound
 	}
 	return statementPageOf(scope, req.Order, accs, entries, more), nil
 }
@@ -227,13 +226,9 @@ func encodeStatementCursor(scope string, order Order, accs []*statementAccount) 
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		bound := a.bound
-		if a.done {
-			bound = -1
-		}
 		b.WriteString(strconv.FormatInt(a.id, 10))
 		b.WriteByte('.')
-		b.WriteString(strconv.FormatInt(bound, 10))
+		b.WriteString(strconv.FormatInt(a.bound, 10))
 	}
 	return base64.RawURLEncoding.EncodeToString([]byte(b.String()))
 }
