@@ -37,13 +37,13 @@ import (
 	"net/url"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/saldo/saldo/attempts"
 	"github.com/saldo/saldo/charges"
+	"github.com/saldo/saldo/internal/pgtext"
 	"github.com/saldo/saldo/internal/replica"
 	"github.com/saldo/saldo/payouts"
 	"github.com/saldo/saldo/providers"
@@ -343,7 +343,7 @@ func (s *Server) guard(next http.Handler) http.Handler {
 		if strings.HasPrefix(r.URL.Path, "/v1/") {
 			w.Header().Set("Cache-Control", "no-store")
 		}
-		if !cleanText(r.URL.Path) {
+		if !pgtext.Valid(r.URL.Path) {
 			s.problem(w, r, badRequest("the path must be UTF-8 without NUL characters"))
 			return
 		}
@@ -356,12 +356,12 @@ func (s *Server) guard(next http.Handler) http.Handler {
 		// first value or as no filter at all: a listing that fails open.
 		strict := strings.HasPrefix(r.URL.Path, "/v1/") && !strings.HasPrefix(r.URL.Path, "/v1/webhooks/")
 		for k, vs := range q {
-			if !cleanText(k) {
+			if !pgtext.Valid(k) {
 				s.problem(w, r, badRequest("query parameter names must be UTF-8 without NUL characters"))
 				return
 			}
 			for _, v := range vs {
-				if !cleanText(v) {
+				if !pgtext.Valid(v) {
 					s.problem(w, r, invalidField(k, k+" must be UTF-8 without NUL characters"))
 					return
 				}
@@ -377,11 +377,6 @@ func (s *Server) guard(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// cleanText: valid UTF-8 without NUL, as PostgreSQL text requires.
-func cleanText(s string) bool {
-	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
 }
 
 type statusWriter struct {

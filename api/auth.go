@@ -18,6 +18,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/saldo/saldo/internal/pgtext"
 	"github.com/saldo/saldo/internal/sqlcols"
 	"github.com/saldo/saldo/ledger"
 	"github.com/saldo/saldo/merchants"
@@ -77,7 +78,7 @@ func CreateKey(ctx context.Context, db ledger.DBTX, role Role, merchantID, name 
 	if (role == RoleMerchant) != (merchantID != "") {
 		return Key{}, "", fmt.Errorf("%w: a merchant key names exactly one merchant; other roles name none", ErrInvalidKey)
 	}
-	if utf8.RuneCountInString(name) > 200 || !utf8.ValidString(name) || strings.ContainsRune(name, 0) {
+	if utf8.RuneCountInString(name) > 200 || !pgtext.Valid(name) {
 		return Key{}, "", fmt.Errorf("%w: name must be up to 200 characters of valid UTF-8 without NUL", ErrInvalidKey)
 	}
 	if merchantID != "" {

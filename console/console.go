@@ -50,13 +50,13 @@ import (
 	"net/url"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/saldo/saldo/attempts"
 	"github.com/saldo/saldo/charges"
+	"github.com/saldo/saldo/internal/pgtext"
 	"github.com/saldo/saldo/internal/replica"
 	"github.com/saldo/saldo/payouts"
 )
@@ -189,7 +189,7 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // without NUL (PostgreSQL text refuses NUL, which would be a 500), and the
 // query parses.
 func cleanRequest(r *http.Request) bool {
-	if !cleanText(r.URL.Path) {
+	if !pgtext.Valid(r.URL.Path) {
 		return false
 	}
 	q, err := url.ParseQuery(r.URL.RawQuery)
@@ -199,21 +199,16 @@ func cleanRequest(r *http.Request) bool {
 // cleanValues: every name and value of a query or form is clean text.
 func cleanValues(vs url.Values) bool {
 	for k, v := range vs {
-		if !cleanText(k) {
+		if !pgtext.Valid(k) {
 			return false
 		}
 		for _, x := range v {
-			if !cleanText(x) {
+			if !pgtext.Valid(x) {
 				return false
 			}
 		}
 	}
 	return true
-}
-
-// cleanText: valid UTF-8 without NUL, as PostgreSQL text requires.
-func cleanText(s string) bool {
-	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
 }
 
 // CSP is the Content-Security-Policy of every console answer: nothing but

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/saldo/saldo/internal/pgtext"
 	"github.com/saldo/saldo/ledger"
 	"github.com/saldo/saldo/money"
 )
@@ -43,7 +44,7 @@ func Create(ctx context.Context, db ledger.DBTX, id, name string) (Merchant, err
 	if !idPattern.MatchString(id) {
 		return Merchant{}, fmt.Errorf("%w: id %q: lowercase letters, digits, '_' or '-', 1-63 characters", ErrInvalid, id)
 	}
-	if name == "" || utf8.RuneCountInString(name) > 200 || !utf8.ValidString(name) || strings.ContainsRune(name, 0) {
+	if name == "" || utf8.RuneCountInString(name) > 200 || !pgtext.Valid(name) {
 		return Merchant{}, fmt.Errorf("%w: name must be 1-200 characters of valid UTF-8 without NUL", ErrInvalid)
 	}
 	m := Merchant{ID: id, Name: name}

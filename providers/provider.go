@@ -17,9 +17,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/saldo/saldo/internal/pgtext"
 )
 
 // Operation is what we ask the provider to do.
@@ -363,7 +364,7 @@ func (e WebhookEvent) Storable() error {
 	for _, f := range []struct{ name, v string }{{"id", e.ID}, {"type", e.Type}, {"operation", string(e.Operation)},
 		{"reference", e.Reference}, {"provider id", e.ProviderID}, {"state", string(e.State)},
 		{"failure code", e.FailureCode}, {"failure reason", e.FailureReason}, {"amount", e.Amount}, {"currency", e.Currency}} {
-		if !utf8.ValidString(f.v) || strings.IndexByte(f.v, 0) >= 0 {
+		if !pgtext.Valid(f.v) {
 			return fmt.Errorf("%w: its %s holds NUL or invalid UTF-8", ErrMalformedWebhook, f.name)
 		}
 	}
