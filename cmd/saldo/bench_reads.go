@@ -436,13 +436,18 @@ func readsPayoutsMerchant(ctx context.Context, pool *pgxpool.Pool, pay *payouts.
 		return "", err
 	}
 	for i := have; i < n; i++ {
-		if _, err := pay.CreatePayout(ctx, payouts.PayoutRequest{MerchantID: id, ClientKey: fmt.Sprintf("bench-reads-pm-%d", i),
-			Operation: providers.OpPixTransfer, Amount: money.MustParse("1.00", "BRL"),
-			Destination: &providers.Destination{PixKey: &providers.PixKey{Type: "email", Value: "bench@example.com"}}}); err != nil {
+		if _, err := pay.CreatePayout(ctx, readsPayout(id, fmt.Sprintf("bench-reads-pm-%d", i))); err != nil {
 			return "", fmt.Errorf("payouts merchant: payout %d: %w", i, err)
 		}
 	}
 	return id, nil
+}
+
+// readsPayout is the bench's payout: a 1.00 BRL Pix transfer.
+func readsPayout(merchantID, clientKey string) payouts.PayoutRequest {
+	return payouts.PayoutRequest{MerchantID: merchantID, ClientKey: clientKey, Operation: providers.OpPixTransfer,
+		Amount:      money.MustParse("1.00", "BRL"),
+		Destination: &providers.Destination{PixKey: &providers.PixKey{Type: "email", Value: "bench@example.com"}}}
 }
 
 // readsBuild posts o.Postings postings (two per transfer) through
@@ -642,9 +647,7 @@ func readsWriters(ctx context.Context, pool *pgxpool.Pool, pay *payouts.Service,
 					return
 				case <-t.C:
 				}
-				_, err := pay.CreatePayout(context.WithoutCancel(ctx), payouts.PayoutRequest{MerchantID: l.merchants[0],
-					ClientKey: fmt.Sprintf("%s-po-%d", l.sess, i), Operation: providers.OpPixTransfer, Amount: money.MustParse("1.00", "BRL"),
-					Destination: &providers.Destination{PixKey: &providers.PixKey{Type: "email", Value: "bench@example.com"}}})
+				_, err := pay.CreatePayout(context.WithoutCancel(ctx), readsPayout(l.merchants[0], fmt.Sprintf("%s-po-%d", l.sess, i)))
 				if err != nil {
 					fail(err)
 					return
