@@ -66,14 +66,12 @@ func TestPixHostileWebhooksNeverAnswer5xx(t *testing.T) {
 		}
 		return r.StatusCode
 	}
-	for _, f := range hostile.LeafPaths(base) {
-		for _, v := range values {
-			b, err := json.Marshal(hostile.With(base, strings.Split(f, "."), v))
-			require.NoError(t, err)
-			post(fmt.Sprintf("%s=%.40v", f, v), b)
-		}
-	}
-	for _, raw := range []string{"", "null", "[]", "{", `{"pix":`, `{"pix":null}`, `{"pix":[null]}`, strings.Repeat("[", 10000)} {
+	hostile.Each(base, hostile.LeafPaths(base), values, func(f string, v, body any) {
+		b, err := json.Marshal(body)
+		require.NoError(t, err)
+		post(fmt.Sprintf("%s=%.40v", f, v), b)
+	})
+	for _, raw := range append([]string{`{"pix":`, `{"pix":null}`, `{"pix":[null]}`}, hostile.Malformed...) {
 		post("raw "+raw, []byte(raw))
 	}
 	require.Empty(t, failures, "%d of %d hostile notices answered a 5xx", len(failures), n)

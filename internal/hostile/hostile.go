@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 )
 
 // LeafPaths lists the dotted paths of every value in v (a decoded JSON
@@ -66,3 +67,18 @@ func With(v any, path []string, val any) any {
 	}
 	return With(map[string]any{}, path, val)
 }
+
+// Each calls fn once for every field (a dotted path, as LeafPaths gives
+// them) and every value: with body, a copy of base where that field holds
+// that value.
+func Each(base any, fields []string, values []any, fn func(field string, value, body any)) {
+	for _, f := range fields {
+		for _, v := range values {
+			fn(f, v, With(base, strings.Split(f, "."), v))
+		}
+	}
+}
+
+// Malformed are bodies no JSON reader should take: empty, null, the wrong
+// kind of value, cut short, nested past any sane depth, a NUL.
+var Malformed = []string{"", "null", "[]", `"x"`, "{", `{"id":`, strings.Repeat("[", 10000), "\x00"}

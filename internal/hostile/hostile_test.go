@@ -26,3 +26,18 @@ func TestLeafPathsAndWith(t *testing.T) {
 	require.NoError(t, err)
 	require.JSONEq(t, `{"a":{"b":[1,{"c":"x"}]},"d":{"e":1}}`, string(b))
 }
+
+func TestEach(t *testing.T) {
+	base := map[string]any{"a": 1, "b": map[string]any{"c": 2}}
+	var got []string
+	Each(base, LeafPaths(base), []any{"x", nil}, func(f string, v, body any) {
+		b, err := json.Marshal(body)
+		require.NoError(t, err)
+		got = append(got, f+"="+string(b))
+	})
+	require.Equal(t, []string{
+		`a={"a":"x","b":{"c":2}}`, `a={"a":null,"b":{"c":2}}`,
+		`b={"a":1,"b":"x"}`, `b={"a":1,"b":null}`,
+		`b.c={"a":1,"b":{"c":"x"}}`, `b.c={"a":1,"b":{"c":null}}`,
+	}, got)
+}
