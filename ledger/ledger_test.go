@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
 	"github.com/stretchr/testify/require"
@@ -312,6 +314,20 @@ func TestDatabaseGuards(t *testing.T) {
 	_, err = f.pool.Exec(ctx, `INSERT INTO ledger_transactions (idempotency_key, request_hash, cause_kind, cause_id, effective_at, posted_at)
 		VALUES ('raw', '\x00', 'test', 'raw', now(), now())`)
 	require.ErrorIs(t, ledger.MapCommitError(err), ledger.ErrUnbalanced)
+
+	// An idempotency key already posted is refused by the database itself,
+	// whoever inserts it (migration 00018: an exclusion constraint over a
+	// hash index, under the name of the UNIQUE constraint it replaced).
+	_, err = f.pool.Exec(ctx, `WITH t AS (INSERT INTO ledger_transactions (idempotency_key, request_hash, cause_kind, cause_id, effective_at, posted_at)
+		VALUES ($1, '\x00', 'test', 'raw', now(), now()) RETURNING id)
+		INSERT INTO ledger_postings (account_id, seq, transaction_id, leg, amount, currency, balance_after, posted_at, hash)
+		SELECT $2::bigint, 90, t.id, 1, -1, 'BRL', 0, now(), '\x'::bytea FROM t
+		UNION ALL SELECT $3::bigint, 91, t.id, 2, 1, 'BRL', 0, now(), '\x'::bytea FROM t`,
+		posted.IdempotencyKey, a.ID, b.ID)
+	var keyErr *pgconn.PgError
+	require.ErrorAs(t, err, &keyErr)
+	require.Equal(t, "ledger_transactions_idempotency_key", keyErr.ConstraintName)
+	require.Equal(t, pgerrcode.ExclusionViolation, keyErr.Code)
 
 	// Postings written directly must keep their transaction balanced and
 	// name an existing account in its currency and an existing transaction

@@ -159,3 +159,67 @@ func TestPosterCloseWhilePosting(t *testing.T) {
 	}
 	requireClean(t, ctx, f.pool)
 }
+
+// TestPosterKeyRaceAcrossAccounts: the same idempotency key sent at once
+// for transfers between different accounts, through two Posters (two
+// processes) and a plain Post. The batches hold no account in common, so
+// nothing serialises them before they insert the key: the database's own
+// constraint decides (migration 00018: an exclusion constraint over a hash
+// index, which can refuse a racing batch with a deadlock where a UNIQUE
+// B-tree made it wait). Exactly one transfer per key is posted; every other
+// caller is told the key is taken by other postings, none gets another
+// error, and the ledger is clean.
+func TestPosterKeyRaceAcrossAccounts(t *testing.T) {
+	t.Parallel()
+	ctx, f := setup(t)
+	const racers = 6
+	codes := make([]string, 2*racers)
+	for i := range codes {
+		codes[i] = f.merchant(t, ctx, fmt.Sprintf("k%d", i), "100.00").Code
+	}
+	posters := []*ledger.Poster{
+		ledger.NewPoster(f.pool, ledger.PosterOptions{Flushers: 2}),
+		ledger.NewPoster(f.pool, ledger.PosterOptions{Flushers: 2}),
+	}
+	defer func() {
+		for _, p := range posters {
+			p.Close()
+		}
+	}()
+	for round := range 10 {
+		key := fmt.Sprintf("shared-%d", round)
+		txs := make([]ledger.Transaction, racers)
+		errs := make([]error, racers)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for r := range racers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				in := transfer(key, codes[2*r], codes[2*r+1], "1.00")
+				if r == racers-1 {
+					txs[r], errs[r] = ledger.Post(ctx, f.pool, in)
+					return
+				}
+				txs[r], errs[r] = posters[r%2].Post(ctx, in)
+			}()
+		}
+		close(start)
+		wg.Wait()
+		won := 0
+		for r := range racers {
+			if errs[r] == nil {
+				won++
+				require.Equal(t, key, txs[r].IdempotencyKey)
+				continue
+			}
+			require.ErrorIs(t, errs[r], ledger.ErrIdempotencyConflict, "round %d racer %d", round, r)
+		}
+		require.Equal(t, 1, won, "round %d: exactly one transfer posted under the key", round)
+	}
+	for i, p := range posters {
+		t.Logf("poster %d: %+v", i, p.Stats())
+	}
+	requireClean(t, ctx, f.pool)
+}
