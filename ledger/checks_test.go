@@ -22,8 +22,8 @@ func TestDatabaseChecksNewAndOldTransactions(t *testing.T) {
 	posted, err := ledger.Post(ctx, f.pool, transfer("c1", a.Code, b.Code, "1.00"))
 	require.NoError(t, err)
 
-	insertTx := `INSERT INTO ledger_transactions (idempotency_key, request_hash, cause_kind, cause_id, effective_at, posted_at)
-		VALUES ($1, '\x00', 'test', 'raw', now(), now()) RETURNING id`
+	insertTx := `INSERT INTO ledger_transactions (idempotency_key, cause_kind, cause_id, effective_at, posted_at)
+		VALUES ($1, 'test', 'raw', now(), now()) RETURNING id`
 	insertLeg := `INSERT INTO ledger_postings (account_id, seq, transaction_id, leg, amount, currency, balance_after, posted_at, hash)
 		VALUES ($1, 90 + $3, $2, $3, $4::numeric, 'BRL', 0, now(), '\x')`
 

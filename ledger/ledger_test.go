@@ -207,6 +207,77 @@ func TestPost(t *testing.T) {
 	requireClean(t, ctx, f.pool)
 }
 
+// TestReplayComparedWithStoredTransaction: a key that comes back is a
+// replay when its request matches what the stored transaction and its
+// postings say (cause, reversed transaction, legs' accounts, amounts and
+// currencies in order), and a conflict otherwise (migration 00019: the
+// request hash column is gone, the comparison is made from the rows). Both
+// places ledger_post compares: after its insert found the key, and before
+// it, when the replay would now overdraw or is a reversal.
+func TestReplayComparedWithStoredTransaction(t *testing.T) {
+	t.Parallel()
+	ctx, f := setup(t)
+	a := f.merchant(t, ctx, "a", "10.00")
+	b := f.merchant(t, ctx, "b", "")
+	c := f.merchant(t, ctx, "c", "")
+	orig, err := ledger.Post(ctx, f.pool, transfer("k1", a.Code, b.Code, "10.00"))
+	require.NoError(t, err)
+
+	// Same legs written another way (trailing zeros, ids instead of codes),
+	// another description: the original, although a is now empty (a
+	// replay would overdraw it).
+	same := transfer("k1", "", "", "10.0000")
+	same.Postings[0].AccountID, same.Postings[1].AccountID = a.ID, b.ID
+	same.Description = "retried"
+	again, err := ledger.Post(ctx, f.pool, same)
+	require.NoError(t, err)
+	require.True(t, again.Replayed)
+	require.Equal(t, orig.ID, again.ID)
+
+	// Each part of the request changed in turn: a conflict naming the
+	// original, nothing written.
+	otherCause := transfer("k1", a.Code, b.Code, "10.00")
+	otherCause.CauseID = "another"
+	otherKind := transfer("k1", a.Code, b.Code, "10.00")
+	otherKind.CauseKind = "other"
+	swapped := transfer("k1", a.Code, b.Code, "10.00")
+	swapped.Postings[0], swapped.Postings[1] = swapped.Postings[1], swapped.Postings[0]
+	threeLegs := transfer("k1", a.Code, b.Code, "10.00")
+	threeLegs.Postings = append(threeLegs.Postings,
+		ledger.PostingInput{AccountCode: c.Code, Amount: dec("0.01"), Currency: money.BRL},
+		ledger.PostingInput{AccountCode: b.Code, Amount: dec("-0.01"), Currency: money.BRL})
+	for name, in := range map[string]ledger.TransactionInput{
+		"other amount":     transfer("k1", a.Code, b.Code, "9.99"),
+		"other account":    transfer("k1", a.Code, c.Code, "10.00"),
+		"other cause id":   otherCause,
+		"other cause kind": otherKind,
+		"legs swapped":     swapped,
+		"more legs":        threeLegs,
+	} {
+		_, err := ledger.Post(ctx, f.pool, in)
+		var ce *ledger.IdempotencyConflictError
+		require.ErrorAs(t, err, &ce, name)
+		require.Equal(t, orig.ID, ce.ExistingTransactionID, name)
+	}
+
+	// A reversal's key is bound to the transaction it reverses.
+	rev, err := ledger.Reverse(ctx, f.pool, orig.ID, "k1-rev", "")
+	require.NoError(t, err)
+	other, err := ledger.Post(ctx, f.pool, transfer("k2", f.funding.Code, c.Code, "1.00"))
+	require.NoError(t, err)
+	_, err = ledger.Reverse(ctx, f.pool, other.ID, "k1-rev", "")
+	require.ErrorIs(t, err, ledger.ErrIdempotencyConflict)
+	again, err = ledger.Reverse(ctx, f.pool, orig.ID, "k1-rev", "retried")
+	require.NoError(t, err)
+	require.True(t, again.Replayed)
+	require.Equal(t, rev.ID, again.ID)
+
+	require.Equal(t, "10.00", balance(t, ctx, f.pool, a.Code))
+	require.Equal(t, "0.00", balance(t, ctx, f.pool, b.Code))
+	require.Equal(t, "1.00", balance(t, ctx, f.pool, c.Code))
+	requireClean(t, ctx, f.pool)
+}
+
 func TestPostValidation(t *testing.T) {
 	t.Parallel()
 	ctx, f := setup(t)
@@ -311,15 +382,15 @@ func TestDatabaseGuards(t *testing.T) {
 
 	// A transaction written directly without its postings is refused by
 	// its own statement.
-	_, err = f.pool.Exec(ctx, `INSERT INTO ledger_transactions (idempotency_key, request_hash, cause_kind, cause_id, effective_at, posted_at)
-		VALUES ('raw', '\x00', 'test', 'raw', now(), now())`)
+	_, err = f.pool.Exec(ctx, `INSERT INTO ledger_transactions (idempotency_key, cause_kind, cause_id, effective_at, posted_at)
+		VALUES ('raw', 'test', 'raw', now(), now())`)
 	require.ErrorIs(t, ledger.MapCommitError(err), ledger.ErrUnbalanced)
 
 	// An idempotency key already posted is refused by the database itself,
 	// whoever inserts it (migration 00018: an exclusion constraint over a
 	// hash index, under the name of the UNIQUE constraint it replaced).
-	_, err = f.pool.Exec(ctx, `WITH t AS (INSERT INTO ledger_transactions (idempotency_key, request_hash, cause_kind, cause_id, effective_at, posted_at)
-		VALUES ($1, '\x00', 'test', 'raw', now(), now()) RETURNING id)
+	_, err = f.pool.Exec(ctx, `WITH t AS (INSERT INTO ledger_transactions (idempotency_key, cause_kind, cause_id, effective_at, posted_at)
+		VALUES ($1, 'test', 'raw', now(), now()) RETURNING id)
 		INSERT INTO ledger_postings (account_id, seq, transaction_id, leg, amount, currency, balance_after, posted_at, hash)
 		SELECT $2::bigint, 90, t.id, 1, -1, 'BRL', 0, now(), '\x'::bytea FROM t
 		UNION ALL SELECT $3::bigint, 91, t.id, 2, 1, 'BRL', 0, now(), '\x'::bytea FROM t`,
@@ -358,8 +429,8 @@ func TestDatabaseGuards(t *testing.T) {
 		"gap in legs": {"test", 1, 3, "1", "not numbered 1..n"},
 		"cause kind":  {"Not A Word", 1, 2, "1", "is invalid"},
 	} {
-		_, err := f.pool.Exec(ctx, `WITH t AS (INSERT INTO ledger_transactions (idempotency_key, request_hash, cause_kind, cause_id, effective_at, posted_at)
-			VALUES ($1, '\x00', $2, 'raw', now(), now()) RETURNING id)
+		_, err := f.pool.Exec(ctx, `WITH t AS (INSERT INTO ledger_transactions (idempotency_key, cause_kind, cause_id, effective_at, posted_at)
+			VALUES ($1, $2, 'raw', now(), now()) RETURNING id)
 			INSERT INTO ledger_postings (account_id, seq, transaction_id, leg, amount, currency, balance_after, posted_at, hash)
 			SELECT $3::bigint, 90, t.id, $4::int, $5::numeric, 'BRL', 0, now(), '\x'::bytea FROM t
 			UNION ALL SELECT $6::bigint, 91, t.id, $7::int, -$5::numeric, 'BRL', 0, now(), '\x'::bytea FROM t`,
@@ -378,8 +449,8 @@ func TestDatabaseGuards(t *testing.T) {
 		"missing account":     {424242, "BRL"},
 		"account in BRL, USD": {b.ID, "USD"},
 	} {
-		_, err := f.pool.Exec(ctx, `WITH t AS (INSERT INTO ledger_transactions (idempotency_key, request_hash, cause_kind, cause_id, effective_at, posted_at)
-			VALUES ($1, '\x00', 'test', 'raw', now(), now()) RETURNING id)
+		_, err := f.pool.Exec(ctx, `WITH t AS (INSERT INTO ledger_transactions (idempotency_key, cause_kind, cause_id, effective_at, posted_at)
+			VALUES ($1, 'test', 'raw', now(), now()) RETURNING id)
 			INSERT INTO ledger_postings (account_id, seq, transaction_id, leg, amount, currency, balance_after, posted_at, hash)
 			SELECT $2::bigint, 90, t.id, 1, -1, $3, 0, now(), '\x'::bytea FROM t
 			UNION ALL SELECT $4::bigint, 91, t.id, 2, 1, $3, 0, now(), '\x'::bytea FROM t`,

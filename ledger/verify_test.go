@@ -82,8 +82,8 @@ func TestVerifyDetectsDamage(t *testing.T) {
 		rep := expect(t, ctx, f.pool, true, map[ledger.ViolationKind]int64{ledger.ViolationUnbalancedTransaction: 1})
 		require.Contains(t, rep.Violations[0].Detail, "BRL -1")
 		// A transaction with a single posting is caught too.
-		exec(t, admin, `WITH t AS (INSERT INTO ledger_transactions (idempotency_key, request_hash, cause_kind, cause_id, effective_at, posted_at)
-			VALUES ('lonely', '\x00', 'test', 'x', now(), now()) RETURNING id) SELECT 1 FROM t`)
+		exec(t, admin, `WITH t AS (INSERT INTO ledger_transactions (idempotency_key, cause_kind, cause_id, effective_at, posted_at)
+			VALUES ('lonely', 'test', 'x', now(), now()) RETURNING id) SELECT 1 FROM t`)
 		expect(t, ctx, f.pool, true, map[ledger.ViolationKind]int64{ledger.ViolationUnbalancedTransaction: 2})
 	})
 
