@@ -263,7 +263,8 @@ func TestPosterDisjointBatchesDoNotWait(t *testing.T) {
 // TestSetBasedBatchMatchesPost (issue 19): a batch written
 // by ledger_post_batch's set-based path (legs chaining to earlier legs of
 // the same account in the batch, a three-leg transaction, amounts with
-// trailing zeros) stores the request hashes ledger_post computes, so each
+// trailing zeros) stores what ledger_post compares a replay with (since
+// migration 00019 the transaction and its postings themselves), so each
 // transaction replays through Post and a changed amount is a conflict, and
 // the posting hashes chain as Verify recomputes them.
 func TestSetBasedBatchMatchesPost(t *testing.T) {
