@@ -3,17 +3,27 @@ package migrations_test
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
+	"fmt"
 	"io/fs"
 	"net/url"
 	"sync"
 	"testing"
+	"testing/fstest"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/shopspring/decimal"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/saldo/saldo/internal/testdb"
+	"github.com/saldo/saldo/ledger"
 	"github.com/saldo/saldo/migrations"
+	"github.com/saldo/saldo/money"
 )
 
 // emptyDatabase creates an empty database (no template) and returns its URL.
@@ -136,4 +146,120 @@ func TestLedgerFunctionsKeepTheirSettings(t *testing.T) {
 	for _, f := range generic {
 		require.Contains(t, settings[f], "plan_cache_mode=force_generic_plan", f)
 	}
+}
+
+// TestLedgerUpgradeKeepsReplays: a ledger written before migrations 00018
+// (keys unique by a hash index) and 00019 (request_hash dropped) is
+// upgraded with its history in place: every key posted before still
+// replays to its transaction, through ledger_post and through a Poster's
+// batch, and a changed request under an old key is still a conflict; the
+// key stays unique and Verify is clean.
+func TestLedgerUpgradeKeepsReplays(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := emptyDatabase(t)
+
+	// The ledger as it was before 00018: its own files up to 00017.
+	old := fstest.MapFS{}
+	names, err := fs.Glob(migrations.FS(), "0001[0-7]_*.sql")
+	require.NoError(t, err)
+	require.Len(t, names, 8)
+	for _, n := range names {
+		b, err := fs.ReadFile(migrations.FS(), n)
+		require.NoError(t, err)
+		old[n] = &fstest.MapFile{Data: b}
+	}
+	sqlDB, err := sql.Open("pgx", dbURL)
+	require.NoError(t, err)
+	defer sqlDB.Close()
+	gp, err := goose.NewProvider(goose.DialectPostgres, sqlDB, old, goose.WithDisableGlobalRegistry(true))
+	require.NoError(t, err)
+	_, err = gp.Up(ctx)
+	require.NoError(t, err)
+
+	pool, err := pgxpool.New(ctx, dbURL)
+	require.NoError(t, err)
+	defer pool.Close()
+	var hasRequestHash bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM information_schema.columns
+		WHERE table_name = 'ledger_transactions' AND column_name = 'request_hash')`).Scan(&hasRequestHash))
+	require.True(t, hasRequestHash, "the old schema")
+
+	funding, err := ledger.EnsureAccount(ctx, pool, ledger.PlatformFunding(money.BRL))
+	require.NoError(t, err)
+	a, err := ledger.EnsureAccount(ctx, pool, ledger.MerchantAvailable("a", money.BRL))
+	require.NoError(t, err)
+	b, err := ledger.EnsureAccount(ctx, pool, ledger.MerchantAvailable("b", money.BRL))
+	require.NoError(t, err)
+	move := func(key, from, to, amount string) ledger.TransactionInput {
+		d := decimal.RequireFromString(amount)
+		return ledger.TransactionInput{IdempotencyKey: key, CauseKind: "test", CauseID: key,
+			Postings: []ledger.PostingInput{
+				{AccountCode: from, Amount: d.Neg(), Currency: money.BRL},
+				{AccountCode: to, Amount: d, Currency: money.BRL},
+			}}
+	}
+	fund, err := ledger.Post(ctx, pool, move("fund", funding.Code, a.Code, "100.00"))
+	require.NoError(t, err)
+	single, err := ledger.Post(ctx, pool, move("single", a.Code, b.Code, "10.00"))
+	require.NoError(t, err)
+	rev, err := ledger.Reverse(ctx, pool, single.ID, "single-rev", "")
+	require.NoError(t, err)
+	p := ledger.NewPoster(pool, ledger.PosterOptions{})
+	batched := make([]ledger.Transaction, 4)
+	var wg sync.WaitGroup
+	for i := range batched {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tx, err := p.Post(ctx, move(fmt.Sprintf("batched-%d", i), a.Code, b.Code, "1.50"))
+			assert.NoError(t, err)
+			batched[i] = tx
+		}()
+	}
+	wg.Wait()
+	p.Close()
+
+	_, err = migrations.Up(ctx, dbURL, nil)
+	require.NoError(t, err)
+	require.NoError(t, pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM information_schema.columns
+		WHERE table_name = 'ledger_transactions' AND column_name = 'request_hash')`).Scan(&hasRequestHash))
+	require.False(t, hasRequestHash)
+	var kind string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT contype::text FROM pg_constraint
+		WHERE conname = 'ledger_transactions_idempotency_key'`).Scan(&kind))
+	require.Equal(t, "x", kind, "an exclusion constraint")
+
+	// A new pool: the old one's sessions cached the old functions' plans.
+	pool.Close()
+	pool, err = pgxpool.New(ctx, dbURL)
+	require.NoError(t, err)
+	for _, want := range []struct {
+		in ledger.TransactionInput
+		tx ledger.Transaction
+	}{
+		{move("fund", funding.Code, a.Code, "100.00"), fund},
+		{move("single", a.Code, b.Code, "10.0"), single},
+		{move("batched-0", a.Code, b.Code, "1.5"), batched[0]},
+		{move("batched-3", a.Code, b.Code, "1.50"), batched[3]},
+	} {
+		again, err := ledger.Post(ctx, pool, want.in)
+		require.NoError(t, err, want.in.IdempotencyKey)
+		require.True(t, again.Replayed, want.in.IdempotencyKey)
+		require.Equal(t, want.tx.ID, again.ID, want.in.IdempotencyKey)
+		_, err = ledger.Post(ctx, pool, move(want.in.IdempotencyKey, a.Code, b.Code, "0.01"))
+		require.ErrorIs(t, err, ledger.ErrIdempotencyConflict, want.in.IdempotencyKey)
+	}
+	again, err := ledger.Reverse(ctx, pool, single.ID, "single-rev", "retried")
+	require.NoError(t, err)
+	require.True(t, again.Replayed)
+	require.Equal(t, rev.ID, again.ID)
+	_, err = pool.Exec(ctx, `INSERT INTO ledger_transactions (idempotency_key, cause_kind, cause_id, effective_at, posted_at)
+		VALUES ('batched-1', 'test', 'x', now(), now())`)
+	require.ErrorContains(t, err, "ledger_transactions_idempotency_key")
+
+	rep, err := ledger.Verify(ctx, pool)
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "verify: %v", rep.Violations)
+	pool.Close()
 }
