@@ -37,8 +37,11 @@
 -- is not found exactly once.
 --
 -- Building the constraint takes an ACCESS EXCLUSIVE lock on
--- ledger_transactions while the hash index is built (about a second per
--- million transactions here). Re-runnable: this file is numbered in the
+-- ledger_transactions while the hash index is built and every key is
+-- checked against it: `saldo migrate` applied this file and 00019 to a
+-- ledger of 5.2 million transactions in 25.8 s on the 2-core bench machine
+-- (the hash index alone builds in 8.5 s). Plan it as downtime for writers
+-- on a large ledger. Re-runnable: this file is numbered in the
 -- ledger's range, so databases migrated before it existed apply it after
 -- later files (migrations.Up allows that order).
 
