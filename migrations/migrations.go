@@ -2,9 +2,11 @@
 // applies it together with River's own migrations.
 //
 // Migrations are forward-only goose files named NNNNN_name.sql. Each package
-// owns a range of numbers: 00001-00009 foundation, 00010-00019 ledger,
-// 00020-00029 attempts, 00030-00039 payouts, 00040-00049 charges, 00050-00059
-// api. Up is idempotent and safe when several processes run it at once: it
+// owns a range of numbers: 00001-00009 foundation, 00010-00019 ledger (full
+// since 00019: the ledger's next files take 00100-00109), 00020-00029
+// attempts, 00030-00039 payouts, 00040-00049 charges, 00050-00059 api,
+// 00060-00069 reconcile, 00070-00079 console, 00080-00089 later attempts and
+// payouts files. Up is idempotent and safe when several processes run it at once: it
 // holds a PostgreSQL session advisory lock for the whole run.
 package migrations
 
