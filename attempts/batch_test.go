@@ -35,6 +35,10 @@ type batchRecorder struct {
 	// refuse makes the next AttemptsFinal calls fail (the shared
 	// transaction rolls back and its attempts are recorded one by one).
 	refuse atomic.Int32
+	// refuseShared makes the next AttemptsFinal calls fail that hand over
+	// both attempts made final by a lookup and attempts made final by a
+	// call: a batch of calls and lookups (resultsMany).
+	refuseShared atomic.Int32
 }
 
 func newBatchRecorder() *batchRecorder { return &batchRecorder{handed: map[uuid.UUID]int{}} }
@@ -54,6 +58,16 @@ func (o *batchRecorder) AttemptsFinal(ctx context.Context, tx pgx.Tx, as []Attem
 	if o.refuse.Load() > 0 {
 		o.refuse.Add(-1)
 		return errors.New("batch owner refuses this batch")
+	}
+	if o.refuseShared.Load() > 0 {
+		var looked, called bool
+		for _, a := range as {
+			looked, called = looked || a.LookupCount > 0, called || a.LookupCount == 0
+		}
+		if looked && called {
+			o.refuseShared.Add(-1)
+			return errors.New("batch owner refuses this batch of calls and lookups")
+		}
 	}
 	for _, a := range as {
 		if !a.Status.Final() {

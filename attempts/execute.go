@@ -297,8 +297,8 @@ func (r recordReq) callEvent(now time.Time) Event {
 // recordCall is phase 3, group-committed with the other calls being
 // recorded (recordMany); the answer is the one recordOne would give.
 func (s *Service) recordCall(ctx context.Context, a Attempt, callNo int, sr providers.SubmitResult, outcome Outcome) (Attempt, time.Duration, error) {
-	r, err := s.recorder.Do(ctx, recordReq{a: a, callNo: callNo, sr: sr, outcome: outcome})
-	return r.a, r.retryIn, err
+	r, err := s.results.Do(ctx, resultReq{rec: &recordReq{a: a, callNo: callNo, sr: sr, outcome: outcome}})
+	return r.rec.a, r.rec.retryIn, err
 }
 
 // recordOne records one call in its own transaction.

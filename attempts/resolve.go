@@ -283,7 +283,8 @@ func (s *Service) Resolve(ctx context.Context, id uuid.UUID) (ResolveResult, err
 	if lerr != nil {
 		return review(fmt.Sprintf("lookup by reference refused: %v (R25)", lerr))
 	}
-	return s.resolver.Do(ctx, lookedUp{a: a, lr: lr, class: classifyLookup(lr), window: caps.ConsistencyWindow})
+	r, err := s.results.Do(ctx, resultReq{lu: &lookedUp{a: a, lr: lr, class: classifyLookup(lr), window: caps.ConsistencyWindow}})
+	return r.res, err
 }
 
 // lookedUp is one lookup's answer for the resolver to record and apply.

@@ -56,7 +56,7 @@ func (s *Service) resolveMany(ctx context.Context, lus []lookedUp) []groupcommit
 			}
 			together = nil
 		} else {
-			s.resolver.Fallback()
+			s.lookupFallback()
 			s.log.ErrorContext(ctx, "attempts: recording a batch of lookups failed; recording them one by one, each only if it did not commit",
 				"batch", len(batch), "error", err)
 			batchAt = &now

@@ -3,6 +3,7 @@ package attempts
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -314,4 +315,96 @@ func TestConcurrentResolvesShareBatches(t *testing.T) {
 	st := h.svc.BatchStats().Resolutions
 	t.Logf("lookup batches: %d requests in %d batches", st.Requests, st.Batches)
 	h.requireNoViolations()
+}
+
+// Calls' results and lookups' answers arriving together are recorded in
+// one transaction (resultsMany): calls of fresh attempts and lookups of
+// unknown ones, released at once, round after round until some batch held
+// both kinds. Every attempt ends succeeded, its call made once, handed to
+// its owner once, its events in order (R9, R14). With the owner refusing
+// every batch that hands over both kinds, the shared transaction rolls
+// back and each side is redone one by one, with the same ends.
+func TestResultsBatchSharesCallsAndLookups(t *testing.T) {
+	t.Parallel()
+	for _, refuse := range []bool{false, true} {
+		t.Run(fmt.Sprintf("owner_refuses_%t", refuse), func(t *testing.T) {
+			t.Parallel()
+			h := setup(t, harnessOpts{})
+			bo := h.batchOwner()
+			if refuse {
+				bo.refuseShared.Store(1 << 20)
+			}
+			shared := func() bool {
+				st := h.svc.BatchStats()
+				if refuse {
+					return st.Records.Fallbacks > 0 && st.Resolutions.Fallbacks > 0
+				}
+				return st.Shared > 0
+			}
+			var due, fresh []uuid.UUID
+			for round := 0; round < 40 && !shared(); round++ {
+				looks := dueUnknownAttempts(t, h, 6)
+				h.psp.setPlan(behaveOK)
+				var calls []uuid.UUID
+				for range 6 {
+					calls = append(calls, h.open(newSubject()).ID)
+				}
+				start := make(chan struct{})
+				allIn := make(chan struct{})
+				var arrived atomic.Int32
+				h.svc.hookAfterCall = func(Attempt) error {
+					if arrived.Add(1) == int32(len(calls)) {
+						close(allIn)
+					}
+					<-start
+					return nil
+				}
+				var wg sync.WaitGroup
+				for _, id := range calls {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						res, err := h.svc.Execute(h.ctx, id)
+						assert.NoError(t, err)
+						assert.Equal(t, StatusSucceeded, res.Attempt.Status)
+					}()
+				}
+				<-allIn
+				for _, id := range looks {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						<-start
+						res, err := h.svc.Resolve(h.ctx, id)
+						assert.NoError(t, err)
+						assert.Equal(t, StatusSucceeded, res.Attempt.Status)
+					}()
+				}
+				close(start)
+				wg.Wait()
+				due, fresh = append(due, looks...), append(fresh, calls...)
+			}
+			st := h.svc.BatchStats()
+			t.Logf("%d rounds; calls %+v, lookups %+v, shared %d", len(due)/6, st.Records, st.Resolutions, st.Shared)
+			require.True(t, shared(), "no batch held calls and lookups in 40 rounds")
+			for _, id := range due {
+				a := h.get(id)
+				require.Equal(t, StatusSucceeded, a.Status)
+				require.Equal(t, 1, a.LookupCount)
+				require.Equal(t, []string{"opened", "call:unknown", "transition:pending->unknown", "lookup:found_succeeded",
+					"transition:unknown->succeeded"}, eventTypes(h.events(id)))
+				require.Equal(t, []string{"succeeded"}, h.ownerEffects(id))
+			}
+			for _, id := range fresh {
+				a := h.get(id)
+				require.Equal(t, StatusSucceeded, a.Status)
+				require.Equal(t, 1, a.CallsRecorded)
+				require.Equal(t, []string{"opened", "call:succeeded", "transition:pending->succeeded"}, eventTypes(h.events(id)))
+				require.Equal(t, []string{"succeeded"}, h.ownerEffects(id))
+				require.Equal(t, 1, h.psp.seen(a.IdempotencyKey))
+			}
+			bo.requireHandedOnce(t)
+			h.requireNoViolations()
+		})
+	}
 }

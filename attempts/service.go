@@ -159,8 +159,11 @@ type Service struct {
 	firstSender *groupcommit.Batcher[uuid.UUID, Attempt]
 	getter      *groupcommit.Batcher[uuid.UUID, Attempt]
 	starter     *groupcommit.Batcher[startReq, bool]
-	recorder    *groupcommit.Batcher[recordReq, recorded]
-	resolver    *groupcommit.Batcher[lookedUp, ResolveResult]
+	// results records calls' results and lookups' answers
+	// (results_batch.go); recordStats and lookupStats count each kind.
+	results                  *groupcommit.Batcher[resultReq, resultRes]
+	recordStats, lookupStats kindStats
+	sharedBatches            atomic.Int64
 	// scheduleMicros is cfg.ResolveSchedule in microseconds, for
 	// countLookupsSQL.
 	scheduleMicros []int64

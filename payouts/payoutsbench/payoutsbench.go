@@ -76,9 +76,11 @@ type Result struct {
 	// Batching: mean requests per group commit when creating payouts
 	// (Creates), when recording calls (Records) and when recording the
 	// resolver's lookups (Resolutions), and record and lookup batches
-	// that failed and were redone one by one (expected 0).
+	// that failed and were redone one by one (expected 0). Shared counts
+	// the transactions that recorded calls and lookups together.
 	Creates, Records, Resolutions        float64
 	RecordFallbacks, ResolutionFallbacks int64
+	RecordTxs, LookupTxs, Shared         int64
 }
 
 func (r Result) String() string {
@@ -87,9 +89,9 @@ func (r Result) String() string {
 		cpu = fmt.Sprintf(", CPU/payout client %.0f us server %.0f us", float64(r.ClientCPU)/1e3, float64(r.ServerCPU)/1e3)
 	}
 	return fmt.Sprintf("payouts: %d created, %d final in window (%.1f/s), %d went unknown, %d failed, time to final p50 %.1f ms p99 %.1f ms, sim duplicates %d%s\n"+
-		"group commit: %.1f payouts per opening transaction, %.1f calls per record transaction, %.1f lookups per resolver transaction, %d record and %d lookup batches redone one by one",
+		"group commit: %.1f payouts per opening transaction, %.1f calls per record transaction (%d), %.1f lookups per resolver transaction (%d), %d of them shared, %d record and %d lookup batches redone one by one",
 		r.Created, r.Final, r.PerSecond, r.Unknown, r.Failed, ms(r.P50), ms(r.P99), len(r.Duplicates), cpu,
-		r.Creates, r.Records, r.Resolutions, r.RecordFallbacks, r.ResolutionFallbacks)
+		r.Creates, r.Records, r.RecordTxs, r.Resolutions, r.LookupTxs, r.Shared, r.RecordFallbacks, r.ResolutionFallbacks)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -245,6 +247,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 	bs := e.Attempts.BatchStats()
 	res.Creates, res.Records, res.RecordFallbacks = e.Payouts.CreateStats().PerBatch(), bs.Records.PerBatch(), bs.Records.Fallbacks
 	res.Resolutions, res.ResolutionFallbacks = bs.Resolutions.PerBatch(), bs.Resolutions.Fallbacks
+	res.RecordTxs, res.LookupTxs, res.Shared = bs.Records.Batches, bs.Resolutions.Batches, bs.Shared
 
 	rows, err := pool.Query(ctx, `SELECT updated_at - created_at, updated_at <= $2, status
 		FROM payouts WHERE merchant_id LIKE $1 AND created_at >= $3`, o.RunID+"\\_%", windowEnd, start)
