@@ -254,19 +254,7 @@ func (s *Service) startMany(ctx context.Context, reqs []startReq) []groupcommit.
 // attempts are recorded one by one instead.
 func (s *Service) recordMany(ctx context.Context, reqs []recordReq) []groupcommit.Result[recorded] {
 	out := make([]groupcommit.Result[recorded], len(reqs))
-	var together, alone []int
-	seen := make(map[uuid.UUID]bool, len(reqs))
-	for i, r := range reqs {
-		// An attempt named twice (it cannot have two calls in flight, but
-		// the batch statement would update its row once) is recorded on
-		// its own.
-		if _, ok := s.batchOwner(r.a.Kind); ok && !seen[r.a.ID] {
-			seen[r.a.ID] = true
-			together = append(together, i)
-			continue
-		}
-		alone = append(alone, i)
-	}
+	together, alone := s.splitRecords(reqs, make(map[uuid.UUID]bool, len(reqs)))
 	if len(together) > 1 {
 		batch := make([]recordReq, len(together))
 		for k, i := range together {
@@ -291,6 +279,23 @@ func (s *Service) recordMany(ctx context.Context, reqs []recordReq) []groupcommi
 		out[i].Value, out[i].Err = s.recordOne(ctx, reqs[i])
 	}
 	return out
+}
+
+// splitRecords gives the calls of reqs recorded together, those of
+// attempts a BatchOwner owns, and the others, recorded alone. An attempt
+// named twice (it cannot have two calls in flight, but the batch statement
+// would update its row once), or already in seen, is recorded on its own;
+// the attempts put together are added to seen.
+func (s *Service) splitRecords(reqs []recordReq, seen map[uuid.UUID]bool) (together, alone []int) {
+	for i, r := range reqs {
+		if _, ok := s.batchOwner(r.a.Kind); ok && !seen[r.a.ID] {
+			seen[r.a.ID] = true
+			together = append(together, i)
+			continue
+		}
+		alone = append(alone, i)
+	}
+	return together, alone
 }
 
 // recordedAfterAll is what recordMany does before redoing a failed record

@@ -29,16 +29,7 @@ import (
 // batch did not commit it after all.
 func (s *Service) resolveMany(ctx context.Context, lus []lookedUp) []groupcommit.Result[ResolveResult] {
 	out := make([]groupcommit.Result[ResolveResult], len(lus))
-	var together, alone []int
-	seen := make(map[uuid.UUID]bool, len(lus))
-	for i, lu := range lus {
-		if !seen[lu.a.ID] {
-			seen[lu.a.ID] = true
-			together = append(together, i)
-			continue
-		}
-		alone = append(alone, i)
-	}
+	together, alone := splitLookups(lus, make(map[uuid.UUID]bool, len(lus)))
 	var batchAt *time.Time
 	if len(together) > 1 {
 		// In attempt id order: the batch locks its attempts one by one, in
@@ -75,6 +66,21 @@ func (s *Service) resolveMany(ctx context.Context, lus []lookedUp) []groupcommit
 		one(i, nil)
 	}
 	return out
+}
+
+// splitLookups gives the lookups of lus applied together, one per attempt
+// not in seen, and the others, applied alone (a second resolver of the same
+// attempt); the attempts put together are added to seen.
+func splitLookups(lus []lookedUp, seen map[uuid.UUID]bool) (together, alone []int) {
+	for i, lu := range lus {
+		if !seen[lu.a.ID] {
+			seen[lu.a.ID] = true
+			together = append(together, i)
+			continue
+		}
+		alone = append(alone, i)
+	}
+	return together, alone
 }
 
 // lookupNow is the time a lookup is recorded at, to the microsecond

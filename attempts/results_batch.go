@@ -89,24 +89,9 @@ func (s *Service) resultsMany(ctx context.Context, reqs []resultReq) []groupcomm
 
 	// Which calls and lookups go together: recordMany's and resolveMany's
 	// rules, and no attempt on both sides.
-	var recTogether, recAlone, luTogether, luAlone []int
 	seen := make(map[uuid.UUID]bool, len(reqs))
-	for i, r := range recs {
-		if _, ok := s.batchOwner(r.a.Kind); ok && !seen[r.a.ID] {
-			seen[r.a.ID] = true
-			recTogether = append(recTogether, i)
-			continue
-		}
-		recAlone = append(recAlone, i)
-	}
-	for i, lu := range lus {
-		if !seen[lu.a.ID] {
-			seen[lu.a.ID] = true
-			luTogether = append(luTogether, i)
-			continue
-		}
-		luAlone = append(luAlone, i)
-	}
+	recTogether, recAlone := s.splitRecords(recs, seen)
+	luTogether, luAlone := splitLookups(lus, seen)
 	if len(recTogether) == 0 || len(luTogether) == 0 {
 		if len(recs) > 0 {
 			for k, r := range s.recordMany(ctx, recs) {
