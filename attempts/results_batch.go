@@ -86,13 +86,7 @@ func (s *Service) resultsMany(ctx context.Context, reqs []resultReq) []groupcomm
 	}
 	s.recordStats.add(len(recs))
 	s.lookupStats.add(len(lus))
-
-	// Which calls and lookups go together: recordMany's and resolveMany's
-	// rules, and no attempt on both sides.
-	seen := make(map[uuid.UUID]bool, len(reqs))
-	recTogether, recAlone := s.splitRecords(recs, seen)
-	luTogether, luAlone := splitLookups(lus, seen)
-	if len(recTogether) == 0 || len(luTogether) == 0 {
+	apart := func() []groupcommit.Result[resultRes] {
 		if len(recs) > 0 {
 			for k, r := range s.recordMany(ctx, recs) {
 				out[recAt[k]] = groupcommit.Result[resultRes]{Value: resultRes{rec: r.Value}, Err: r.Err}
@@ -104,6 +98,19 @@ func (s *Service) resultsMany(ctx context.Context, reqs []resultReq) []groupcomm
 			}
 		}
 		return out
+	}
+	// One kind only (every batch without faults): its own path, as before.
+	if len(recs) == 0 || len(lus) == 0 {
+		return apart()
+	}
+
+	// Which calls and lookups go together: recordMany's and resolveMany's
+	// rules, and no attempt on both sides.
+	seen := make(map[uuid.UUID]bool, len(reqs))
+	recTogether, recAlone := s.splitRecords(recs, seen)
+	luTogether, luAlone := splitLookups(lus, seen)
+	if len(recTogether) == 0 || len(luTogether) == 0 {
+		return apart()
 	}
 
 	recOut := make([]groupcommit.Result[recorded], len(recs))
