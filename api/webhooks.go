@@ -74,10 +74,8 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 		ev, err = prov.ParseWebhook(r.Header, body, s.clock.Now())
 		evs = []providers.WebhookEvent{ev}
 	}
-	for _, ev := range evs {
-		if err == nil {
-			err = ev.Storable()
-		}
+	for i := 0; err == nil && i < len(evs); i++ {
+		err = evs[i].Storable()
 	}
 	if err != nil {
 		s.log.WarnContext(r.Context(), "api: webhook refused", "provider", name, "error", err)

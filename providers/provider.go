@@ -368,10 +368,26 @@ func (e WebhookEvent) Storable() error {
 			return fmt.Errorf("%w: its %s holds NUL or invalid UTF-8", ErrMalformedWebhook, f.name)
 		}
 	}
-	if !utf8.Valid(e.Data) || bytes.Contains(e.Data, []byte(`\u0000`)) || bytes.IndexByte(e.Data, 0) >= 0 {
+	if !utf8.Valid(e.Data) || bytes.IndexByte(e.Data, 0) >= 0 || escapesNUL(e.Data) {
 		return fmt.Errorf("%w: its data holds NUL or invalid UTF-8", ErrMalformedWebhook)
 	}
 	return nil
+}
+
+// escapesNUL reports whether JSON text holds the escape \u0000, which jsonb
+// refuses. An escaped backslash followed by u0000 (\\u0000 in the JSON) is
+// the six characters \u0000, not a NUL.
+func escapesNUL(data []byte) bool {
+	for i := 0; i < len(data); i++ {
+		if data[i] != '\\' || i+1 == len(data) {
+			continue
+		}
+		if data[i+1] == 'u' && bytes.HasPrefix(data[i+2:], []byte("0000")) {
+			return true
+		}
+		i++ // the escaped character
+	}
+	return false
 }
 
 // StatementEntry is one operation in a provider's daily statement (R19).
