@@ -21,6 +21,9 @@ import (
 // names none.
 const DefaultTLSHandshakeTimeout = 5 * time.Second
 
+// DefaultMaxIdleConnsPerHost is HTTPSettings.MaxIdleConnsPerHost's default.
+const DefaultMaxIdleConnsPerHost = 256
+
 // HTTPSettings are one provider's HTTP client settings (R3): a short connect
 // timeout so a provider that is down fails fast as "not sent", and a generous
 // read timeout, because a short one manufactures unknowns.
@@ -46,6 +49,12 @@ type HTTPSettings struct {
 	// proxy resolves and dials the target itself, so the check would only
 	// ever see the proxy's address.
 	DenyPrivateNetworks bool
+	// MaxIdleConnsPerHost is how many kept-alive connections to one host
+	// wait for the next call. Default 256: at least as many as calls in
+	// flight at once (the River workers that submit and look up), or every
+	// burst above it closes its connections after one call and the next
+	// burst dials (and, over TLS, handshakes) again.
+	MaxIdleConnsPerHost int
 }
 
 // ErrPrivateAddress: DenyPrivateNetworks refused the address.
@@ -86,6 +95,9 @@ func (s HTTPSettings) withDefaults() HTTPSettings {
 	if s.MaxBodyBytes <= 0 {
 		s.MaxBodyBytes = 1 << 20
 	}
+	if s.MaxIdleConnsPerHost <= 0 {
+		s.MaxIdleConnsPerHost = DefaultMaxIdleConnsPerHost
+	}
 	return s
 }
 
@@ -112,8 +124,8 @@ func NewClient(s HTTPSettings) *Client {
 		TLSClientConfig:       s.TLS,
 		TLSHandshakeTimeout:   s.TLSHandshakeTimeout,
 		ResponseHeaderTimeout: s.ReadTimeout,
-		MaxIdleConns:          100,
-		MaxIdleConnsPerHost:   32,
+		MaxIdleConns:          max(100, 4*s.MaxIdleConnsPerHost),
+		MaxIdleConnsPerHost:   s.MaxIdleConnsPerHost,
 		IdleConnTimeout:       60 * time.Second,
 		ExpectContinueTimeout: time.Second,
 		ForceAttemptHTTP2:     s.TLS != nil,

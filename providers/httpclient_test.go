@@ -149,3 +149,50 @@ func TestDenyPrivateNetworks(t *testing.T) {
 		require.False(t, ex.Wrote, u)
 	}
 }
+
+// Calls in flight at once reuse their connections on the next burst: the
+// idle pool keeps as many as were busy (up to MaxIdleConnsPerHost), where
+// net/http's default of 2 (and saldo's earlier 32) closed the rest after
+// one call, so every burst above it dialled again (and, over TLS, paid a
+// handshake per call).
+func TestClientKeepsConnectionsOfABurst(t *testing.T) {
+	t.Parallel()
+	const burst = 100
+	var dialled atomic.Int32
+	arrived := make(chan struct{}, burst)
+	release := make(chan struct{})
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		arrived <- struct{}{}
+		<-release // every call of the burst holds its connection at once
+		_, _ = w.Write([]byte(`{}`))
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			dialled.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+
+	c := providers.NewClient(providers.HTTPSettings{ConnectTimeout: time.Second, ReadTimeout: 10 * time.Second})
+	require.Equal(t, providers.DefaultMaxIdleConnsPerHost, c.Settings().MaxIdleConnsPerHost)
+	for round := 1; round <= 3; round++ {
+		done := make(chan providers.Exchange, burst)
+		for range burst {
+			go func() { done <- c.Do(context.Background(), http.MethodPost, srv.URL, nil, []byte(`{}`)) }()
+		}
+		for range burst {
+			<-arrived
+		}
+		for range burst {
+			release <- struct{}{}
+		}
+		for range burst {
+			ex := <-done
+			require.NoError(t, ex.Err)
+			require.Equal(t, http.StatusOK, ex.StatusCode)
+		}
+		require.EqualValues(t, burst, dialled.Load(), "round %d: connections dialled in all", round)
+	}
+}
