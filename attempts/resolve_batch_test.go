@@ -341,70 +341,110 @@ func TestResultsBatchSharesCallsAndLookups(t *testing.T) {
 				}
 				return st.Shared > 0
 			}
-			var due, fresh []uuid.UUID
-			for round := 0; round < 40 && !shared(); round++ {
-				looks := dueUnknownAttempts(t, h, 6)
-				h.psp.setPlan(behaveOK)
-				var calls []uuid.UUID
-				for range 6 {
-					calls = append(calls, h.open(newSubject()).ID)
-				}
-				start := make(chan struct{})
-				allIn := make(chan struct{})
-				var arrived atomic.Int32
-				h.svc.hookAfterCall = func(Attempt) error {
-					if arrived.Add(1) == int32(len(calls)) {
-						close(allIn)
-					}
-					<-start
-					return nil
-				}
-				var wg sync.WaitGroup
-				for _, id := range calls {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						res, err := h.svc.Execute(h.ctx, id)
-						assert.NoError(t, err)
-						assert.Equal(t, StatusSucceeded, res.Attempt.Status)
-					}()
-				}
-				<-allIn
-				for _, id := range looks {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						<-start
-						res, err := h.svc.Resolve(h.ctx, id)
-						assert.NoError(t, err)
-						assert.Equal(t, StatusSucceeded, res.Attempt.Status)
-					}()
-				}
-				close(start)
-				wg.Wait()
-				due, fresh = append(due, looks...), append(fresh, calls...)
-			}
+			due, fresh := h.callsAndLookupsTogether(t, shared)
 			st := h.svc.BatchStats()
 			t.Logf("%d rounds; calls %+v, lookups %+v, shared %d", len(due)/6, st.Records, st.Resolutions, st.Shared)
 			require.True(t, shared(), "no batch held calls and lookups in 40 rounds")
-			for _, id := range due {
-				a := h.get(id)
-				require.Equal(t, StatusSucceeded, a.Status)
-				require.Equal(t, 1, a.LookupCount)
-				require.Equal(t, []string{"opened", "call:unknown", "transition:pending->unknown", "lookup:found_succeeded",
-					"transition:unknown->succeeded"}, eventTypes(h.events(id)))
-				require.Equal(t, []string{"succeeded"}, h.ownerEffects(id))
-			}
-			for _, id := range fresh {
-				a := h.get(id)
-				require.Equal(t, StatusSucceeded, a.Status)
-				require.Equal(t, 1, a.CallsRecorded)
-				require.Equal(t, []string{"opened", "call:succeeded", "transition:pending->succeeded"}, eventTypes(h.events(id)))
-				require.Equal(t, []string{"succeeded"}, h.ownerEffects(id))
-				require.Equal(t, 1, h.psp.seen(a.IdempotencyKey))
-			}
+			h.requireCalledAndLookedUpOnce(t, due, fresh)
 			bo.requireHandedOnce(t)
 			h.requireNoViolations()
 		})
 	}
+}
+
+// callsAndLookupsTogether releases calls of fresh attempts and lookups of
+// unknown ones at once, six of each, round after round (at most 40) until
+// done says so; every call and every lookup must answer succeeded. It
+// returns the attempts looked up (due) and those called (fresh).
+func (h *harness) callsAndLookupsTogether(t *testing.T, done func() bool) (due, fresh []uuid.UUID) {
+	t.Helper()
+	defer func() { h.svc.hookAfterCall = nil }()
+	for round := 0; round < 40 && !done(); round++ {
+		looks := dueUnknownAttempts(t, h, 6)
+		h.psp.setPlan(behaveOK)
+		var calls []uuid.UUID
+		for range 6 {
+			calls = append(calls, h.open(newSubject()).ID)
+		}
+		start := make(chan struct{})
+		allIn := make(chan struct{})
+		var arrived atomic.Int32
+		h.svc.hookAfterCall = func(Attempt) error {
+			if arrived.Add(1) == int32(len(calls)) {
+				close(allIn)
+			}
+			<-start
+			return nil
+		}
+		var wg sync.WaitGroup
+		for _, id := range calls {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res, err := h.svc.Execute(h.ctx, id)
+				assert.NoError(t, err)
+				assert.Equal(t, StatusSucceeded, res.Attempt.Status)
+			}()
+		}
+		<-allIn
+		for _, id := range looks {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				res, err := h.svc.Resolve(h.ctx, id)
+				assert.NoError(t, err)
+				assert.Equal(t, StatusSucceeded, res.Attempt.Status)
+			}()
+		}
+		close(start)
+		wg.Wait()
+		due, fresh = append(due, looks...), append(fresh, calls...)
+	}
+	return due, fresh
+}
+
+// requireCalledAndLookedUpOnce checks callsAndLookupsTogether's attempts:
+// each succeeded, looked up or called once, its events in order, handed to
+// its owner once, and each fresh one's call seen once by the provider.
+func (h *harness) requireCalledAndLookedUpOnce(t *testing.T, due, fresh []uuid.UUID) {
+	t.Helper()
+	for _, id := range due {
+		a := h.get(id)
+		require.Equal(t, StatusSucceeded, a.Status)
+		require.Equal(t, 1, a.LookupCount)
+		require.Equal(t, []string{"opened", "call:unknown", "transition:pending->unknown", "lookup:found_succeeded",
+			"transition:unknown->succeeded"}, eventTypes(h.events(id)))
+		require.Equal(t, []string{"succeeded"}, h.ownerEffects(id))
+	}
+	for _, id := range fresh {
+		a := h.get(id)
+		require.Equal(t, StatusSucceeded, a.Status)
+		require.Equal(t, 1, a.CallsRecorded)
+		require.Equal(t, []string{"opened", "call:succeeded", "transition:pending->succeeded"}, eventTypes(h.events(id)))
+		require.Equal(t, []string{"succeeded"}, h.ownerEffects(id))
+		require.Equal(t, 1, h.psp.seen(a.IdempotencyKey))
+	}
+}
+
+// A batch holding calls' results and lookups' answers (resultsMany)
+// commits but its COMMIT answer is lost (docs/pitfalls.md): redone one by
+// one, no call and no lookup is recorded a second time (no second event,
+// no second count), no attempt is handed to its owner twice, and every
+// caller is answered the attempt as it committed (R9).
+func TestAmbiguousCommitOfSharedBatchRecordsOnce_R9(t *testing.T) {
+	t.Parallel()
+	h, proxy := setupProxied(t)
+	bo := h.batchOwner()
+	// recordSQL and countLookupsSQL in one transaction: only a shared batch.
+	proxy.LoseCommitAnswerOfAll(1, "calls_recorded = GREATEST(a.calls_recorded", "lookup_count = a.lookup_count + 1")
+	due, fresh := h.callsAndLookupsTogether(t, func() bool { return proxy.Cuts() > 0 })
+	st := h.svc.BatchStats()
+	t.Logf("%d rounds; calls %+v, lookups %+v, shared %d", len(due)/6, st.Records, st.Resolutions, st.Shared)
+	require.Equal(t, 1, proxy.Cuts(), "no shared batch lost its commit answer in 40 rounds")
+	require.Positive(t, st.Records.Fallbacks, "the calls were redone one by one")
+	require.Positive(t, st.Resolutions.Fallbacks, "the lookups were redone one by one")
+	h.requireCalledAndLookedUpOnce(t, due, fresh)
+	bo.requireHandedOnce(t)
+	h.requireNoViolations()
 }

@@ -47,11 +47,11 @@ type Proxy struct {
 	randomCuts atomic.Int64
 }
 
-// rule loses the commit answer of the next n transactions that executed a
-// statement containing sql.
+// rule loses the commit answer of the next n transactions that executed,
+// for each of sqls, a statement containing it.
 type rule struct {
-	sql string
-	n   int
+	sqls []string
+	n    int
 }
 
 // Start listens on a free loopback port, forwarding to the server that
@@ -96,9 +96,16 @@ func (p *Proxy) URL(dbURL string) string {
 // the server, but their clients get a cut connection instead of the
 // answer.
 func (p *Proxy) LoseCommitAnswer(sql string, n int) {
+	p.LoseCommitAnswerOfAll(n, sql)
+}
+
+// LoseCommitAnswerOfAll is LoseCommitAnswer for transactions that executed,
+// for each of sqls, a statement whose text contains it (one transaction
+// doing two kinds of work, say).
+func (p *Proxy) LoseCommitAnswerOfAll(n int, sqls ...string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.rules = append(p.rules, &rule{sql: sql, n: n})
+	p.rules = append(p.rules, &rule{sqls: sqls, n: n})
 }
 
 // Disarm drops every armed fault.
@@ -222,14 +229,29 @@ func (p *Proxy) take(stmts []string) bool {
 		if r.n <= 0 {
 			continue
 		}
-		for _, s := range stmts {
-			if strings.Contains(s, r.sql) {
-				r.n--
-				return true
-			}
+		if ranAll(stmts, r.sqls) {
+			r.n--
+			return true
 		}
 	}
 	return false
+}
+
+// ranAll reports whether, for each of sqls, one of stmts contains it.
+func ranAll(stmts, sqls []string) bool {
+	for _, want := range sqls {
+		found := false
+		for _, s := range stmts {
+			if strings.Contains(s, want) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
 }
 
 func (p *Proxy) track(c net.Conn) bool {

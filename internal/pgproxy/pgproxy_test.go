@@ -62,6 +62,33 @@ func TestLostCommitAnswerExplicitTransaction(t *testing.T) {
 	require.Equal(t, 2, count(t, proxied))
 }
 
+// LoseCommitAnswerOfAll cuts only a transaction that ran every one of its
+// statements: one that ran some of them commits and answers.
+func TestLostCommitAnswerOfAll(t *testing.T) {
+	t.Parallel()
+	direct, proxied, p := setup(t)
+	ctx := context.Background()
+	p.LoseCommitAnswerOfAll(1, "INSERT INTO proxied", "SELECT 42")
+	insert := func(id int, alsoSelect bool) error {
+		return pgx.BeginFunc(ctx, proxied, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO proxied (id) VALUES ($1)`, id); err != nil {
+				return err
+			}
+			if alsoSelect {
+				_, err := tx.Exec(ctx, `SELECT 42`)
+				return err
+			}
+			return nil
+		})
+	}
+	require.NoError(t, insert(1, false), "one of the two statements only")
+	require.Zero(t, p.Cuts())
+	require.Error(t, insert(2, true))
+	require.Equal(t, 1, p.Cuts())
+	require.Equal(t, 2, count(t, direct), "the cut transaction committed on the server")
+	require.NoError(t, insert(3, true), "armed once")
+}
+
 // A statement outside BEGIN is its own transaction: its Sync is the commit.
 // Preparing the statement (first use on a connection) does not trigger.
 func TestLostCommitAnswerImplicitTransaction(t *testing.T) {
