@@ -346,13 +346,19 @@ func (s *Service) recordedAfterAll(ctx context.Context, reqs []recordReq, idx []
 // call gave a definitive answer (to_status succeeded or failed) to that
 // final status when the state machine allows it from their current status
 // and the answer names no provider id other than the recorded one, and the
-// pending attempts whose call's fate is unknown with nothing acknowledged
-// (to_status unknown) to unknown, with their first lookup due at $10: what
-// transition does one attempt at a time. The CTE o locks the attempts
-// first (in id order; materialized, so a nested loop never locks them
-// again) and gives their status before the statement: from_status, and
-// moves (whether this statement makes the transition).
-var recordSQL = `WITH o AS MATERIALIZED (SELECT id, status, provider_id FROM attempts WHERE id = ANY ($1::uuid[]) ORDER BY id FOR UPDATE)
+// pending attempts whose call's fate is unknown (to_status unknown) to
+// unknown, with their first lookup due at $10: what transition does one
+// attempt at a time. An unknown call's answer that acknowledged something
+// (ack: a provider id, a 409 "key in use") is kept with it, as acknowledge
+// does, when it names no other provider id. A call that may go out again
+// (retry_at: not sent, rate limited, credentials refused) schedules its
+// re-send when the attempt is still pending and this was its latest call,
+// as applyOutcome does. The CTE o locks the attempts first (in id order;
+// materialized, so a nested loop never locks them again) and gives their
+// status before the statement: from_status, moves (whether this statement
+// makes the transition) and retry (whether it scheduled the re-send).
+var recordSQL = `WITH o AS MATERIALIZED (SELECT id, status, provider_id, call_count FROM attempts
+		WHERE id = ANY ($1::uuid[]) ORDER BY id FOR UPDATE)
 	UPDATE attempts a SET calls_recorded = GREATEST(a.calls_recorded, m.call_no),
 		call_ended_at = $9, last_error = m.err, updated_at = $9,
 		status = CASE WHEN m.moves THEN m.to_status ELSE a.status END,
@@ -365,17 +371,22 @@ var recordSQL = `WITH o AS MATERIALIZED (SELECT id, status, provider_id FROM att
 		provider_state = CASE WHEN m.moves AND m.final THEN m.to_status ELSE a.provider_state END,
 		unknown_at = CASE WHEN m.moves AND NOT m.final THEN $9 ELSE a.unknown_at END,
 		next_lookup_at = CASE WHEN m.moves AND NOT m.final THEN $10 ELSE a.next_lookup_at END,
-		next_send_at = CASE WHEN m.moves THEN NULL ELSE a.next_send_at END
+		acknowledged_at = CASE WHEN m.moves AND m.ack IS NOT NULL THEN COALESCE(a.acknowledged_at, $9)
+			ELSE a.acknowledged_at END,
+		acknowledgement = CASE WHEN m.moves AND m.ack IS NOT NULL THEN COALESCE(a.acknowledgement, m.ack)
+			ELSE a.acknowledgement END,
+		next_send_at = CASE WHEN m.moves THEN NULL WHEN m.retry THEN m.retry_at ELSE a.next_send_at END
 	FROM (SELECT u.*, o.status AS from_status, u.to_status <> 'unknown' AS final,
 			CASE WHEN u.to_status = 'unknown' THEN o.status = 'pending'
 				ELSE u.to_status IS NOT NULL AND o.status IN ('pending', 'unknown')
-					AND (u.u_provider_id IS NULL OR o.provider_id IS NULL OR o.provider_id = u.u_provider_id)
-			END AS moves
-		FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])
-			AS u(uid, call_no, err, to_status, u_provider_id, u_failure_code, u_failure_reason, u_data)
+			END AND (u.u_provider_id IS NULL OR o.provider_id IS NULL OR o.provider_id = u.u_provider_id) AS moves,
+			u.retry_at IS NOT NULL AND o.status = 'pending' AND o.call_count = u.call_no AS retry
+		FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
+				$11::text[], $12::timestamptz[])
+			AS u(uid, call_no, err, to_status, u_provider_id, u_failure_code, u_failure_reason, u_data, ack, retry_at)
 		JOIN o ON o.id = u.uid) m
 	WHERE a.id = ANY ($1::uuid[]) AND a.id = m.uid
-	RETURNING m.from_status, m.moves, ` + qualifiedAttemptColumns
+	RETURNING m.from_status, m.moves, m.retry, ` + qualifiedAttemptColumns
 
 // recordBatch records calls of attempts owned by BatchOwners in one
 // transaction: one statement records every call and moves the attempts
@@ -409,11 +420,18 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, after *afterComm
 		n := len(reqs)
 		ids := make([]string, n)
 		calls := make([]int32, n)
-		errs, to, pids, codes, reasons, data := make([]*string, n), make([]*string, n), make([]*string, n),
-			make([]*string, n), make([]*string, n), make([]*string, n)
+		errs, to, pids, codes, reasons, data, acks := make([]*string, n), make([]*string, n), make([]*string, n),
+			make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
+		retryAt := make([]*time.Time, n)
+		// retryIn: the calls that may go out again, and when (applyOutcome's
+		// default case, set-based). The statement schedules their re-send
+		// when the attempt is still pending at that call; otherwise nothing
+		// is to be done, as in applyOutcome.
+		retryIn := make(map[int]time.Duration)
 		for i, r := range reqs {
 			ids[i], calls[i] = r.a.ID.String(), int32(r.callNo)
 			errs[i] = sqlcols.Nullable(truncate(r.errText(), maxErrorText))
+			ack := acknowledgement(r.sr)
 			switch {
 			case r.outcome == OutcomeSucceeded || r.outcome == OutcomeFailed:
 				to[i] = ptr(string(r.outcome.Status()))
@@ -421,27 +439,37 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, after *afterComm
 				if len(r.sr.Data) > 0 && json.Valid(r.sr.Data) {
 					data[i] = ptr(string(r.sr.Data))
 				}
-			case r.outcome == OutcomeUnknown && acknowledgement(r.sr) == "":
-				// What applyOutcome does with it, set-based: an answer that
-				// acknowledged something is kept first (acknowledge), one
-				// by one.
+			case r.outcome == OutcomeUnknown || r.outcome == OutcomeInFlight:
+				// What applyOutcome does with it, set-based: what the answer
+				// acknowledged kept (acknowledge), then unknown. One that
+				// named another provider id goes one by one (flagged for
+				// review).
 				to[i] = ptr(string(StatusUnknown))
+				if ack != "" {
+					acks[i] = ptr(truncate(fmt.Sprintf("call %d: %s", r.callNo, ack), maxErrorText))
+					pids[i] = sqlcols.Nullable(r.sr.ProviderID)
+				}
+			case r.outcome.Resendable() && ack == "" && (r.outcome == OutcomeAuthRefused || r.callNo < s.cfg.MaxSends):
+				// At MaxSends, maxedSends decides: one by one.
+				retryIn[i] = s.resendDelay(r)
+				retryAt[i] = ptr(now.Add(retryIn[i]))
 			}
 		}
 		type row struct {
 			from  Status
 			moved bool
+			retry bool
 			a     Attempt
 		}
 		rows, err := tx.Query(ctx, recordSQL, pgplan.PerCall, ids, calls, errs, to, pids, codes, reasons, data, now,
-			now.Add(s.firstLookupDelay()))
+			now.Add(s.firstLookupDelay()), acks, retryAt)
 		if err != nil {
 			return err
 		}
 		got := make(map[uuid.UUID]row, n)
 		for rows.Next() {
 			var r row
-			if r.a, err = scanAttemptAfter(rows, &r.from, &r.moved); err != nil {
+			if r.a, err = scanAttemptAfter(rows, &r.from, &r.moved, &r.retry); err != nil {
 				rows.Close()
 				return err
 			}
@@ -462,6 +490,12 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, after *afterComm
 			out[i].a = g.a
 			events = append(events, r.callEvent(now))
 			if !g.moved {
+				if d, ok := retryIn[i]; ok {
+					if g.retry {
+						out[i].retryIn = d
+					}
+					continue
+				}
 				slow = append(slow, i)
 				continue
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"log/slog"
 	"strings"
 	"sync"
@@ -111,10 +112,43 @@ const (
 	scProcessing  scenario = "processing"   // 2xx processing: stays pending, resolver follows
 	scLateFailed  scenario = "late_failed"  // an operator tries to fail it during the call (refused: in flight); the PSP says succeeded
 	scLateSuccess scenario = "late_success" // an operator succeeds it during the call; the PSP declines
+	scAckedError  scenario = "acked_error"  // processed, then 500 naming the provider id: unknown, acknowledged
+	scInFlight    scenario = "in_flight"    // 409 key in use: unknown, acknowledged (R16)
+	scAuthRefused scenario = "auth_refused" // credentials refused: pending, the long wait for an operator
 )
 
 var mixedScenarios = []scenario{scOK, scDecline, scErrorAfter, scHangAfter, scRateLimit, scUnavailable,
-	scProcessing, scLateFailed, scLateSuccess}
+	scProcessing, scLateFailed, scLateSuccess, scAckedError, scInFlight, scAuthRefused}
+
+// rewriting is the sim's adapter with the answers of some references'
+// calls rewritten after the real exchange (the sim processed them): what a
+// provider answering a 500 that names its operation, a 409 "key in use" or
+// a refusal of our credentials looks like to the attempts core.
+type rewriting struct {
+	*sim.Provider
+	mu      sync.Mutex
+	answers map[string]scenario // reference -> scAckedError, scInFlight or scAuthRefused
+}
+
+func (p *rewriting) Submit(ctx context.Context, req providers.SubmitRequest) providers.SubmitResult {
+	res := p.Provider.Submit(ctx, req)
+	p.mu.Lock()
+	sc := p.answers[req.Reference]
+	p.mu.Unlock()
+	switch sc {
+	case scAckedError:
+		id := res.ProviderID
+		res = providers.SubmitResult{Exchange: res.Exchange, ProviderID: id}
+		res.Exchange.StatusCode = http.StatusInternalServerError
+	case scInFlight:
+		res = providers.SubmitResult{Exchange: res.Exchange, Refinement: providers.RefineInFlight}
+		res.Exchange.StatusCode = http.StatusConflict
+	case scAuthRefused:
+		res = providers.SubmitResult{Exchange: res.Exchange, Refinement: providers.RefineAuthRefused}
+		res.Exchange.StatusCode = http.StatusUnauthorized
+	}
+	return res
+}
 
 // slotOutcome is everything about one executed attempt that must not depend
 // on whether its call was recorded alone or in a batch.
@@ -139,6 +173,7 @@ type slotOutcome struct {
 	NextLookup    bool
 	Processing    bool // processing_since set
 	HasData       bool
+	Acknowledged  bool
 	Events        []string
 	OwnerEffects  []string
 	ResolveJobs   int
@@ -163,7 +198,7 @@ func mixedRun(t *testing.T, batch bool) ([]slotOutcome, *batchRecorder, *ownerRe
 	slow := sim.NewServer(sim.Config{Seed: 3, SettleAfter: time.Hour}).Start()
 	t.Cleanup(slow.Close)
 	settings := sim.WithHTTPSettings(providers.HTTPSettings{ConnectTimeout: time.Second, ReadTimeout: 300 * time.Millisecond})
-	fastProv := fast.NewProvider(settings)
+	fastProv := &rewriting{Provider: fast.NewProvider(settings), answers: map[string]scenario{}}
 	slowProv := slow.NewProvider(settings, sim.WithName("slow"))
 
 	svc, err := New(Config{Pool: pool, Clock: clock, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -201,6 +236,12 @@ func mixedRun(t *testing.T, batch bool) ([]slotOutcome, *batchRecorder, *ownerRe
 			byID[a.ID] = sc
 			if err != nil {
 				return err
+			}
+			switch sc {
+			case scAckedError, scInFlight, scAuthRefused:
+				fastProv.mu.Lock()
+				fastProv.answers[a.Reference] = sc
+				fastProv.mu.Unlock()
 			}
 			kind := map[scenario]sim.FaultKind{scErrorAfter: sim.FaultErrorAfter, scHangAfter: sim.FaultHangAfter,
 				scRateLimit: sim.FaultRateLimit, scUnavailable: sim.FaultUnavailable}[sc]
@@ -265,9 +306,17 @@ func mixedRun(t *testing.T, batch bool) ([]slotOutcome, *batchRecorder, *ownerRe
 			FailureReason: a.FailureReason, CallCount: a.CallCount, CallsRecorded: a.CallsRecorded, NextSendIn: -1,
 			HasLastError: a.LastError != "", Review: a.Review, Unknown: a.UnknownAt != nil, Resolved: a.ResolvedAt != nil,
 			ResolvedBy: a.ResolvedBy, NextLookup: a.NextLookupAt != nil, Processing: a.ProcessingFrom != nil,
-			HasData: len(a.Data) > 0}
+			HasData: len(a.Data) > 0, Acknowledged: a.AcknowledgedAt != nil}
 		if a.NextSendAt != nil {
 			o.NextSendIn = a.NextSendAt.Sub(now)
+		}
+		if slots[i] == scAuthRefused {
+			// The long wait is jittered (backoff): between half of
+			// AuthRefusedWait and all of it, the same in both.
+			require.GreaterOrEqual(t, o.RetryIn, 5*time.Minute, "slot %d", i)
+			require.LessOrEqual(t, o.RetryIn, 10*time.Minute, "slot %d", i)
+			require.InDelta(t, float64(o.RetryIn), float64(o.NextSendIn), float64(time.Millisecond), "slot %d", i)
+			o.RetryIn, o.NextSendIn = time.Minute, time.Minute
 		}
 		for _, e := range evs {
 			s := fmt.Sprintf("%s/%s", e.Type, e.Actor)
@@ -325,8 +374,12 @@ func TestRecordBatchMatchesOneAtATime(t *testing.T) {
 	for _, o := range ref {
 		want := map[scenario]Status{scOK: StatusSucceeded, scDecline: StatusFailed, scErrorAfter: StatusUnknown,
 			scHangAfter: StatusUnknown, scRateLimit: StatusPending, scUnavailable: StatusUnknown,
-			scProcessing: StatusPending, scLateFailed: StatusSucceeded, scLateSuccess: StatusSucceeded}[o.Scenario]
+			scProcessing: StatusPending, scLateFailed: StatusSucceeded, scLateSuccess: StatusSucceeded,
+			scAckedError: StatusUnknown, scInFlight: StatusUnknown,
+			scAuthRefused: StatusPending}[o.Scenario]
 		require.Equal(t, want, o.Status, o.Scenario)
+		require.Equal(t, o.Scenario == scAckedError || o.Scenario == scInFlight || o.Scenario == scProcessing, o.Acknowledged, o.Scenario)
+		require.Equal(t, o.Status == StatusPending && o.Scenario != scProcessing, o.NextSendIn > 0, o.Scenario)
 	}
 	require.Empty(t, plain.calls[uuid.Nil])
 

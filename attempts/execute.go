@@ -410,21 +410,28 @@ func (s *Service) applyOutcome(ctx context.Context, tx pgx.Tx, after *afterCommi
 				return out, err
 			}
 		}
-		out.retryIn = backoff(s.cfg.SendBackoffBase, s.cfg.SendBackoffMax, callNo)
-		switch {
-		case outcome == OutcomeAuthRefused:
-			// Nothing was processed, but nothing will be until an
-			// operator fixes the credentials: wait long, whatever
-			// Retry-After says.
-			out.retryIn = backoff(s.cfg.AuthRefusedWait, s.cfg.AuthRefusedWait, 1)
-		case outcome == OutcomeRateLimited && ex.RetryAfter > 0:
-			out.retryIn = ex.RetryAfter
-		}
+		out.retryIn = s.resendDelay(r)
 		now := s.clock.Now()
 		out.a, err = scanAttempt(tx.QueryRow(ctx, `UPDATE attempts SET next_send_at = $2, updated_at = $3
 			WHERE id = $1 RETURNING `+attemptColumns, la.ID, now.Add(out.retryIn), now))
 		return out, err
 	}
+}
+
+// resendDelay is how long the attempt of r, whose call may go out again
+// (not sent, rate limited, credentials refused), waits before its next
+// call: the backoff for its call number, a rate limit's Retry-After, or
+// for refused credentials the long wait for an operator.
+func (s *Service) resendDelay(r recordReq) time.Duration {
+	switch {
+	case r.outcome == OutcomeAuthRefused:
+		// Nothing was processed, but nothing will be until an operator
+		// fixes the credentials: wait long, whatever Retry-After says.
+		return backoff(s.cfg.AuthRefusedWait, s.cfg.AuthRefusedWait, 1)
+	case r.outcome == OutcomeRateLimited && r.sr.Exchange.RetryAfter > 0:
+		return r.sr.Exchange.RetryAfter
+	}
+	return backoff(s.cfg.SendBackoffBase, s.cfg.SendBackoffMax, r.callNo)
 }
 
 // maxedSends reports whether a (its calls all recorded) has made MaxSends

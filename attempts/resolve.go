@@ -85,28 +85,16 @@ func lookupState(lr providers.LookupResult) report {
 // is flagged for review, the mismatch is counted and logged as an error,
 // and the caller moves nothing.
 func (s *Service) checkReport(ctx context.Context, tx pgx.Tx, after *afterCommit, a Attempt, actor Actor, r report) (Attempt, error) {
-	field, said, want := "", "", ""
-	switch {
-	case r.Provider != "" && r.Provider != a.Provider:
-		field, said, want = "provider", r.Provider, a.Provider
-	case r.Operation != "" && string(r.Operation) != a.Operation:
-		field, said, want = "operation", string(r.Operation), a.Operation
-	}
-	if field == "" && (r.Amount != "" || r.Currency != "") {
-		if ao, ok := s.owner(a.Kind).(AmountOwner); ok {
-			amount, currency, err := ao.AttemptAmount(ctx, tx, a)
-			if err != nil {
-				return a, fmt.Errorf("attempts: amount of %s %s (attempt %s): %w", a.Kind, a.SubjectID, a.ID, err)
-			}
-			if r.Amount != "" {
-				if d, err := decimal.NewFromString(r.Amount); err != nil || !d.Equal(amount) {
-					field, said, want = "amount", r.Amount, amount.String()
-				}
-			}
-			if field == "" && r.Currency != "" && !strings.EqualFold(r.Currency, currency) {
-				field, said, want = "currency", r.Currency, currency
-			}
+	field, said, want, err := reportMismatch(a, r, func() (decimal.Decimal, string, bool, error) {
+		ao, ok := s.owner(a.Kind).(AmountOwner)
+		if !ok {
+			return decimal.Decimal{}, "", false, nil
 		}
+		amount, currency, err := ao.AttemptAmount(ctx, tx, a)
+		return amount, currency, true, err
+	})
+	if err != nil {
+		return a, err
 	}
 	if field == "" {
 		return a, nil
@@ -134,6 +122,37 @@ func (s *Service) checkReport(ctx context.Context, tx pgx.Tx, after *afterCommit
 		s.metrics.mismatch(a, field)
 	})
 	return na, mismatch
+}
+
+// reportMismatch is the field of the report r that contradicts the
+// attempt a ("" when none does), with what r said and what a has:
+// provider, operation, then, through amount (the attempt's amount and
+// currency; false when its owner keeps none), amount and currency.
+func reportMismatch(a Attempt, r report, amount func() (decimal.Decimal, string, bool, error)) (field, said, want string, err error) {
+	switch {
+	case r.Provider != "" && r.Provider != a.Provider:
+		return "provider", r.Provider, a.Provider, nil
+	case r.Operation != "" && string(r.Operation) != a.Operation:
+		return "operation", string(r.Operation), a.Operation, nil
+	case r.Amount == "" && r.Currency == "":
+		return "", "", "", nil
+	}
+	am, currency, ok, err := amount()
+	if err != nil {
+		return "", "", "", fmt.Errorf("attempts: amount of %s %s (attempt %s): %w", a.Kind, a.SubjectID, a.ID, err)
+	}
+	if !ok {
+		return "", "", "", nil
+	}
+	if r.Amount != "" {
+		if d, err := decimal.NewFromString(r.Amount); err != nil || !d.Equal(am) {
+			return "amount", r.Amount, am.String(), nil
+		}
+	}
+	if r.Currency != "" && !strings.EqualFold(r.Currency, currency) {
+		return "currency", r.Currency, currency, nil
+	}
+	return "", "", "", nil
 }
 
 func insertLookupEvent(ctx context.Context, tx pgx.Tx, a Attempt, lr providers.LookupResult, class lookupClass, actor Actor, now time.Time) error {
@@ -335,12 +354,22 @@ func (s *Service) applyLookups(ctx context.Context, tx pgx.Tx, after *afterCommi
 	if err != nil {
 		return nil, fmt.Errorf("attempts: record %d lookups: %w", len(lus), err)
 	}
-	events := make([]Event, len(lus))
-	for i, lu := range lus {
+	for _, lu := range lus {
 		if _, ok := counted[lu.a.ID]; !ok {
 			return nil, fmt.Errorf("%w: attempt %s", ErrNotFound, lu.a.ID)
 		}
-		events[i] = lookupEvent(lu.a, lu.lr, lu.class, ActorResolver, now)
+	}
+	moved, err := s.lookupFinals(ctx, tx, after, lus, counted, now)
+	if err != nil {
+		return nil, err
+	}
+	// Each attempt's lookup event, then its transition when it moved here.
+	events := make([]Event, 0, len(lus)+len(moved))
+	for i, lu := range lus {
+		events = append(events, lookupEvent(lu.a, lu.lr, lu.class, ActorResolver, now))
+		if m, ok := moved[i]; ok {
+			events = append(events, m.event)
+		}
 	}
 	after.add(func() {
 		for _, lu := range lus {
@@ -352,9 +381,169 @@ func (s *Service) applyLookups(ctx context.Context, tx pgx.Tx, after *afterCommi
 	}
 	out := make([]ResolveResult, len(lus))
 	for i, lu := range lus {
+		if m, ok := moved[i]; ok {
+			out[i] = ResolveResult{Attempt: m.a, Transitioned: true}
+			continue
+		}
 		if out[i], err = s.applyFound(ctx, tx, after, lu, counted[lu.a.ID], now); err != nil {
 			return nil, err
 		}
+	}
+	return out, nil
+}
+
+// finalLookupSQL is transition's UPDATE for many attempts at once, each
+// from the status it was read in (locked) to a final one, resolved by the
+// resolver (lookupFinals).
+var finalLookupSQL = `UPDATE attempts a SET status = u.to_status,
+		provider_id = COALESCE(a.provider_id, u.provider_id), failure_code = COALESCE(u.failure_code, a.failure_code),
+		failure_reason = COALESCE(u.failure_reason, a.failure_reason), data = COALESCE(u.data::jsonb, a.data),
+		resolved_at = $9, resolved_by = $10, provider_state = u.provider_state, next_send_at = NULL, updated_at = $9
+	FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])
+		AS u(uid, from_status, to_status, provider_id, failure_code, failure_reason, data, provider_state)
+	WHERE a.id = ANY ($1::uuid[]) AND a.id = u.uid AND a.status = u.from_status
+	RETURNING ` + qualifiedAttemptColumns
+
+// movedByLookup is an attempt lookupFinals moved, and its transition event.
+type movedByLookup struct {
+	a     Attempt
+	event Event
+}
+
+// lookupFinals moves, with one statement, the attempts whose lookups make
+// them final with no question asked. A found succeeded or failed: the
+// attempt open, the state machine allowing it, no other provider id
+// recorded, the report matching the attempt (reportMismatch; amounts read
+// for all of them at once through AmountsOwner). A "not found" (R16): the
+// attempt unknown, nothing acknowledged, the provider's consistency window
+// passed since the last call. And an owner that takes final attempts in
+// batches (they are handed over with the transaction's other finals,
+// last). It is what applyFound does for each of them (applyProviderState
+// or its not-found case, then transition), set-based; every other lookup
+// is left to applyFound, one by one. now is the lookups' recorded time. It
+// returns the attempts it moved by their index in lus.
+func (s *Service) lookupFinals(ctx context.Context, tx pgx.Tx, after *afterCommit, lus []lookedUp, counted map[uuid.UUID]Attempt, now time.Time) (map[int]movedByLookup, error) {
+	if !after.collectFinals {
+		return nil, nil
+	}
+	type candidate struct {
+		i      int
+		la     Attempt
+		r      report // what the lookup found (to failed for "not found")
+		to     Status
+		reason string
+	}
+	var cands []candidate
+	byOwner := map[AmountsOwner][]Attempt{}
+	for i, lu := range lus {
+		la := counted[lu.a.ID]
+		if !la.Status.Open() || !s.isBatchOwned(la.Kind) {
+			continue
+		}
+		switch lu.class {
+		case lookupNotFound:
+			ref := absenceFrom(la)
+			if la.Status != StatusUnknown || la.Acknowledged() || now.Sub(ref) < lu.window {
+				continue // nothing to do: applyFound does nothing either
+			}
+			cands = append(cands, candidate{i: i, la: la, to: StatusFailed,
+				r: report{FailureCode: FailureNotFound,
+					FailureReason: "the provider has no operation with our reference after its consistency window"},
+				reason: fmt.Sprintf("lookup %d: not found %s after the last call (consistency window %s, R16)",
+					la.LookupCount, now.Sub(ref).Round(time.Second), lu.window)})
+		case lookupFound:
+			r := lookupState(lu.lr)
+			to := StatusSucceeded
+			switch r.State {
+			case providers.StateSucceeded:
+			case providers.StateFailed:
+				to = StatusFailed
+			default:
+				continue
+			}
+			if !CanTransition(la.Status, to) || (r.ProviderID != "" && la.ProviderID != "" && r.ProviderID != la.ProviderID) {
+				continue
+			}
+			if r.Amount != "" || r.Currency != "" {
+				switch o := s.owner(la.Kind).(type) {
+				case AmountsOwner:
+					byOwner[o] = append(byOwner[o], la)
+				case AmountOwner:
+					continue // its amounts one by one: applyFound
+				}
+			}
+			cands = append(cands, candidate{i: i, la: la, r: r, to: to,
+				reason: fmt.Sprintf("lookup %d found %s", la.LookupCount, lu.lr.State)})
+		}
+	}
+	if len(cands) == 0 {
+		return nil, nil
+	}
+	amounts := map[uuid.UUID]OwnedAmount{}
+	for o, as := range byOwner {
+		got, err := o.AttemptAmounts(ctx, tx, as)
+		if err != nil {
+			return nil, fmt.Errorf("attempts: amounts of %d attempts: %w", len(as), err)
+		}
+		for _, a := range as {
+			oa, ok := got[a.ID]
+			if !ok {
+				return nil, fmt.Errorf("attempts: no amount for %s %s (attempt %s)", a.Kind, a.SubjectID, a.ID)
+			}
+			amounts[a.ID] = oa
+		}
+	}
+	var ids []uuid.UUID
+	var from, to, pids, codes, reasons, data, states []*string
+	kept := cands[:0]
+	for _, c := range cands {
+		field, _, _, err := reportMismatch(c.la, c.r, func() (decimal.Decimal, string, bool, error) {
+			oa, ok := amounts[c.la.ID]
+			return oa.Amount, oa.Currency, ok, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		if field != "" {
+			continue // flagged for review by applyFound
+		}
+		kept = append(kept, c)
+		state := providers.StateSucceeded
+		if c.to == StatusFailed {
+			state = providers.StateFailed
+		}
+		var d *string
+		if len(c.r.Data) > 0 && json.Valid(c.r.Data) {
+			d = ptr(string(c.r.Data))
+		}
+		ids = append(ids, c.la.ID)
+		from, to = append(from, ptr(string(c.la.Status))), append(to, ptr(string(c.to)))
+		pids, codes = append(pids, sqlcols.Nullable(c.r.ProviderID)), append(codes, sqlcols.Nullable(c.r.FailureCode))
+		reasons, data, states = append(reasons, sqlcols.Nullable(c.r.FailureReason)), append(data, d), append(states, ptr(string(state)))
+	}
+	if len(kept) == 0 {
+		return nil, nil
+	}
+	at := s.clock.Now()
+	got, err := s.queryByIDs(ctx, tx, finalLookupSQL, ids, from, to, pids, codes, reasons, data, states, at, string(ActorResolver))
+	if err != nil {
+		return nil, fmt.Errorf("attempts: resolve %d attempts by lookup: %w", len(ids), err)
+	}
+	out := make(map[int]movedByLookup, len(kept))
+	for _, c := range kept {
+		na, ok := got[c.la.ID]
+		if !ok {
+			continue // the status moved under us (R10): applyFound sees it as it is
+		}
+		from, reason := c.la.Status, c.reason
+		out[c.i] = movedByLookup{a: na, event: Event{AttemptID: na.ID, At: at, Type: EventTransition, Actor: ActorResolver,
+			FromStatus: from, ToStatus: na.Status, Reason: reason}}
+		after.final(na)
+		after.add(func() {
+			s.log.InfoContext(ctx, "attempt transitioned", "attempt_id", na.ID, "kind", na.Kind, "provider", na.Provider,
+				"reference", na.Reference, "from", from, "to", na.Status, "actor", ActorResolver, "reason", reason)
+			s.metrics.transition(na)
+		})
 	}
 	return out, nil
 }

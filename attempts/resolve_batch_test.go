@@ -1,13 +1,16 @@
 package attempts
 
 import (
+	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/shopspring/decimal"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -47,10 +50,34 @@ const (
 	lcAbsentAcked  lookupCase = "not_found_acked"     // not found after a webhook named it: proves nothing (R16)
 	lcOtherID      lookupCase = "found_other_id"      // found under another provider id than a webhook named: review
 	lcUnreachable  lookupCase = "lookup_inconclusive" // the lookup got no answer: nothing moves
+	lcOtherAmount  lookupCase = "found_other_amount"  // found succeeded for another amount: review (R17)
 )
 
 var lookupCases = []lookupCase{lcSucceeded, lcFailed, lcProcessing, lcAbsentPast, lcAbsentWithin, lcAbsentAcked,
-	lcOtherID, lcUnreachable}
+	lcOtherID, lcUnreachable, lcOtherAmount}
+
+// amountsRecorder is a batchRecorder that knows its attempts move 10.50
+// BRL (what harness.open opens), one attempt at a time (AmountOwner) and
+// many at once (AmountsOwner), counting the batched reads.
+type amountsRecorder struct {
+	*batchRecorder
+	batched atomic.Int32
+}
+
+func (*amountsRecorder) AttemptAmount(context.Context, DB, Attempt) (decimal.Decimal, string, error) {
+	return decimal.RequireFromString("10.50"), "BRL", nil
+}
+
+func (o *amountsRecorder) AttemptAmounts(_ context.Context, _ DB, as []Attempt) (map[uuid.UUID]OwnedAmount, error) {
+	o.batched.Add(1)
+	m := make(map[uuid.UUID]OwnedAmount, len(as))
+	for _, a := range as {
+		m[a.ID] = OwnedAmount{Amount: decimal.RequireFromString("10.50"), Currency: "BRL"}
+	}
+	return m, nil
+}
+
+var _ AmountsOwner = (*amountsRecorder)(nil)
 
 // lookupOutcome is everything about a resolved attempt that must not
 // depend on whether its lookup was applied alone or in a batch.
@@ -86,13 +113,18 @@ func providerIDKind(a Attempt) string {
 
 // lookupRun makes two unknown attempts per lookupCase, then resolves them
 // all: with batch, in one resolver batch (resolveTogether) handing final
-// attempts to a BatchOwner; without, one Resolve after the other, each in
-// its own transaction, with a plain Owner: the reference path.
-func lookupRun(t *testing.T, batch bool) ([]lookupOutcome, *batchRecorder) {
+// attempts to a BatchOwner that reads amounts in batches; without, one
+// Resolve after the other, each in its own transaction, with a plain
+// AmountOwner: the reference path.
+func lookupRun(t *testing.T, batch bool) ([]lookupOutcome, *amountsRecorder) {
 	h := setup(t, harnessOpts{})
-	bo := newBatchRecorder()
-	if batch {
-		bo = h.batchOwner()
+	bo := &amountsRecorder{batchRecorder: newBatchRecorder()}
+	for _, k := range Kinds {
+		if batch {
+			h.svc.RegisterOwner(k, bo)
+		} else {
+			h.svc.RegisterOwner(k, amountOwner{h.owner})
+		}
 	}
 	var cases []lookupCase
 	for range 2 {
@@ -118,6 +150,10 @@ func lookupRun(t *testing.T, batch bool) ([]lookupOutcome, *batchRecorder) {
 			h.psp.setOp(a.Reference, "failed")
 		case lcProcessing:
 			h.psp.setOp(a.Reference, "processing")
+		case lcOtherAmount:
+			h.psp.mu.Lock()
+			h.psp.ops[a.Reference].Amount = "99.00"
+			h.psp.mu.Unlock()
 		case lcAbsentAcked, lcOtherID:
 			_, err := h.svc.ResolveByReference(h.ctx, ResolveInput{Reference: a.Reference, State: providers.StateProcessing,
 				ProviderID: "op_named_" + a.Reference[:8], Source: SourceWebhook, Actor: "evt_" + a.Reference[:8]})
@@ -181,7 +217,7 @@ func lookupRun(t *testing.T, batch bool) ([]lookupOutcome, *batchRecorder) {
 			case EventTransition:
 				s += ":" + string(e.FromStatus) + "->" + string(e.ToStatus) + ":" + e.Reason
 			case EventNote:
-				s += ":" + e.Reason
+				s += ":" + strings.ReplaceAll(e.Reason, a.Reference, "<reference>")
 			}
 			o.Events = append(o.Events, s)
 		}
@@ -201,7 +237,7 @@ func lookupRun(t *testing.T, batch bool) ([]lookupOutcome, *batchRecorder) {
 func TestResolveBatchMatchesOneAtATime(t *testing.T) {
 	t.Parallel()
 	var ref, got []lookupOutcome
-	var bo *batchRecorder
+	var bo *amountsRecorder
 	t.Run("one_at_a_time", func(t *testing.T) { ref, _ = lookupRun(t, false) })
 	t.Run("batched", func(t *testing.T) { got, bo = lookupRun(t, true) })
 	require.Len(t, got, len(ref))
@@ -213,9 +249,9 @@ func TestResolveBatchMatchesOneAtATime(t *testing.T) {
 	for _, o := range ref {
 		want := map[lookupCase]Status{lcSucceeded: StatusSucceeded, lcFailed: StatusFailed, lcProcessing: StatusUnknown,
 			lcAbsentPast: StatusFailed, lcAbsentWithin: StatusUnknown, lcAbsentAcked: StatusUnknown,
-			lcOtherID: StatusUnknown, lcUnreachable: StatusUnknown}[o.Case]
+			lcOtherID: StatusUnknown, lcUnreachable: StatusUnknown, lcOtherAmount: StatusUnknown}[o.Case]
 		require.Equal(t, want, o.Status, o.Case)
-		require.Equal(t, o.Case == lcOtherID, o.Review, o.Case)
+		require.Equal(t, o.Case == lcOtherID || o.Case == lcOtherAmount, o.Review, o.Case)
 		require.Equal(t, 1, o.LookupCount, o.Case)
 	}
 
@@ -231,6 +267,7 @@ func TestResolveBatchMatchesOneAtATime(t *testing.T) {
 	defer bo.mu.Unlock()
 	require.Equal(t, []int{finals}, bo.batches, "one hand-over of every final attempt, at the end of the batch")
 	require.Zero(t, bo.single)
+	require.EqualValues(t, 1, bo.batched.Load(), "the found reports' amounts read in one call")
 }
 
 // If the shared lookup transaction fails (the BatchOwner refuses), nothing

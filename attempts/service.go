@@ -20,6 +20,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/saldo/saldo/internal/groupcommit"
+	"github.com/saldo/saldo/internal/pgplan"
 	"github.com/saldo/saldo/providers"
 )
 
@@ -60,6 +61,58 @@ func (f OwnerFunc) AttemptFinal(ctx context.Context, tx pgx.Tx, a Attempt) error
 type AmountOwner interface {
 	Owner
 	AttemptAmount(ctx context.Context, db DB, a Attempt) (amount decimal.Decimal, currency string, err error)
+}
+
+// AmountsOwner is an AmountOwner that also reads the amounts and
+// currencies of many attempts at once (one statement for a batch of
+// lookups that found their operations, instead of one per attempt).
+// AttemptAmounts runs inside the transaction that applies the reports,
+// with the attempt rows locked; it answers every attempt of as.
+type AmountsOwner interface {
+	AmountOwner
+	AttemptAmounts(ctx context.Context, db DB, as []Attempt) (map[uuid.UUID]OwnedAmount, error)
+}
+
+// OwnedAmount is the amount and currency an attempt moves (AmountsOwner).
+type OwnedAmount struct {
+	Amount   decimal.Decimal
+	Currency string
+}
+
+// AmountsBySubject is AttemptAmounts for owners whose subjects are rows of
+// one table: sql takes the attempts' subject ids ($1, text[]) and returns
+// (id, amount, currency) rows; every attempt of as must have its row.
+func AmountsBySubject(ctx context.Context, db DB, sql string, as []Attempt) (map[uuid.UUID]OwnedAmount, error) {
+	ids := make([]string, len(as))
+	for i, a := range as {
+		ids[i] = a.SubjectID
+	}
+	rows, err := db.Query(ctx, sql, pgplan.PerCall, ids)
+	if err != nil {
+		return nil, err
+	}
+	bySubject := make(map[string]OwnedAmount, len(as))
+	for rows.Next() {
+		var id string
+		var oa OwnedAmount
+		if err := rows.Scan(&id, &oa.Amount, &oa.Currency); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		bySubject[id] = oa
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	out := make(map[uuid.UUID]OwnedAmount, len(as))
+	for _, a := range as {
+		oa, ok := bySubject[a.SubjectID]
+		if !ok {
+			return nil, fmt.Errorf("%s %s (attempt %s): %w", a.Kind, a.SubjectID, a.ID, pgx.ErrNoRows)
+		}
+		out[a.ID] = oa
+	}
+	return out, nil
 }
 
 // Config configures a Service. Pool and Providers are required.

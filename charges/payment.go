@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
@@ -88,7 +89,22 @@ func (s *Service) AttemptAmount(ctx context.Context, db attempts.DB, a attempts.
 	return amount, currency, nil
 }
 
-var _ attempts.AmountOwner = (*Service)(nil)
+// AttemptAmounts implements attempts.AmountsOwner: AttemptAmount for many
+// attempts, in one statement.
+func (s *Service) AttemptAmounts(ctx context.Context, db attempts.DB, as []attempts.Attempt) (map[uuid.UUID]attempts.OwnedAmount, error) {
+	for _, a := range as {
+		if err := checkKind(a); err != nil {
+			return nil, err
+		}
+	}
+	m, err := attempts.AmountsBySubject(ctx, db, `SELECT id, amount, currency FROM charges WHERE id = ANY ($1::text[])`, as)
+	if err != nil {
+		return nil, fmt.Errorf("charges: amounts of %d charges: %w", len(as), err)
+	}
+	return m, nil
+}
+
+var _ attempts.AmountsOwner = (*Service)(nil)
 
 // checkKind: only card and Pix charge attempts are charges'.
 func checkKind(a attempts.Attempt) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/google/uuid"
 	"github.com/shopspring/decimal"
 
 	"github.com/saldo/saldo/attempts"
@@ -23,4 +24,14 @@ func (s *Service) AttemptAmount(ctx context.Context, db attempts.DB, a attempts.
 	return amount, currency, nil
 }
 
-var _ attempts.AmountOwner = (*Service)(nil)
+// AttemptAmounts implements attempts.AmountsOwner: AttemptAmount for many
+// attempts, in one statement.
+func (s *Service) AttemptAmounts(ctx context.Context, db attempts.DB, as []attempts.Attempt) (map[uuid.UUID]attempts.OwnedAmount, error) {
+	m, err := attempts.AmountsBySubject(ctx, db, `SELECT id, amount, currency FROM payouts WHERE id = ANY ($1::text[])`, as)
+	if err != nil {
+		return nil, fmt.Errorf("payouts: amounts of %d payouts: %w", len(as), err)
+	}
+	return m, nil
+}
+
+var _ attempts.AmountsOwner = (*Service)(nil)

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -490,4 +493,34 @@ func TestPayoutsGuard(t *testing.T) {
 	require.ErrorContains(t, exec(`UPDATE payouts SET amount = 1 WHERE id = $1`), "immutable")
 	require.ErrorContains(t, exec(`UPDATE payouts SET merchant_id = 'm2' WHERE id = $1`), "immutable")
 	require.ErrorContains(t, exec(`DELETE FROM payouts WHERE id = $1`), "never deleted")
+}
+
+// R17: the amounts a lookup batch checks found reports against are the
+// payouts' own, read for many attempts at once (attempts.AmountsOwner), and
+// agree with AttemptAmount; an attempt whose payout is missing is an error,
+// never a pass.
+func TestAttemptAmountsReadsEveryPayout_R17(t *testing.T) {
+	t.Parallel()
+	e := setup(t, sim.Config{}, "100.00")
+	var as []attempts.Attempt
+	for _, amt := range []string{"12.34", "0.01"} {
+		p, err := e.svc.CreatePayout(e.ctx, e.pix(amt))
+		require.NoError(t, err)
+		as = append(as, e.attempt(p))
+	}
+	got, err := e.svc.AttemptAmounts(e.ctx, e.pool, as)
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	for i, a := range as {
+		amount, currency, err := e.svc.AttemptAmount(e.ctx, e.pool, a)
+		require.NoError(t, err)
+		require.True(t, amount.Equal(got[a.ID].Amount), "attempt %d", i)
+		require.Equal(t, currency, got[a.ID].Currency)
+	}
+	require.Equal(t, "12.34", got[as[0].ID].Amount.StringFixed(2))
+
+	ghost := as[0]
+	ghost.ID, ghost.SubjectID = uuid.New(), "po_"+strings.Repeat("0", 32)
+	_, err = e.svc.AttemptAmounts(e.ctx, e.pool, []attempts.Attempt{as[1], ghost})
+	require.ErrorIs(t, err, pgx.ErrNoRows)
 }
