@@ -257,7 +257,10 @@ func (s *Service) startMany(ctx context.Context, reqs []startReq) []groupcommit.
 func (s *Service) recordMany(ctx context.Context, reqs []recordReq) []groupcommit.Result[recorded] {
 	out := make([]groupcommit.Result[recorded], len(reqs))
 	together, alone := s.splitRecords(reqs, make(map[uuid.UUID]bool, len(reqs)))
-	if len(together) > 1 {
+	// A call alone in its batch takes the batch statement too: it records
+	// and moves it in two statements where recordOne takes four, and posts
+	// its ledger effects with the owner's batch path.
+	if len(together) > 0 {
 		batch := make([]recordReq, len(together))
 		for k, i := range together {
 			batch[k] = reqs[i]
