@@ -1,6 +1,7 @@
 package attempts
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -62,34 +63,38 @@ func (h *harness) executeTogether(ids []uuid.UUID) ([]ExecuteResult, []error) {
 // Issue 13 finding 1 (R9, R12): a record batch's COMMIT commits but its
 // answer is lost. Its calls must not be recorded a second time: no second
 // call event, no second owner hand-over; each Execute answers the attempt
-// as it committed.
+// as it committed. A call alone in its batch takes the same path.
 func TestAmbiguousCommitOfRecordBatchRecordsOnce_R9(t *testing.T) {
 	t.Parallel()
-	h, proxy := setupProxied(t)
-	bo := newBatchRecorder()
-	for _, k := range Kinds {
-		h.svc.RegisterOwner(k, bo)
+	for _, n := range []int{1, 8} {
+		t.Run(fmt.Sprintf("calls_%d", n), func(t *testing.T) {
+			t.Parallel()
+			h, proxy := setupProxied(t)
+			bo := newBatchRecorder()
+			for _, k := range Kinds {
+				h.svc.RegisterOwner(k, bo)
+			}
+			proxy.LoseCommitAnswer("calls_recorded = GREATEST(a.calls_recorded", 1) // recordSQL
+			var ids []uuid.UUID
+			for range n {
+				ids = append(ids, h.open(newSubject()).ID)
+			}
+			res, errs := h.executeTogether(ids)
+			require.Equal(t, 1, proxy.Cuts(), "a record batch lost its commit answer")
+			for i, id := range ids {
+				assert.NoError(t, errs[i])
+				assert.Equal(t, StatusSucceeded, res[i].Attempt.Status)
+				a := h.get(id)
+				require.Equal(t, StatusSucceeded, a.Status)
+				require.Equal(t, 1, a.CallsRecorded)
+				require.Equal(t, []string{"opened", "call:succeeded", "transition:pending->succeeded"}, eventTypes(h.events(id)),
+					"each call recorded once")
+				require.Equal(t, []string{"succeeded"}, h.ownerEffects(id))
+				require.Equal(t, 1, h.psp.seen(a.IdempotencyKey))
+			}
+			h.requireNoViolations()
+		})
 	}
-	proxy.LoseCommitAnswer("calls_recorded = GREATEST(a.calls_recorded", 1) // recordSQL: batches only
-	const n = 8
-	var ids []uuid.UUID
-	for range n {
-		ids = append(ids, h.open(newSubject()).ID)
-	}
-	res, errs := h.executeTogether(ids)
-	require.Equal(t, 1, proxy.Cuts(), "a record batch lost its commit answer")
-	for i, id := range ids {
-		assert.NoError(t, errs[i])
-		assert.Equal(t, StatusSucceeded, res[i].Attempt.Status)
-		a := h.get(id)
-		require.Equal(t, StatusSucceeded, a.Status)
-		require.Equal(t, 1, a.CallsRecorded)
-		require.Equal(t, []string{"opened", "call:succeeded", "transition:pending->succeeded"}, eventTypes(h.events(id)),
-			"each call recorded once")
-		require.Equal(t, []string{"succeeded"}, h.ownerEffects(id))
-		require.Equal(t, 1, h.psp.seen(a.IdempotencyKey))
-	}
-	h.requireNoViolations()
 }
 
 // The first-send mark (one statement, no redo) whose answer is lost: the
