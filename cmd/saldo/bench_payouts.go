@@ -55,6 +55,9 @@ func runBenchPayouts(ctx context.Context, args []string) error {
 	}
 	// Group commit keeps few connections busy however many callers wait.
 	cfg.MaxConns = int32(min(o.Workers+o.RiverWorkers+10, 80))
+	stmts := &ledgerbench.StatementCounter{}
+	cfg.ConnConfig.Tracer = stmts
+	o.Statements = stmts.Load
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return err

@@ -53,6 +53,10 @@ type Options struct {
 	DrainTimeout time.Duration
 	// RunID prefixes merchant ids (default from the time).
 	RunID string
+	// Statements, when set, reads how many statements the pool has sent
+	// so far (a ledgerbench.StatementCounter set as its tracer):
+	// Result.Statements is then the statements per payout.
+	Statements func() int64
 }
 
 // Result of a run.
@@ -73,6 +77,9 @@ type Result struct {
 	// is not local). Unlike payouts/s they do not depend on what else the
 	// machine is doing.
 	ClientCPU, ServerCPU time.Duration
+	// Statements per payout over the same span (Options.Statements; zero
+	// without it): every statement this process sent, River's included.
+	Statements float64
 	// Batching: mean requests per group commit when creating payouts
 	// (Creates), when recording calls (Records) and when recording the
 	// resolver's lookups (Resolutions), and record and lookup batches
@@ -87,6 +94,9 @@ func (r Result) String() string {
 	cpu := ""
 	if r.ServerCPU > 0 {
 		cpu = fmt.Sprintf(", CPU/payout client %.0f us server %.0f us", float64(r.ClientCPU)/1e3, float64(r.ServerCPU)/1e3)
+	}
+	if r.Statements > 0 {
+		cpu += fmt.Sprintf(", %.2f statements/payout", r.Statements)
 	}
 	return fmt.Sprintf("payouts: %d created, %d final in window (%.1f/s), %d went unknown, %d failed, time to final p50 %.1f ms p99 %.1f ms, sim duplicates %d%s\n"+
 		"group commit: %.1f payouts per opening transaction, %.1f calls per record transaction (%d), %.1f lookups per resolver transaction (%d), %d of them shared, %d record and %d lookup batches redone one by one",
@@ -224,6 +234,10 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 	}
 
 	client0, server0 := ledgerbench.ProcessCPU(), ledgerbench.BackendsCPU(ctx, pool)
+	var stmts0 int64
+	if o.Statements != nil {
+		stmts0 = o.Statements()
+	}
 	start := time.Now()
 	created, err := create(start.Add(o.Duration), "")
 	if err != nil {
@@ -237,6 +251,10 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 		return res, err
 	}
 	res.Elapsed = time.Since(start)
+	if o.Statements != nil && res.Created > 0 {
+		// Read before the CPU figures: BackendsCPU sends statements too.
+		res.Statements = float64(o.Statements()-stmts0) / float64(res.Created)
+	}
 	if client1, server1 := ledgerbench.ProcessCPU(), ledgerbench.BackendsCPU(ctx, pool); res.Created > 0 {
 		res.ClientCPU = (client1 - client0) / time.Duration(res.Created)
 		if server0 > 0 && server1 > server0 {
