@@ -425,12 +425,11 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, after *afterComm
 		calls := make([]int32, n)
 		errs, to, pids, codes, reasons, data, acks := make([]*string, n), make([]*string, n), make([]*string, n),
 			make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
-		retryAt := make([]*time.Time, n)
-		// retryIn: the calls that may go out again, and when (applyOutcome's
+		// retryAt: when the calls that may go out again go (applyOutcome's
 		// default case, set-based). The statement schedules their re-send
 		// when the attempt is still pending at that call; otherwise nothing
 		// is to be done, as in applyOutcome.
-		retryIn := make(map[int]time.Duration)
+		retryAt := make([]*time.Time, n)
 		for i, r := range reqs {
 			ids[i], calls[i] = r.a.ID.String(), int32(r.callNo)
 			errs[i] = sqlcols.Nullable(truncate(r.errText(), maxErrorText))
@@ -454,8 +453,7 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, after *afterComm
 				}
 			case r.outcome.Resendable() && ack == "" && (r.outcome == OutcomeAuthRefused || r.callNo < s.cfg.MaxSends):
 				// At MaxSends, maxedSends decides: one by one.
-				retryIn[i] = s.resendDelay(r)
-				retryAt[i] = ptr(now.Add(retryIn[i]))
+				retryAt[i] = ptr(now.Add(s.resendDelay(r)))
 			}
 		}
 		type row struct {
@@ -493,9 +491,9 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, after *afterComm
 			out[i].a = g.a
 			events = append(events, r.callEvent(now))
 			if !g.moved {
-				if d, ok := retryIn[i]; ok {
+				if retryAt[i] != nil {
 					if g.retry {
-						out[i].retryIn = d
+						out[i].retryIn = retryAt[i].Sub(now)
 					}
 					continue
 				}
@@ -513,11 +511,7 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, after *afterComm
 			na, from := g.a, g.from
 			events = append(events, Event{AttemptID: na.ID, At: now, Type: EventTransition, Actor: ActorWorker,
 				FromStatus: from, ToStatus: na.Status, Reason: reason})
-			after.add(func() {
-				s.log.InfoContext(ctx, "attempt transitioned", "attempt_id", na.ID, "kind", na.Kind, "provider", na.Provider,
-					"reference", na.Reference, "from", from, "to", na.Status, "actor", ActorWorker, "reason", reason)
-				s.metrics.transition(na)
-			})
+			s.afterTransition(ctx, after, na, from, ActorWorker, reason)
 		}
 		// Call events first, then transition events: each attempt's events
 		// keep their order.

@@ -494,7 +494,8 @@ func (s *Service) lookupFinals(ctx context.Context, tx pgx.Tx, after *afterCommi
 		}
 	}
 	var ids []uuid.UUID
-	var from, to, pids, codes, reasons, data, states []*string
+	var from, to, states []string
+	var pids, codes, reasons, data []*string
 	kept := cands[:0]
 	for _, c := range cands {
 		field, _, _, err := reportMismatch(c.la, c.r, func() (decimal.Decimal, string, bool, error) {
@@ -517,9 +518,9 @@ func (s *Service) lookupFinals(ctx context.Context, tx pgx.Tx, after *afterCommi
 			d = ptr(string(c.r.Data))
 		}
 		ids = append(ids, c.la.ID)
-		from, to = append(from, ptr(string(c.la.Status))), append(to, ptr(string(c.to)))
+		from, to = append(from, string(c.la.Status)), append(to, string(c.to))
 		pids, codes = append(pids, sqlcols.Nullable(c.r.ProviderID)), append(codes, sqlcols.Nullable(c.r.FailureCode))
-		reasons, data, states = append(reasons, sqlcols.Nullable(c.r.FailureReason)), append(data, d), append(states, ptr(string(state)))
+		reasons, data, states = append(reasons, sqlcols.Nullable(c.r.FailureReason)), append(data, d), append(states, string(state))
 	}
 	if len(kept) == 0 {
 		return nil, nil
@@ -539,11 +540,7 @@ func (s *Service) lookupFinals(ctx context.Context, tx pgx.Tx, after *afterCommi
 		out[c.i] = movedByLookup{a: na, event: Event{AttemptID: na.ID, At: at, Type: EventTransition, Actor: ActorResolver,
 			FromStatus: from, ToStatus: na.Status, Reason: reason}}
 		after.final(na)
-		after.add(func() {
-			s.log.InfoContext(ctx, "attempt transitioned", "attempt_id", na.ID, "kind", na.Kind, "provider", na.Provider,
-				"reference", na.Reference, "from", from, "to", na.Status, "actor", ActorResolver, "reason", reason)
-			s.metrics.transition(na)
-		})
+		s.afterTransition(ctx, after, na, from, ActorResolver, reason)
 	}
 	return out, nil
 }

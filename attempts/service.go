@@ -92,16 +92,12 @@ func AmountsBySubject(ctx context.Context, db DB, sql string, as []Attempt) (map
 		return nil, err
 	}
 	bySubject := make(map[string]OwnedAmount, len(as))
-	for rows.Next() {
-		var id string
-		var oa OwnedAmount
-		if err := rows.Scan(&id, &oa.Amount, &oa.Currency); err != nil {
-			rows.Close()
-			return nil, err
-		}
+	var id string
+	var oa OwnedAmount
+	if _, err := pgx.ForEachRow(rows, []any{&id, &oa.Amount, &oa.Currency}, func() error {
 		bySubject[id] = oa
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	}); err != nil {
 		return nil, err
 	}
 	out := make(map[uuid.UUID]OwnedAmount, len(as))

@@ -115,13 +115,18 @@ func (s *Service) transition(ctx context.Context, tx pgx.Tx, after *afterCommit,
 			return transitioned{}, err
 		}
 	}
-	from := a.Status
+	s.afterTransition(ctx, after, na, a.Status, c.Actor, c.Reason)
+	return transitioned{Attempt: na, Transitioned: true}, nil
+}
+
+// afterTransition logs and counts the transition of na from status from,
+// once the transaction that made it commits.
+func (s *Service) afterTransition(ctx context.Context, after *afterCommit, na Attempt, from Status, actor Actor, reason string) {
 	after.add(func() {
 		s.log.InfoContext(ctx, "attempt transitioned", "attempt_id", na.ID, "kind", na.Kind, "provider", na.Provider,
-			"reference", na.Reference, "from", from, "to", na.Status, "actor", c.Actor, "reason", c.Reason)
+			"reference", na.Reference, "from", from, "to", na.Status, "actor", actor, "reason", reason)
 		s.metrics.transition(na)
 	})
-	return transitioned{Attempt: na, Transitioned: true}, nil
 }
 
 // enqueueResolveFor inserts the attempt's resolver job in tx. The job is unique
