@@ -442,15 +442,12 @@ func (s *Service) lookupFinals(ctx context.Context, tx pgx.Tx, after *afterCommi
 		}
 		switch lu.class {
 		case lookupNotFound:
-			ref := absenceFrom(la)
-			if la.Status != StatusUnknown || la.Acknowledged() || now.Sub(ref) < lu.window {
+			c, ok := notFoundFailure(la, lu, now)
+			if !ok {
 				continue // nothing to do: applyFound does nothing either
 			}
-			cands = append(cands, candidate{i: i, la: la, to: StatusFailed,
-				r: report{FailureCode: FailureNotFound,
-					FailureReason: "the provider has no operation with our reference after its consistency window"},
-				reason: fmt.Sprintf("lookup %d: not found %s after the last call (consistency window %s, R16)",
-					la.LookupCount, now.Sub(ref).Round(time.Second), lu.window)})
+			cands = append(cands, candidate{i: i, la: la, to: c.To,
+				r: report{FailureCode: c.FailureCode, FailureReason: c.FailureReason}, reason: c.Reason})
 		case lookupFound:
 			r := lookupState(lu.lr)
 			to := StatusSucceeded
@@ -564,30 +561,42 @@ func (s *Service) applyFound(ctx context.Context, tx pgx.Tx, after *afterCommit,
 		res.Attempt, res.Transitioned = na, na.Status != before
 		return res, err
 	case lookupNotFound:
-		if la.Status != StatusUnknown || la.Acknowledged() {
-			// The provider already named or acknowledged this operation
-			// (a provider id, a 2xx, a 409 "key in use", a processing
-			// report): a later "not found" contradicts it and proves
-			// nothing. Never failed on it; the lookups go on and, once
-			// exhausted, a human decides (R16, R18).
+		c, ok := notFoundFailure(la, lu, now)
+		if !ok {
 			return res, nil
 		}
-		// Counted from the latest moment the request could still have
-		// been on its way: the last call's start or recorded end, or when
-		// we stopped waiting for it (unknown_at).
-		ref := absenceFrom(la)
-		if now.Sub(ref) < lu.window {
-			return res, nil
-		}
-		tr, err := s.transition(ctx, tx, after, la, change{To: StatusFailed, Actor: ActorResolver,
-			FailureCode: FailureNotFound,
-			Reason: fmt.Sprintf("lookup %d: not found %s after the last call (consistency window %s, R16)",
-				la.LookupCount, now.Sub(ref).Round(time.Second), lu.window),
-			FailureReason: "the provider has no operation with our reference after its consistency window"})
+		tr, err := s.transition(ctx, tx, after, la, c)
 		res.Attempt, res.Transitioned = tr.Attempt, tr.Transitioned
 		return res, err
 	}
 	return res, nil
+}
+
+// notFoundFailure is the failure a "not found" lookup lu proves for the
+// attempt la at now, and whether it proves one (R16): only for an unknown
+// attempt nobody acknowledged, once the provider's consistency window has
+// passed since the request could last have been on its way. applyFound
+// and lookupFinals both decide by it.
+func notFoundFailure(la Attempt, lu lookedUp, now time.Time) (change, bool) {
+	if la.Status != StatusUnknown || la.Acknowledged() {
+		// The provider already named or acknowledged this operation (a
+		// provider id, a 2xx, a 409 "key in use", a processing report): a
+		// later "not found" contradicts it and proves nothing. Never
+		// failed on it; the lookups go on and, once exhausted, a human
+		// decides (R16, R18).
+		return change{}, false
+	}
+	// Counted from the latest moment the request could still have been on
+	// its way: the last call's start or recorded end, or when we stopped
+	// waiting for it (unknown_at).
+	ref := absenceFrom(la)
+	if now.Sub(ref) < lu.window {
+		return change{}, false
+	}
+	return change{To: StatusFailed, Actor: ActorResolver, FailureCode: FailureNotFound,
+		Reason: fmt.Sprintf("lookup %d: not found %s after the last call (consistency window %s, R16)",
+			la.LookupCount, now.Sub(ref).Round(time.Second), lu.window),
+		FailureReason: "the provider has no operation with our reference after its consistency window"}, true
 }
 
 // retryIn sets res.RetryIn: when an attempt still awaiting resolution is
