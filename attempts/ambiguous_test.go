@@ -84,13 +84,7 @@ func TestAmbiguousCommitOfRecordBatchRecordsOnce_R9(t *testing.T) {
 			for i, id := range ids {
 				assert.NoError(t, errs[i])
 				assert.Equal(t, StatusSucceeded, res[i].Attempt.Status)
-				a := h.get(id)
-				require.Equal(t, StatusSucceeded, a.Status)
-				require.Equal(t, 1, a.CallsRecorded)
-				require.Equal(t, []string{"opened", "call:succeeded", "transition:pending->succeeded"}, eventTypes(h.events(id)),
-					"each call recorded once")
-				require.Equal(t, []string{"succeeded"}, h.ownerEffects(id))
-				require.Equal(t, 1, h.psp.seen(a.IdempotencyKey))
+				h.requireSucceededOnFirstCall(t, id, "each call recorded once")
 			}
 			h.requireNoViolations()
 		})

@@ -447,13 +447,7 @@ func TestRecordBatchFailureFallsBackOneByOne(t *testing.T) {
 	wg.Wait()
 	require.Less(t, bo.refuse.Load(), int32(1000), "no shared record transaction was tried")
 	for _, id := range ids {
-		a := h.get(id)
-		require.Equal(t, StatusSucceeded, a.Status)
-		require.Equal(t, 1, a.CallsRecorded)
-		require.Equal(t, []string{"opened", "call:succeeded", "transition:pending->succeeded"}, eventTypes(h.events(id)),
-			"a rolled-back batch leaves no event behind")
-		require.Equal(t, []string{"succeeded"}, h.ownerEffects(id))
-		require.Equal(t, 1, h.psp.seen(a.IdempotencyKey))
+		h.requireSucceededOnFirstCall(t, id, "a rolled-back batch leaves no event behind")
 	}
 	bo.mu.Lock()
 	require.Equal(t, n, bo.single, "every attempt handed one at a time after the batch failed")

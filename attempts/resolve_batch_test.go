@@ -455,13 +455,21 @@ func (h *harness) requireCalledAndLookedUpOnce(t *testing.T, due, fresh []uuid.U
 		require.Equal(t, []string{"succeeded"}, h.ownerEffects(id))
 	}
 	for _, id := range fresh {
-		a := h.get(id)
-		require.Equal(t, StatusSucceeded, a.Status)
-		require.Equal(t, 1, a.CallsRecorded)
-		require.Equal(t, []string{"opened", "call:succeeded", "transition:pending->succeeded"}, eventTypes(h.events(id)))
-		require.Equal(t, []string{"succeeded"}, h.ownerEffects(id))
-		require.Equal(t, 1, h.psp.seen(a.IdempotencyKey))
+		h.requireSucceededOnFirstCall(t, id, "")
 	}
+}
+
+// requireSucceededOnFirstCall: the attempt id succeeded on its one call,
+// recorded once (one call event, one transition), handed to its owner
+// once, its key seen once by the PSP. why says what a failure would mean.
+func (h *harness) requireSucceededOnFirstCall(t *testing.T, id uuid.UUID, why string) {
+	t.Helper()
+	a := h.get(id)
+	require.Equal(t, StatusSucceeded, a.Status)
+	require.Equal(t, 1, a.CallsRecorded)
+	require.Equal(t, []string{"opened", "call:succeeded", "transition:pending->succeeded"}, eventTypes(h.events(id)), why)
+	require.Equal(t, []string{"succeeded"}, h.ownerEffects(id))
+	require.Equal(t, 1, h.psp.seen(a.IdempotencyKey))
 }
 
 // A batch holding calls' results and lookups' answers (resultsMany)
