@@ -533,11 +533,10 @@ func (s *Service) lookupFinals(ctx context.Context, tx pgx.Tx, after *afterCommi
 		if !ok {
 			continue // the status moved under us (R10): applyFound sees it as it is
 		}
-		from, reason := c.la.Status, c.reason
 		out[c.i] = movedByLookup{a: na, event: Event{AttemptID: na.ID, At: at, Type: EventTransition, Actor: ActorResolver,
-			FromStatus: from, ToStatus: na.Status, Reason: reason}}
+			FromStatus: c.la.Status, ToStatus: na.Status, Reason: c.reason}}
 		after.final(na)
-		s.afterTransition(ctx, after, na, from, ActorResolver, reason)
+		s.afterTransition(ctx, after, na, c.la.Status, ActorResolver, c.reason)
 	}
 	return out, nil
 }
