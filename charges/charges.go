@@ -43,8 +43,8 @@
 package charges
 
 import (
+	"bytes"
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -457,6 +457,14 @@ func (s *Service) Create(ctx context.Context, req ChargeRequest) (Charge, error)
 		return Charge{}, err
 	}
 	cur := req.Amount.Currency()
+	hash := intent.RequestHash(req.Kind, req.Amount.Format(), cur.Code(), req.CardToken, int64(req.PixExpiresIn/time.Second),
+		req.PayerName, req.PayerTaxID, req.Description, req.Metadata, req.Splits)
+	if existing, err := s.replayClientKey(ctx, s.pool, req.MerchantID, req.ClientKey, hash); err != nil || existing != "" {
+		if err != nil {
+			return Charge{}, err
+		}
+		return s.get(ctx, s.pool, req.MerchantID, existing)
+	}
 	provider := s.providerFor(req.Kind)
 	if provider == "" {
 		return Charge{}, invalid("kind", "no provider takes %s charges here", req.Kind)
@@ -481,8 +489,6 @@ func (s *Service) Create(ctx context.Context, req ChargeRequest) (Charge, error)
 	if err != nil {
 		return Charge{}, err
 	}
-	hash := intent.RequestHash(req.Kind, req.Amount.Format(), cur.Code(), req.CardToken, int64(req.PixExpiresIn/time.Second),
-		req.PayerName, req.PayerTaxID, req.Description, req.Metadata, req.Splits)
 	if err := s.checkEncodable(req); err != nil {
 		return Charge{}, err
 	}
@@ -628,13 +634,37 @@ func (s *Service) claimClientKey(ctx context.Context, tx pgx.Tx, merchantID, key
 	if tag.RowsAffected() == 1 {
 		return "", nil
 	}
+	id, err := s.replayClientKey(ctx, tx, merchantID, key, hash)
+	if err == nil && id == "" {
+		err = fmt.Errorf("charges: client key %q conflicted but its charge is not visible", key)
+	}
+	return id, err
+}
+
+// replayClientKey finds the charge an earlier request with this client key
+// created: its id when the request was the same, "" when the key was never
+// used, ErrIdempotencyConflict for another request. Create asks it before
+// anything that may have changed since (the merchant's fee rule): a repeat
+// of an accepted request gets the charge it created. The claim in the
+// opening transaction stays what settles races.
+func (s *Service) replayClientKey(ctx context.Context, db dbtx, merchantID, key string, hash []byte) (string, error) {
+	if key == "" {
+		return "", nil
+	}
+	if len(key) > 255 {
+		return "", invalid("client_key", "longer than 255 characters")
+	}
 	var prev []byte
 	var id string
-	if err := tx.QueryRow(ctx, `SELECT request_hash, charge_id FROM charge_requests
-		WHERE merchant_id = $1 AND client_key = $2`, merchantID, key).Scan(&prev, &id); err != nil {
+	err := db.QueryRow(ctx, `SELECT request_hash, charge_id FROM charge_requests
+		WHERE merchant_id = $1 AND client_key = $2`, merchantID, key).Scan(&prev, &id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
 		return "", err
 	}
-	if hex.EncodeToString(prev) != hex.EncodeToString(hash) {
+	if !bytes.Equal(prev, hash) {
 		return "", fmt.Errorf("%w (key %q)", ErrIdempotencyConflict, key)
 	}
 	return id, nil

@@ -9,6 +9,9 @@ func (s *Service) CreateTogether(ctx context.Context, reqs []PayoutRequest) ([]P
 	batch := make([]createReq, len(reqs))
 	for i, req := range reqs {
 		r, err := s.prepareCreate(ctx, req)
+		if err == nil {
+			err = s.readyCreate(ctx, r)
+		}
 		if err != nil {
 			panic(err)
 		}

@@ -17,8 +17,8 @@
 package payouts
 
 import (
+	"bytes"
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -256,11 +256,21 @@ func (s *Service) CreatePayout(ctx context.Context, req PayoutRequest) (Payout, 
 	if err != nil {
 		return Payout{}, err
 	}
+	existing, err := s.replayClientKey(ctx, s.pool, req.MerchantID, req.ClientKey, r.hash, "payout")
+	if err != nil {
+		return Payout{}, err
+	}
+	if existing != "" {
+		return s.get(ctx, s.pool, req.MerchantID, existing)
+	}
+	if err := s.readyCreate(ctx, r); err != nil {
+		return Payout{}, err
+	}
 	return s.creator.Do(ctx, r)
 }
 
-// prepareCreate validates a CreatePayout request and makes sure its merchant
-// and accounts exist, before it joins a batch.
+// prepareCreate validates a CreatePayout request (its shape, route and
+// encoding: nothing that depends on the merchant's state).
 func (s *Service) prepareCreate(ctx context.Context, req PayoutRequest) (createReq, error) {
 	if !payoutOperation(req.Operation) {
 		return createReq{}, invalid("operation", "must be pix_transfer, bank_payout or account_transfer")
@@ -291,18 +301,21 @@ func (s *Service) prepareCreate(ctx context.Context, req PayoutRequest) (createR
 		return createReq{}, err
 	}
 	hash := intent.RequestHash("payout", req.Operation, req.Amount.String(), req.Amount.Currency().Code(), dest, req.Description, req.Metadata)
-	if err := s.requireMerchant(ctx, req.MerchantID); err != nil {
-		return createReq{}, err
+	return createReq{req: req, hash: hash, provider: provider}, nil
+}
+
+// readyCreate makes sure a prepared request's merchant and accounts exist,
+// before it joins a batch.
+func (s *Service) readyCreate(ctx context.Context, r createReq) error {
+	if err := s.requireMerchant(ctx, r.req.MerchantID); err != nil {
+		return err
 	}
 	// Nothing is written before this point; a merchant that never held
 	// money in the currency is refused before its accounts would be made.
-	if err := s.requireFunded(ctx, req.MerchantID, req.Amount.Currency(), &req.Amount); err != nil {
-		return createReq{}, err
+	if err := s.requireFunded(ctx, r.req.MerchantID, r.req.Amount.Currency(), &r.req.Amount); err != nil {
+		return err
 	}
-	if err := s.prepareAccounts(ctx, req.MerchantID, provider, req.Amount.Currency()); err != nil {
-		return createReq{}, err
-	}
-	return createReq{req: req, hash: hash, provider: provider}, nil
+	return s.prepareAccounts(ctx, r.req.MerchantID, r.provider, r.req.Amount.Currency())
 }
 
 // Retry opens a new attempt, with a NEW key, for a payout whose last attempt
@@ -430,13 +443,40 @@ func (s *Service) claimClientKey(ctx context.Context, tx pgx.Tx, merchantID, key
 	if tag.RowsAffected() == 1 {
 		return "", nil
 	}
+	objectID, err := s.replayClientKey(ctx, tx, merchantID, key, hash, kind)
+	if err == nil && objectID == "" {
+		err = fmt.Errorf("payouts: client key %q conflicted but its row is not visible", key)
+	}
+	return objectID, err
+}
+
+// replayClientKey finds what an earlier request with this client key
+// created: its object id when the request was the same, "" when the key
+// was never used, ErrIdempotencyConflict for another request. Create paths
+// ask it before anything that depends on the merchant's state or on
+// configuration (balance, routing): a repeat of a request that was
+// accepted must get what it created, even though the first request's own
+// reserve has since taken the balance it was checked against (a retry
+// after a 503 on another process, whose account cache is empty). The claim
+// in the opening transaction stays what settles races.
+func (s *Service) replayClientKey(ctx context.Context, db dbtx, merchantID, key string, hash []byte, kind string) (string, error) {
+	if key == "" {
+		return "", nil
+	}
+	if len(key) > 255 {
+		return "", invalid("client_key", "longer than 255 characters")
+	}
 	var prevHash []byte
 	var prevKind, objectID string
-	if err := tx.QueryRow(ctx, `SELECT request_hash, object_kind, object_id FROM payout_requests
-		WHERE merchant_id = $1 AND client_key = $2`, merchantID, key).Scan(&prevHash, &prevKind, &objectID); err != nil {
+	err := db.QueryRow(ctx, `SELECT request_hash, object_kind, object_id FROM payout_requests
+		WHERE merchant_id = $1 AND client_key = $2`, merchantID, key).Scan(&prevHash, &prevKind, &objectID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
 		return "", err
 	}
-	if prevKind != kind || hex.EncodeToString(prevHash) != hex.EncodeToString(hash) {
+	if prevKind != kind || !bytes.Equal(prevHash, hash) {
 		return "", fmt.Errorf("%w (key %q)", ErrIdempotencyConflict, key)
 	}
 	return objectID, nil

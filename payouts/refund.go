@@ -79,6 +79,16 @@ func (s *Service) CreateRefund(ctx context.Context, req RefundRequest) (Payout, 
 		amountPart = req.Amount.String()
 	}
 	hash := intent.RequestHash("refund", req.ChargeID, amountPart, req.Description, req.Metadata)
+	// A repeat of an accepted request gets what it created, whatever the
+	// charge and the balance look like now (its own reserve took the
+	// balance it was checked against).
+	existing, err := s.replayClientKey(ctx, s.pool, req.MerchantID, req.ClientKey, hash, "refund")
+	if err != nil {
+		return Payout{}, err
+	}
+	if existing != "" {
+		return s.get(ctx, s.pool, req.MerchantID, existing)
+	}
 
 	// Accounts are prepared before the transaction (see prepareAccounts);
 	// the charge's currency and provider are read without the lock here and
@@ -142,7 +152,8 @@ func (s *Service) CreateRefund(ctx context.Context, req RefundRequest) (Payout, 
 		}
 		if full {
 			if !left.IsPositive() {
-				return &FieldError{Field: "amount", Reason: "nothing left to refund on charge " + c.ID}
+				return fmt.Errorf("%w: %w", &FieldError{Field: "amount", Reason: "nothing left to refund on charge " + c.ID},
+					ErrRefundExceedsCharge)
 			}
 			if p.Amount, err = money.New(left, c.Amount.Currency()); err != nil {
 				return err

@@ -149,6 +149,15 @@ func (s *Service) CreateSplit(ctx context.Context, req SplitRequest) (Split, err
 		return Split{}, invalid("legs", "%v", err)
 	}
 	hash := intent.RequestHash(hashParts...)
+	// A repeat of an accepted request gets what it created, whatever the
+	// balance looks like now (its own reserve took it).
+	existing, err := s.replayClientKey(ctx, s.pool, req.MerchantID, req.ClientKey, hash, "split")
+	if err != nil {
+		return Split{}, err
+	}
+	if existing != "" {
+		return s.getSplit(ctx, s.pool, req.MerchantID, existing)
+	}
 	if err := s.requireMerchant(ctx, req.MerchantID); err != nil {
 		return Split{}, err
 	}

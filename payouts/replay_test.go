@@ -1,0 +1,102 @@
+package payouts_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/charges"
+	"github.com/saldo/saldo/payouts"
+	"github.com/saldo/saldo/providers"
+	"github.com/saldo/saldo/providers/sim"
+)
+
+// freshService is a second process (another API replica, or this one after
+// a restart): the same database, an empty account cache.
+func (e *env) freshService(t *testing.T, withCharges bool) *payouts.Service {
+	t.Helper()
+	cfg := payouts.Config{Pool: e.pool, Attempts: e.att, Provider: e.prov.Name(), Clock: e.clock}
+	if withCharges {
+		ch, err := charges.New(charges.Config{Pool: e.pool, Attempts: e.att, Provider: e.prov.Name(), Clock: e.clock})
+		require.NoError(t, err)
+		cfg.Charges = ch
+	}
+	svc, err := payouts.New(cfg)
+	require.NoError(t, err)
+	return svc
+}
+
+// R4: a refund created under a client key, then repeated with the same key
+// and the same request on a process that has not cached the merchant's
+// accounts (the documented recovery after a 503: "send it again with the
+// same Idempotency-Key to learn which"). The repeat gets the refund that
+// exists. It used to be refused "insufficient balance, nothing was
+// reserved", the balance check running before the key was looked up and
+// the first refund's own reserve having taken the balance: a caller told
+// that may pay by another route.
+func TestRefundRepeatedOnAnotherProcessGetsTheRefund(t *testing.T) {
+	t.Parallel()
+	e, c := refundEnv(t) // available 600.00 (500 funded + 100 charge)
+	req := payouts.RefundRequest{MerchantID: merchant, ChargeID: c.ID, Amount: brl("100.00"), ClientKey: "refund-once"}
+	r1, err := e.svc.CreateRefund(e.ctx, req)
+	require.NoError(t, err)
+	// Spend the rest of available with an ordinary payout.
+	p, err := e.svc.CreatePayout(e.ctx, e.pix("500.00"))
+	require.NoError(t, err)
+	av, _ := e.balances()
+	require.Equal(t, "0.00", av)
+
+	other := e.freshService(t, true)
+	again, err := other.CreateRefund(e.ctx, req)
+	require.NoError(t, err, "same key, same request: the existing refund, not a refusal")
+	require.Equal(t, r1.ID, again.ID)
+
+	require.Equal(t, attempts.StatusSucceeded, e.execute(r1).Status)
+	require.Equal(t, attempts.StatusSucceeded, e.execute(p).Status)
+}
+
+// R4: the same for a payout; the same key with another request is still a
+// conflict, and only the first request reserved anything.
+func TestPayoutRepeatedOnAnotherProcessGetsThePayout(t *testing.T) {
+	t.Parallel()
+	e := setup(t, sim.Config{}, "100.00")
+	req := e.pix("100.00")
+	req.ClientKey = "payout-once"
+	p1, err := e.svc.CreatePayout(e.ctx, req)
+	require.NoError(t, err)
+
+	other := e.freshService(t, false)
+	again, err := other.CreatePayout(e.ctx, req)
+	require.NoError(t, err, "same key, same request: the existing payout, not a refusal")
+	require.Equal(t, p1.ID, again.ID)
+	other2 := e.freshService(t, false)
+	changed := req
+	changed.Amount = brl("50.00")
+	_, err = other2.CreatePayout(e.ctx, changed)
+	require.ErrorIs(t, err, payouts.ErrIdempotencyConflict, "same key, another request")
+	av, _ := e.balances()
+	require.Equal(t, "0.00", av, "one reserve of 100.00, not two")
+	require.Equal(t, attempts.StatusSucceeded, e.execute(p1).Status)
+}
+
+// R4: the same for a split payout.
+func TestSplitRepeatedOnAnotherProcessGetsTheSplit(t *testing.T) {
+	t.Parallel()
+	e := setup(t, sim.Config{}, "100.00")
+	leg := func(amount, email string) payouts.SplitLeg {
+		return payouts.SplitLeg{Operation: providers.OpPixTransfer, Amount: brl(amount), Destination: pixTo(email)}
+	}
+	req := payouts.SplitRequest{MerchantID: merchant, ClientKey: "split-once",
+		Legs: []payouts.SplitLeg{leg("60.00", "a@example.com"), leg("40.00", "b@example.com")}}
+	sp, err := e.svc.CreateSplit(e.ctx, req)
+	require.NoError(t, err)
+
+	other := e.freshService(t, false)
+	again, err := other.CreateSplit(e.ctx, req)
+	require.NoError(t, err, "same key, same request: the existing split, not a refusal")
+	require.Equal(t, sp.ID, again.ID)
+	for _, l := range sp.Legs {
+		require.Equal(t, attempts.StatusSucceeded, e.execute(l).Status)
+	}
+}
