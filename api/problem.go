@@ -128,6 +128,9 @@ func problemFor(err error) Problem {
 			Detail: "the attempt is already final with another status; nothing changed"}
 	case errors.Is(err, ledger.ErrInvalidCursor):
 		return Problem{Status: http.StatusBadRequest, Code: "validation_failed", Title: "Validation failed", Detail: "malformed or foreign cursor", Field: "cursor"}
+	case errors.Is(err, attempts.ErrInvalidEvidence):
+		return Problem{Status: http.StatusBadRequest, Code: "validation_failed", Title: "Validation failed",
+			Detail: trimPkg(err.Error()) + "; nothing changed", Field: "evidence"}
 	case errors.Is(err, merchants.ErrInvalid), errors.Is(err, attempts.ErrInvalid),
 		errors.Is(err, ledger.ErrInvalidInput), errors.Is(err, payouts.ErrInvalid), errors.Is(err, charges.ErrInvalid):
 		return Problem{Status: http.StatusBadRequest, Code: "validation_failed", Title: "Validation failed", Detail: trimPkg(err.Error())}

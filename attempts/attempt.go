@@ -39,6 +39,10 @@ var (
 	// ErrInvalid: bad input (unknown kind, empty subject, unknown provider,
 	// unsupported operation, missing operator or reason). Nothing was written.
 	ErrInvalid = errors.New("attempts: invalid input")
+	// ErrInvalidEvidence: an operator's evidence is not JSON that
+	// PostgreSQL's jsonb stores (ResolveManually). It is ErrInvalid too
+	// (errors.Is), naming the field. Nothing was written.
+	ErrInvalidEvidence = fmt.Errorf("%w: evidence must be JSON that PostgreSQL's jsonb accepts", ErrInvalid)
 	// ErrPayloadTampered: the stored payload no longer matches its sha256;
 	// nothing is sent (R5).
 	ErrPayloadTampered = errors.New("attempts: payload does not match its sha256")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/shopspring/decimal"
 
 	"github.com/saldo/saldo/internal/sqlcols"
@@ -751,8 +752,10 @@ func (s *Service) ResolveManually(ctx context.Context, attemptID uuid.UUID, stat
 	if strings.TrimSpace(operatorID) == "" || strings.TrimSpace(reason) == "" {
 		return ResolveResult{}, fmt.Errorf("%w: operator id and reason are required", ErrInvalid)
 	}
-	if len(evidence) > 0 && !json.Valid(evidence) {
-		return ResolveResult{}, fmt.Errorf("%w: evidence must be JSON", ErrInvalid)
+	if len(evidence) > 0 {
+		if err := s.checkEvidence(ctx, evidence); err != nil {
+			return ResolveResult{}, err
+		}
 	}
 	// A manual failed may need a lookup, made before the transaction (R11).
 	var lr *providers.LookupResult
@@ -827,6 +830,36 @@ func (s *Service) ResolveManually(ctx context.Context, attemptID uuid.UUID, stat
 		return res, refused
 	}
 	return res, err
+}
+
+// checkEvidence refuses (ErrInvalidEvidence) evidence the attempt_events
+// jsonb column would refuse, before anything is looked up or written: JSON
+// that encoding/json accepts but jsonb does not (a lone surrogate escape
+// "\ud800", "\u0000", a number outside numeric's range such as 1e1000000)
+// would otherwise fail the transition's INSERT, a 500 for the operator.
+//
+// It asks PostgreSQL (SELECT $1::jsonb, outside any transaction) rather than
+// re-implementing jsonb's input rules in Go: those rules (surrogate pairing,
+// which escapes the server encoding can represent, numeric's digit limits
+// before and after the point) belong to the server and its version, and
+// the server's own parser is the only exact copy. Any data exception
+// (SQLSTATE class 22) is the evidence's fault; other errors (the database
+// unreachable) are returned as they are. The price is one round trip on a
+// rare operator action.
+func (s *Service) checkEvidence(ctx context.Context, evidence json.RawMessage) error {
+	if !json.Valid(evidence) {
+		return fmt.Errorf("%w: not valid JSON", ErrInvalidEvidence)
+	}
+	_, err := s.pool.Exec(ctx, "SELECT $1::jsonb", evidence)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22") {
+		why := pgErr.Message
+		if pgErr.Detail != "" {
+			why += " (" + pgErr.Detail + ")"
+		}
+		return fmt.Errorf("%w: %s", ErrInvalidEvidence, why)
+	}
+	return err
 }
 
 type manualDecision int

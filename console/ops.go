@@ -366,8 +366,10 @@ func (c *Console) resolve(w http.ResponseWriter, r *http.Request, s *Session) {
 		again(http.StatusUnprocessableEntity, "Refused: "+err.Error())
 		return
 	default:
+		// The error (a database's, say) is logged, never shown: it is
+		// nothing the operator can act on and may name internals.
 		c.log.ErrorContext(r.Context(), "console: manual resolution failed", "attempt_id", id, "error", err)
-		again(http.StatusInternalServerError, "The resolution could not be recorded: "+err.Error())
+		again(http.StatusInternalServerError, "The resolution could not be recorded: an internal error, logged for the administrators. Reload the attempt to see whether it changed before trying again.")
 		return
 	}
 	c.log.InfoContext(r.Context(), "console: manual resolution", "attempt_id", id, "reference", res.Attempt.Reference,
