@@ -103,7 +103,8 @@ func problemFor(err error) Problem {
 	case errors.Is(err, payouts.ErrInsufficientBalance), errors.Is(err, ledger.ErrInsufficientFunds):
 		return Problem{Status: http.StatusUnprocessableEntity, Code: "insufficient_balance", Title: "Insufficient balance",
 			Detail: "the available balance does not cover this amount; nothing was reserved"}
-	case errors.Is(err, payouts.ErrIdempotencyConflict), errors.Is(err, charges.ErrIdempotencyConflict):
+	case errors.Is(err, payouts.ErrIdempotencyConflict), errors.Is(err, charges.ErrIdempotencyConflict),
+		errors.Is(err, ledger.ErrIdempotencyConflict):
 		return Problem{Status: http.StatusUnprocessableEntity, Code: "idempotency_key_reused", Title: "Idempotency key reused",
 			Detail: "this key was already used for a different request"}
 	case errors.Is(err, payouts.ErrNotRetryable):

@@ -1,0 +1,34 @@
+package api_test
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/saldo/saldo/api"
+	"github.com/saldo/saldo/providers/sim"
+)
+
+// R4/R6 and "every 5xx a client can trigger is a defect": a funding
+// adjustment's ledger key is "funding:<merchant>:<key id>:<Idempotency-Key>"
+// and lives for ever, while the API's idempotency record is deleted after
+// its retention (24 h). An admin who reuses an Idempotency-Key after that
+// with another amount gets ledger.ErrIdempotencyConflict: 422
+// idempotency_key_reused (it was an unmapped 500), and nothing is posted.
+func TestFundingKeyReusedAfterRetentionIs422(t *testing.T) {
+	t.Parallel()
+	e := setup(t, sim.Config{})
+	path := "/v1/merchants/m2/fundings"
+	r := e.post(path, e.admin, "fund-reuse-1", map[string]any{"amount": "10.00", "currency": "BRL", "reason": "top up"})
+	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
+	// The hourly cleanup, once the record is past its retention.
+	_, err := api.CleanupIdempotency(e.ctx, e.pool, time.Now().Add(time.Hour))
+	require.NoError(t, err)
+	before := e.countRows("ledger_transactions")
+	out := e.post(path, e.admin, "fund-reuse-1", map[string]any{"amount": "20.00", "currency": "BRL", "reason": "top up"})
+	require.Equal(t, http.StatusUnprocessableEntity, out.Status, string(out.Body))
+	require.Equal(t, "idempotency_key_reused", out.code(t))
+	require.Equal(t, before, e.countRows("ledger_transactions"), "nothing is posted")
+}
