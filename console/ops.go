@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -337,7 +338,7 @@ func (c *Console) resolve(w http.ResponseWriter, r *http.Request, s *Session) {
 		again(http.StatusUnprocessableEntity, "Choose succeeded or failed.")
 		return
 	}
-	if reason == "" || len(reason) > maxReason {
+	if reason == "" || utf8.RuneCountInString(reason) > maxReason {
 		again(http.StatusUnprocessableEntity, "A reason is required (up to 2000 characters): it is kept with the decision.")
 		return
 	}

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -110,7 +111,7 @@ func (c *Console) showDivergence(w http.ResponseWriter, r *http.Request, s *Sess
 
 func (c *Console) resolveDivergence(w http.ResponseWriter, r *http.Request, s *Session) {
 	reason := strings.TrimSpace(r.PostForm.Get("reason"))
-	if reason == "" || len(reason) > maxReason {
+	if reason == "" || utf8.RuneCountInString(reason) > maxReason {
 		c.showDivergence(w, r, s, http.StatusUnprocessableEntity, "A reason is required (up to 2000 characters).", "", reason)
 		return
 	}

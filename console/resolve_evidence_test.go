@@ -46,3 +46,21 @@ func errorOf(body string) string {
 	}
 	return m[:min(len(m), 300)]
 }
+
+// The resolve form bounds the reason as the API does (checkOperatorReason):
+// 2000 characters, not bytes, so 2000 two-byte characters are accepted and
+// 2001 refused (422, nothing changed).
+func TestResolveReasonCountsCharacters(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{insecure: true})
+	_, a := e.stuckPayout("10.00")
+	c := e.client()
+	token := c.signIn(e.secret["operator"])
+	path := "/console/attempts/" + a.ID.String() + "/resolve"
+	res, body := c.post(path, url.Values{"csrf": {token}, "status": {"succeeded"}, "reason": {strings.Repeat("é", 2001)}})
+	require.Equal(t, http.StatusUnprocessableEntity, res.StatusCode, errorOf(body))
+	require.Equal(t, attempts.StatusUnknown, e.attemptStatus(a))
+	res, body = c.post(path, url.Values{"csrf": {token}, "status": {"succeeded"}, "reason": {strings.Repeat("é", 2000)}})
+	require.Equal(t, http.StatusSeeOther, res.StatusCode, errorOf(body))
+	require.Equal(t, attempts.StatusSucceeded, e.attemptStatus(a))
+}
