@@ -14,8 +14,8 @@ import (
 )
 
 // ErrInconclusive is set (wrapped) as a lookup's Exchange.Err when the
-// answer could not prove absence: a list page that did not cover the whole
-// time range, or an unreadable body. The attempts core treats it as a
+// answer could not prove absence: any answer but a 200, a list page that
+// did not cover the whole list, or an unreadable body. The attempts core treats it as a
 // failed lookup, never as "not found" (R16).
 var ErrInconclusive = errors.New("stripe: lookup inconclusive")
 
@@ -72,7 +72,16 @@ func (p *Provider) Lookup(ctx context.Context, op providers.Operation, reference
 		p.log.Error("stripe: lookup refused: the API key is wrong, revoked or lacks a permission; unknown attempts stay unresolved until an operator fixes it",
 			"status", ex.StatusCode, "operation", string(op), "request_id", ex.ProviderRequestID)
 	}
-	if ex.Err != nil || ex.StatusCode != http.StatusOK {
+	if ex.Err != nil {
+		return res, nil
+	}
+	if ex.StatusCode != http.StatusOK {
+		// Every lookup is a list or search endpoint, which answers "no
+		// such object" with a 200 and an empty list, never a 404 or 204: a
+		// non-200 (Stripe's 404 "Unrecognized request URL", a proxy's
+		// page, a 204, a 5xx, a 429) is a wrong URL or no answer, and
+		// proves nothing (R16, docs/pitfalls.md).
+		res.Exchange.Err = fmt.Errorf("%w: %s: HTTP %d is not a list", ErrInconclusive, path, ex.StatusCode)
 		return res, nil
 	}
 	views, hasMore, err := parseList(op, ex.Body)
