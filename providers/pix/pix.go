@@ -494,8 +494,9 @@ var _ providers.Recaller = (*Provider)(nil)
 // Lookup reads the operation by our reference with one GET:
 // GET /cob/{txid}, GET /pix/{e2eid}/devolucao/{id} or the SendAPI's
 // LookupPath. 200 is found; 404 is "not found" (Found false, no error:
-// proof of absence only after the consistency window, R16); anything else
-// is in the Exchange and proves nothing.
+// proof of absence only after the consistency window, R16) when its body
+// is the API's problem; anything else carries an Exchange.Err and proves
+// nothing.
 //
 // A refund's path needs the endToEndId of the Pix it returns, which the
 // reference alone does not give. The adapter remembers it from the payload
@@ -532,7 +533,14 @@ func (p *Provider) Lookup(ctx context.Context, op providers.Operation, reference
 		}
 		return res, nil
 	}
-	if ex.Err != nil || ex.StatusCode != http.StatusOK {
+	if ex.Err != nil {
+		return res, nil
+	}
+	if ex.StatusCode != http.StatusOK {
+		// Only a 200 names the operation and only the API's 404 says it is
+		// absent: a 201, 202 or 204 to a GET (a gateway, a PSP's "still
+		// processing"), a 5xx, a 429 or a 401 names nothing (R16).
+		res.Exchange.Err = fmt.Errorf("pix: lookup of %s %s: HTTP %d proves nothing", op, reference, ex.StatusCode)
 		return res, nil
 	}
 	var r read
