@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -367,7 +368,17 @@ func (p *Provider) readCob(body []byte, txid string, created bool) read {
 	}
 	d := CobData{TxID: c.TxID, Status: c.Status, Location: c.Location, CopyPaste: c.PixCopiaECola}
 	if c.Calendario.Criacao != nil {
-		d.ExpiresAt = c.Calendario.Criacao.Add(time.Duration(c.Calendario.Expiracao) * time.Second).UTC()
+		// An absent expiracao is the description's default (24 h), not 0:
+		// read as 0 an ATIVA cob would fail cob_expired while it can still
+		// be paid. One too large for a Duration leaves the expiry unknown
+		// (ATIVA stays processing).
+		exp := int64(DefaultCobExpiracao)
+		if c.Calendario.Expiracao != nil {
+			exp = *c.Calendario.Expiracao
+		}
+		if exp >= 0 && exp <= int64(math.MaxInt64/time.Second) {
+			d.ExpiresAt = c.Calendario.Criacao.Add(time.Duration(exp) * time.Second).UTC()
+		}
 	}
 	r := read{ok: true, amount: c.Valor.Original}
 	switch c.Status {

@@ -71,17 +71,28 @@ type pessoa struct {
 	Nome string `json:"nome"`
 }
 
+// DefaultCobExpiracao is calendario.expiracao when a cob leaves it out:
+// the BCB description's "default: 86400" (a cob lives 24 h).
+const DefaultCobExpiracao = 86400
+
+// cobCalendarioAnswer is calendario as the API answers it: expiracao is
+// optional (DefaultCobExpiracao when absent), never read as 0.
+type cobCalendarioAnswer struct {
+	Criacao   *time.Time `json:"criacao,omitempty"`
+	Expiracao *int64     `json:"expiracao,omitempty"`
+}
+
 // cob is a cob as the API answers it (CobGerada, CobCompleta).
 type cob struct {
-	Calendario    cobCalendario `json:"calendario"`
-	TxID          string        `json:"txid"`
-	Revisao       int           `json:"revisao"`
-	Location      string        `json:"location"`
-	Status        string        `json:"status"`
-	Valor         cobValor      `json:"valor"`
-	Chave         string        `json:"chave"`
-	PixCopiaECola string        `json:"pixCopiaECola"`
-	Pix           []pixRecebido `json:"pix"`
+	Calendario    cobCalendarioAnswer `json:"calendario"`
+	TxID          string              `json:"txid"`
+	Revisao       int                 `json:"revisao"`
+	Location      string              `json:"location"`
+	Status        string              `json:"status"`
+	Valor         cobValor            `json:"valor"`
+	Chave         string              `json:"chave"`
+	PixCopiaECola string              `json:"pixCopiaECola"`
+	Pix           []pixRecebido       `json:"pix"`
 }
 
 // pixRecebido is a received Pix (schema Pix).
