@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	stripego "github.com/stripe/stripe-go/v85"
 	"github.com/stripe/stripe-go/v85/webhook"
@@ -48,6 +49,8 @@ const WebhookTolerance = webhook.DefaultTolerance
 // compares with the wall clock (time.Since), only in the past direction,
 // and before the signature: saldo's contract passes now, refuses a
 // timestamp too far in the future too, and says "forged" before "stale".
+// It is checked on the one t= stripe-go verified (signedTime refuses a
+// header with two, or with whitespace).
 // The event's API version is not required to match stripe-go's
 // (IgnoreAPIVersionMismatch): the adapter reads only id, type, amount,
 // currency, status, metadata and failure fields, which every version has.
@@ -64,9 +67,9 @@ func (p *Provider) ParseWebhook(header http.Header, body []byte, now time.Time) 
 	case err != nil:
 		return providers.WebhookEvent{}, fmt.Errorf("%w: %v", providers.ErrMalformedWebhook, err)
 	}
-	signedAt, ok := signedTime(sig)
-	if !ok {
-		return providers.WebhookEvent{}, fmt.Errorf("%w: no timestamp in %s", providers.ErrBadSignature, SignatureHeader)
+	signedAt, err := signedTime(sig)
+	if err != nil {
+		return providers.WebhookEvent{}, fmt.Errorf("%w: %s: %v", providers.ErrBadSignature, SignatureHeader, err)
 	}
 	if d := now.Sub(signedAt); d > p.tolerance || d < -p.tolerance {
 		return providers.WebhookEvent{}, fmt.Errorf("%w: signed at %s, now %s", providers.ErrStaleWebhook,
@@ -130,17 +133,36 @@ func eventOperation(t stripego.EventType, object string) (providers.Operation, b
 	return "", false
 }
 
-// signedTime reads t= from a Stripe-Signature header (already verified).
-func signedTime(h string) (time.Time, bool) {
-	for _, part := range strings.Split(h, ",") {
-		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
-		if ok && k == "t" {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				return time.Time{}, false
-			}
-			return time.Unix(n, 0), true
-		}
+// signedTime reads t= from a Stripe-Signature header (already verified)
+// and is sure it is the timestamp stripe-go verified the HMAC with.
+// stripe-go's parser keeps the LAST t= and skips a pair whose key is not
+// exactly "t" (" t=" with a space): "t=NOW,t=OLD,v1=SIG" or " t=NOW,
+// t=OLD,v1=SIG" would pass the signature on OLD and the tolerance on NOW,
+// replaying a captured delivery. Stripe sends exactly one t= and no
+// whitespace, so a header with whitespace anywhere or with more or fewer
+// than one t= is refused.
+func signedTime(h string) (time.Time, error) {
+	if strings.ContainsFunc(h, unicode.IsSpace) {
+		return time.Time{}, errors.New("whitespace in the header")
 	}
-	return time.Time{}, false
+	var at time.Time
+	seen := 0
+	for _, part := range strings.Split(h, ",") {
+		k, v, _ := strings.Cut(part, "=")
+		if k != "t" {
+			continue
+		}
+		if seen++; seen > 1 {
+			return time.Time{}, errors.New("more than one t=")
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("unreadable t=%q", v)
+		}
+		at = time.Unix(n, 0)
+	}
+	if seen == 0 {
+		return time.Time{}, errors.New("no t=")
+	}
+	return at, nil
 }
