@@ -429,7 +429,12 @@ func (s *Service) resendDelay(r recordReq) time.Duration {
 		// fixes the credentials: wait long, whatever Retry-After says.
 		return backoff(s.cfg.AuthRefusedWait, s.cfg.AuthRefusedWait, 1)
 	case r.outcome == OutcomeRateLimited && r.sr.Exchange.RetryAfter > 0:
-		return r.sr.Exchange.RetryAfter
+		// Capped like an unanswered lookup's wait (applyLookups): at the
+		// resolver schedule's longest delay, so a provider's (or a
+		// proxy's) huge Retry-After cannot park the attempt, and the
+		// money it holds, for years. providers.parseRetryAfter caps it at
+		// providers.MaxRetryAfter already.
+		return min(r.sr.Exchange.RetryAfter, s.cfg.ResolveSchedule[len(s.cfg.ResolveSchedule)-1])
 	}
 	return backoff(s.cfg.SendBackoffBase, s.cfg.SendBackoffMax, r.callNo)
 }

@@ -12,6 +12,7 @@ import (
 	"net/http/httptrace"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -238,16 +239,30 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// parseRetryAfter reads delay-seconds or an HTTP date.
+// MaxRetryAfter bounds a Retry-After: a rate limit is minutes at most, and
+// a larger delay (a provider's bug, a hostile proxy: "Retry-After:
+// 3153600000" is 100 years, and a larger one overflows time.Duration)
+// would park the attempt, and the money it holds, for that long. One hour
+// is longer than any provider's documented rate-limit window; callers may
+// cap it further with their own schedules.
+const MaxRetryAfter = time.Hour
+
+// parseRetryAfter reads delay-seconds or an HTTP date, capped at
+// MaxRetryAfter (a value too large to parse as an int counts as the cap).
 func parseRetryAfter(v string, now time.Time) time.Duration {
 	if v == "" {
 		return 0
 	}
-	if secs, err := strconv.Atoi(v); err == nil && secs >= 0 {
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil && secs >= 0 {
+		if secs > int64(MaxRetryAfter/time.Second) {
+			return MaxRetryAfter
+		}
 		return time.Duration(secs) * time.Second
+	} else if errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(v, "-") {
+		return MaxRetryAfter
 	}
 	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return t.Sub(now)
+		return min(t.Sub(now), MaxRetryAfter)
 	}
 	return 0
 }
