@@ -105,6 +105,9 @@ type createChargeRequest struct {
 	Splits              []chargeSplitRequest `json:"splits"`
 }
 
+// maxPixExpiresInSeconds bounds pix_expires_in_seconds: one day.
+const maxPixExpiresInSeconds = 86400
+
 func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 	var req createChargeRequest
 	if err := s.decode(w, r, &req); err != nil {
@@ -116,8 +119,10 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, err)
 		return
 	}
-	if req.PixExpiresInSeconds < 0 {
-		s.problem(w, r, invalidField("pix_expires_in_seconds", "must not be negative"))
+	// Bounded before it is multiplied: 2^55+3600 seconds wrapped
+	// time.Duration to one hour. 0 (left out) is the provider's default.
+	if req.PixExpiresInSeconds < 0 || req.PixExpiresInSeconds > maxPixExpiresInSeconds {
+		s.problem(w, r, invalidField("pix_expires_in_seconds", fmt.Sprintf("whole seconds between 60 and %d (0 or left out: the default)", maxPixExpiresInSeconds)))
 		return
 	}
 	cr := charges.ChargeRequest{MerchantID: chi.URLParam(r, "merchant_id"), ClientKey: r.Header.Get(IdempotencyHeader),
@@ -222,6 +227,25 @@ func (s *Server) createRefund(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		rr.Amount = amt
+	} else if req.Currency != "" {
+		// A full refund is in the charge's currency: a currency named
+		// with it must be that one, not silently ignored. The charge's
+		// currency never changes, so reading it before CreateRefund's
+		// transaction races with nothing.
+		cur, err := money.LookupCurrency(req.Currency)
+		if err != nil {
+			s.problem(w, r, invalidField("currency", fmt.Sprintf("unknown currency %q", req.Currency)))
+			return
+		}
+		c, err := s.cfg.Charges.Get(r.Context(), rr.MerchantID, rr.ChargeID)
+		if err != nil {
+			s.problem(w, r, err)
+			return
+		}
+		if cc := c.Amount.Currency(); cc != cur {
+			s.problem(w, r, invalidField("currency", fmt.Sprintf("the charge is in %s: leave currency out or name %s", cc.Code(), cc.Code())))
+			return
+		}
 	}
 	p, err := s.payouts.CreateRefund(r.Context(), rr)
 	if err != nil {
