@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -208,9 +209,46 @@ type line struct {
 	providers.StatementEntry
 	amount decimal.Decimal
 	ok     bool // amount parsed
+	// anon identifies a line without a provider id: its statement's day, a
+	// hash of its fields and its occurrence among identical lines of that
+	// day (set by statement).
+	anon string
 }
 
 func (l line) moved() bool { return l.State == providers.StateSucceeded }
+
+// opKey names the provider operation of the line: "id:" and its provider
+// id, or, for a line without one, "line:" and its day, hash and occurrence,
+// so two anonymous lines are never taken for one operation.
+func (l line) opKey() string {
+	if l.ProviderID != "" {
+		return "id:" + l.ProviderID
+	}
+	return "line:" + l.anon
+}
+
+// opFingerprint is the fingerprint of a divergence about one provider
+// operation that moved money (unknown_to_us, paid_but_failed, a
+// double_payment's extra operation): "ref:<reference>|id:<provider id>",
+// or the operation's key alone for a line without a reference. The
+// operation is part of it, so a second operation under a reference whose
+// first divergence was resolved is a new divergence, not a seen_count bump
+// of the resolved one (R19).
+//
+// Until 2026-12 these fingerprints were "ref:<reference>" (or "id:<id>",
+// which lines without a reference still get). Rows stored under the old
+// form stay as they are: a re-run of a day reconciled before the change
+// stores the same divergence again under the new form (a second row, open,
+// alerting once more if critical). We chose that over rewriting or
+// matching old rows: it can only show a known divergence twice, never hide
+// one, and it needs neither a data migration nor a guess at which old row
+// a multi-operation finding was.
+func opFingerprint(ref string, l line) string {
+	if ref == "" {
+		return l.opKey()
+	}
+	return "ref:" + ref + "|" + l.opKey()
+}
 
 func (l line) side() map[string]any {
 	return map[string]any{"operation": l.Operation, "reference": l.Reference, "provider_id": l.ProviderID,
@@ -309,11 +347,24 @@ func (s *Service) queryOurs(ctx context.Context, where string, args ...any) ([]o
 
 const chunk = 1000
 
-// byReference loads the attempts with these references.
-func (s *Service) byReference(ctx context.Context, refs []string) (map[string]ours, error) {
+// byReference loads the attempts of provider with these references. Only
+// provider's: a line of one provider under the reference of another's
+// attempt is money that no attempt of that provider knows (unknown_to_us),
+// never a confirmation of the other provider's attempt.
+func (s *Service) byReference(ctx context.Context, provider string, refs []string) (map[string]ours, error) {
+	return s.refQuery(ctx, `WHERE a.provider = $1 AND a.reference = ANY ($2)`, provider, refs)
+}
+
+// ofOtherProviders loads the attempts of providers other than provider with
+// these references, to name them in an unknown_to_us divergence.
+func (s *Service) ofOtherProviders(ctx context.Context, provider string, refs []string) (map[string]ours, error) {
+	return s.refQuery(ctx, `WHERE a.provider <> $1 AND a.reference = ANY ($2)`, provider, refs)
+}
+
+func (s *Service) refQuery(ctx context.Context, where, provider string, refs []string) (map[string]ours, error) {
 	out := map[string]ours{}
 	for i := 0; i < len(refs); i += chunk {
-		list, err := s.queryOurs(ctx, `WHERE a.reference = ANY ($1)`, refs[i:min(i+chunk, len(refs))])
+		list, err := s.queryOurs(ctx, where, provider, refs[i:min(i+chunk, len(refs))])
 		if err != nil {
 			return nil, err
 		}
@@ -437,10 +488,18 @@ func (s *Service) statement(ctx context.Context, st *runState, d time.Time) ([]l
 		return nil, fmt.Errorf("reconcile: statement of %s for %s: %w", st.run.Provider, d.Format(time.DateOnly), err)
 	}
 	ls := make([]line, 0, len(entries))
+	seen := map[string]int{}
 	for _, e := range entries {
 		l := line{StatementEntry: e}
 		if a, err := decimal.NewFromString(e.Amount); err == nil {
 			l.amount, l.ok = a, true
+		}
+		if e.ProviderID == "" {
+			h := sha256.Sum256([]byte(strings.Join([]string{string(e.Operation), e.Reference, string(e.State), e.Amount,
+				e.Currency, e.At.UTC().Format(time.RFC3339Nano)}, "\x00")))
+			k := d.Format(time.DateOnly) + ":" + hex.EncodeToString(h[:12])
+			seen[k]++
+			l.anon = fmt.Sprintf("%s#%d", k, seen[k])
 		}
 		ls = append(ls, l)
 	}
@@ -455,7 +514,23 @@ func (s *Service) run(ctx context.Context, st *runState, opts RunOptions) error 
 		return err
 	}
 	st.run.StatementLines = len(lines)
-	var findings []finding
+	// Findings are stored as soon as they are known (a group's right after
+	// its matchGroup), so a failure later in the run keeps what it saw and
+	// the resolved_by_reconciliation records of the attempts it resolved.
+	stored := map[string]bool{}
+	storeAll := func(fs []finding) error {
+		for _, f := range fs {
+			if k := string(f.kind) + "|" + f.fingerprint; stored[k] {
+				continue // seen twice by this run (a line listed failed, and no success on any day)
+			} else {
+				stored[k] = true
+			}
+			if err := s.store(ctx, st, f); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	progress := func(done int) {
 		if opts.Progress != nil {
 			opts.Progress(done, len(lines))
@@ -463,7 +538,8 @@ func (s *Service) run(ctx context.Context, st *runState, opts RunOptions) error 
 	}
 	progress(0)
 
-	// Group the lines: by our reference, else by the provider's id.
+	// Group the lines: by our reference, else by the provider's operation
+	// (its id, or for a line without one the line itself).
 	type group struct {
 		key   string
 		lines []line
@@ -474,7 +550,7 @@ func (s *Service) run(ctx context.Context, st *runState, opts RunOptions) error 
 	for _, l := range lines {
 		key := "ref:" + l.Reference
 		if l.Reference == "" {
-			key = "id:" + l.ProviderID
+			key = l.opKey()
 		}
 		g := byKey[key]
 		if g == nil {
@@ -487,7 +563,17 @@ func (s *Service) run(ctx context.Context, st *runState, opts RunOptions) error 
 		}
 		g.lines = append(g.lines, l)
 	}
-	found, err := s.byReference(ctx, refs)
+	found, err := s.byReference(ctx, st.run.Provider, refs)
+	if err != nil {
+		return err
+	}
+	var foreign []string
+	for _, r := range refs {
+		if _, ok := found[r]; !ok {
+			foreign = append(foreign, r)
+		}
+	}
+	others, err := s.ofOtherProviders(ctx, st.run.Provider, foreign)
 	if err != nil {
 		return err
 	}
@@ -528,17 +614,28 @@ func (s *Service) run(ctx context.Context, st *runState, opts RunOptions) error 
 				}
 			}
 		}
-		fs, resolved, err := s.matchGroup(ctx, st, g.lines, a)
+		var other *ours
+		if o, ok := others[g.lines[0].Reference]; ok && a == nil && g.lines[0].Reference != "" {
+			other = &o
+		}
+		fs, resolved, err := s.matchGroup(ctx, st, g.lines, a, other)
 		if err != nil {
 			return err
 		}
-		findings = append(findings, fs...)
+		if err := storeAll(fs); err != nil {
+			return err
+		}
 		if resolved {
 			st.run.Resolved++
 		}
 		if a != nil {
 			st.run.Matched++
-			ledgerIDs = append(ledgerIDs, a.ID)
+			if ownLines(g.lines, *a) {
+				// Its settle or credit answers these lines; a group of
+				// another operation's lines only (a second payment under
+				// its reference) does not count it again.
+				ledgerIDs = append(ledgerIDs, a.ID)
+			}
 			var moved []line
 			for _, l := range g.lines {
 				if l.moved() {
@@ -562,6 +659,7 @@ func (s *Service) run(ctx context.Context, st *runState, opts RunOptions) error 
 		done += len(g.lines)
 		progress(done)
 	}
+	var findings []finding
 	intentKeys := make([]string, 0, len(intents))
 	for k := range intents {
 		intentKeys = append(intentKeys, k)
@@ -607,27 +705,82 @@ func (s *Service) run(ctx context.Context, st *runState, opts RunOptions) error 
 		return err
 	}
 	findings = append(findings, ts...)
-
-	stored := map[string]bool{}
-	for _, f := range findings {
-		if k := string(f.kind) + "|" + f.fingerprint; stored[k] {
-			continue // seen twice by this run (a line listed failed, and no success on any day)
-		} else {
-			stored[k] = true
-		}
-		if err := s.store(ctx, st, f); err != nil {
-			return err
-		}
+	if err := storeAll(findings); err != nil {
+		return err
 	}
 	return s.autoResolve(ctx, st)
 }
 
+// ownLines reports whether lines (one group) include the operation of a:
+// a line with a's recorded provider id, or without an id, or any line when
+// a has no provider id recorded.
+func ownLines(ls []line, a ours) bool {
+	for _, l := range ls {
+		if a.ProviderID == "" || l.ProviderID == "" || l.ProviderID == a.ProviderID {
+			return true
+		}
+	}
+	return false
+}
+
 // matchGroup handles the statement lines of one reference (or one provider
-// id without a reference) and the attempt they match, nil when none. It
-// reports the divergences and whether it resolved the attempt.
-func (s *Service) matchGroup(ctx context.Context, st *runState, ls []line, a *ours) ([]finding, bool, error) {
+// operation without a reference) and the attempt they match, nil when none
+// (other, when not nil, is the attempt of another provider that has the
+// reference). It reports the divergences and whether it resolved the
+// attempt.
+func (s *Service) matchGroup(ctx context.Context, st *runState, ls []line, a, other *ours) ([]finding, bool, error) {
 	d := st.run.Day
 	var out []finding
+	ref := ls[0].Reference
+	key := "ref:" + ref
+	if ref == "" {
+		key = ls[0].opKey()
+	}
+	var our any = map[string]any{}
+	var att *ours
+	if a != nil {
+		our, att = a.side(), a
+	}
+	// A succeeded attempt's recorded provider id names its own operation.
+	// A money-moving line under its reference with another id is a second
+	// payment (R19), whatever day's statement lists it: one double_payment
+	// per extra operation, fingerprinted by it, so the same copy seen on
+	// its day and again on a later run is one divergence. The other
+	// operation's lines are not the attempt's: the rest of the matching
+	// sees only its own. (A failed attempt is left to paid_but_failed
+	// below: money moved once, under an attempt saldo failed. An open one
+	// goes through the attempts core, which refuses a contradicting id and
+	// sends it to review.)
+	if a != nil && a.Status == attempts.StatusSucceeded && a.ProviderID != "" {
+		var own []line
+		extra := map[string][]line{}
+		var extraIDs []string
+		for _, l := range ls {
+			switch {
+			case l.ProviderID == "" || l.ProviderID == a.ProviderID:
+				own = append(own, l)
+			case l.moved():
+				if extra[l.ProviderID] == nil {
+					extraIDs = append(extraIDs, l.ProviderID)
+				}
+				extra[l.ProviderID] = append(extra[l.ProviderID], l)
+			}
+		}
+		sort.Strings(extraIDs)
+		for _, id := range extraIDs {
+			x := extra[id][0]
+			out = append(out, finding{kind: KindDoublePayment, day: d, fingerprint: opFingerprint(ref, x), reference: ref,
+				providerID: id, attempt: a, currency: x.Currency,
+				detail: fmt.Sprintf("the provider moved money (%s %s %s, id %s) under reference %q of %s %s, whose attempt "+
+					"succeeded as provider operation %s: a double payment", x.Operation, x.Amount, x.Currency, id, ref,
+					a.Kind, a.SubjectID, a.ProviderID),
+				provider: linesSide(ls), our: our})
+		}
+		if len(own) == 0 {
+			return out, false, nil
+		}
+		ls = own
+	}
 	var moved []line
 	movedIDs := map[string]bool{}
 	for _, l := range ls {
@@ -636,29 +789,39 @@ func (s *Service) matchGroup(ctx context.Context, st *runState, ls []line, a *ou
 			movedIDs[l.ProviderID] = true
 		}
 	}
-	ref := ls[0].Reference
-	key := "ref:" + ref
-	if ref == "" {
-		key = "id:" + ls[0].ProviderID
-	}
-	var our any = map[string]any{}
-	var att *ours
-	if a != nil {
-		our, att = a.side(), a
-	}
 	if len(movedIDs) > 1 {
-		out = append(out, finding{kind: KindDoublePayment, day: d, fingerprint: key, reference: ref,
-			providerID: moved[0].ProviderID, attempt: att, currency: moved[0].Currency,
+		ops := make([]string, 0, len(moved))
+		seen := map[string]bool{}
+		for _, l := range moved {
+			if k := l.opKey(); !seen[k] {
+				seen[k] = true
+				ops = append(ops, k)
+			}
+		}
+		sort.Strings(ops)
+		out = append(out, finding{kind: KindDoublePayment, day: d, fingerprint: key + "|" + strings.Join(ops, ","),
+			reference: ref, providerID: moved[0].ProviderID, attempt: att, currency: moved[0].Currency,
 			detail:   fmt.Sprintf("%d provider operations moved money under one reference %q: a double payment", len(movedIDs), ref),
 			provider: linesSide(moved), our: our})
 	}
 	if a == nil {
-		if len(moved) > 0 {
-			out = append(out, finding{kind: KindUnknownToUs, day: d, fingerprint: key, reference: ref,
-				providerID: moved[0].ProviderID, currency: moved[0].Currency,
-				detail: fmt.Sprintf("the provider moved money (%s %s %s, id %s, reference %q) that no attempt of saldo knows: "+
-					"the ledger says it did not; never moved automatically", moved[0].Operation, moved[0].Amount, moved[0].Currency,
-					moved[0].ProviderID, ref),
+		var note string
+		if other != nil {
+			note = fmt.Sprintf("; the reference is that of %s %s's attempt %s at provider %s (%s), which this line does not confirm",
+				other.Kind, other.SubjectID, other.ID, other.Provider, other.Status)
+			our = map[string]any{"attempt_of_another_provider": other.side()}
+		}
+		seen := map[string]bool{}
+		for _, m := range moved {
+			if seen[m.opKey()] {
+				continue
+			}
+			seen[m.opKey()] = true
+			out = append(out, finding{kind: KindUnknownToUs, day: d, fingerprint: opFingerprint(ref, m), reference: ref,
+				providerID: m.ProviderID, currency: m.Currency,
+				detail: fmt.Sprintf("the provider moved money (%s %s %s, id %s, reference %q) that no attempt of saldo at %s knows: "+
+					"the ledger says it did not; never moved automatically%s", m.Operation, m.Amount, m.Currency,
+					m.ProviderID, ref, st.run.Provider, note),
 				provider: linesSide(ls), our: our})
 		}
 		return out, false, nil
@@ -715,7 +878,7 @@ func (s *Service) matchGroup(ctx context.Context, st *runState, ls []line, a *ou
 			return out, true, nil
 		}
 	case a.Status == attempts.StatusFailed && len(moved) > 0:
-		out = append(out, finding{kind: KindPaidButFailed, day: d, fingerprint: key, reference: a.Reference,
+		out = append(out, finding{kind: KindPaidButFailed, day: d, fingerprint: opFingerprint(ref, l), reference: a.Reference,
 			providerID: l.ProviderID, attempt: a, currency: a.Currency,
 			detail: fmt.Sprintf("the provider moved %s %s for %s %s (operation %s) but saldo resolved its attempt failed "+
 				"(by %s) and released or never credited the money: a human settles it; nothing moves automatically",
@@ -795,7 +958,12 @@ func (s *Service) missing(ctx context.Context, st *runState) ([]finding, error) 
 	}
 	var out []finding
 	for _, x := range days {
-		seenRef, seenID := map[string]bool{}, map[string]bool{}
+		// seenRef: references with a successful line; anonRef: those with
+		// one that has no provider id. An attempt with a recorded provider
+		// id is listed by a line of that id (or one without an id under its
+		// reference), not by another operation under its reference (a
+		// second payment, which matchGroup reports).
+		seenRef, anonRef, seenID := map[string]bool{}, map[string]bool{}, map[string]bool{}
 		for _, sd := range []time.Time{x.AddDate(0, 0, -1), x, x.AddDate(0, 0, 1)} {
 			ls, err := s.statement(ctx, st, sd)
 			if err != nil {
@@ -804,6 +972,9 @@ func (s *Service) missing(ctx context.Context, st *runState) ([]finding, error) 
 			for _, l := range ls {
 				if l.moved() {
 					seenRef[l.Reference], seenID[l.ProviderID] = true, true
+					if l.ProviderID == "" {
+						anonRef[l.Reference] = true
+					}
 				}
 			}
 		}
@@ -816,7 +987,7 @@ func (s *Service) missing(ctx context.Context, st *runState) ([]finding, error) 
 				return nil, err
 			}
 			for _, a := range list {
-				if seenRef[a.Reference] || (a.ProviderID != "" && seenID[a.ProviderID]) {
+				if (a.ProviderID == "" && seenRef[a.Reference]) || (a.ProviderID != "" && (seenID[a.ProviderID] || anonRef[a.Reference])) {
 					continue
 				}
 				a := a
