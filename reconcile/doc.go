@@ -3,11 +3,13 @@
 // safety net, after lookups, webhooks and the review queue.
 //
 // A run (Service.Run; the daily River job; `saldo reconcile`) reads
-// Provider.Statement(day) and matches its lines to attempts by our
-// reference, then by the provider's id. What it finds is a Divergence,
-// stored once per (provider, kind, fingerprint) whatever the number of
-// runs that see it, with both sides (the statement's lines and the
-// attempt):
+// Provider.Statement(day) and matches its lines to the provider's attempts
+// by our reference, then by the provider's id. What it finds is a
+// Divergence, stored once per (provider, kind, fingerprint) whatever the
+// number of runs that see it, with both sides (the statement's lines and
+// the attempt); the fingerprint of a divergence about money that moved
+// names the provider operation, so another operation is another
+// divergence:
 //
 //   - resolved_by_reconciliation (info): the statement names an operation
 //     whose attempt is still open (pending or unknown). It is resolved
@@ -19,10 +21,13 @@
 //     failed. The attempts core records the divergence on the attempt and
 //     puts it in the review queue; nothing moves in the ledger.
 //   - unknown_to_us (critical): the provider moved money under a
-//     reference or id no attempt has. Nothing moves in the ledger.
+//     reference or id no attempt of that provider has. Nothing moves in
+//     the ledger.
 //   - double_payment (critical): two money-moving provider operations for
 //     one reference, or for one intent (two attempts of one payout or
-//     charge both paid).
+//     charge both paid), or a money-moving operation, on any day's
+//     statement, under the reference of a succeeded attempt whose
+//     recorded provider id is another.
 //   - missing_at_provider (high): our attempt succeeded and the provider
 //     lists no successful operation for it on that day, the day before
 //     or the day after. Judged only once the next day has closed; until
