@@ -18,8 +18,23 @@ func TestRoundTripAndGarbage(t *testing.T) {
 	require.Equal(t, "po_1", gotID)
 	for _, bad := range []string{"zz", "6869", hexOf(`["not a time","x"]`)} {
 		_, _, err := keyset.Decode(bad)
-		require.Error(t, err, bad)
+		require.ErrorIs(t, err, keyset.ErrMalformed, bad)
 	}
+}
+
+// "Every 5xx a client can trigger is a defect": a cursor whose id has a
+// NUL (an escape PostgreSQL refuses in a text parameter, 22021) or whose
+// bytes are not UTF-8 is refused here, as malformed.
+func TestDecodeRefusesIDPostgreSQLRefuses(t *testing.T) {
+	t.Parallel()
+	for _, bad := range []string{hexOf(`["2026-12-02T10:00:00Z","dv_\u0000x"]`), hexOf("[\"2026-12-02T10:00:00Z\",\"dv_\xff\"]"),
+		hexOf("[\"2026-12-02T10:00:00Z\",\"dv_\x00\"]")} {
+		_, _, err := keyset.Decode(bad)
+		require.ErrorIs(t, err, keyset.ErrMalformed, bad)
+	}
+	_, id, err := keyset.Decode(hexOf(`["2026-12-02T10:00:00Z","dv_\u00e9"]`))
+	require.NoError(t, err)
+	require.Equal(t, "dv_é", id)
 }
 
 func hexOf(s string) string {
