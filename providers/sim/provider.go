@@ -248,10 +248,10 @@ func operationData(op Operation) []byte {
 
 // Lookup queries GET /v1/operations?reference=R&operation=OP once. Found is
 // false when the sim answered 200 with nothing visible (not proof of absence
-// before the consistency window, R16) and also when the lookup itself failed:
-// callers must check Exchange (Err, StatusCode == 200) before reading
-// "not found". With several operations for one reference (a duplicate), the
-// one that moved money is reported, the earliest first.
+// before the consistency window, R16); any other answer (a proxy's 404, a
+// 204, a 5xx) sets Exchange.Err: it proves nothing about the operation. With
+// several operations for one reference (a duplicate), the one that moved
+// money is reported, the earliest first.
 func (p *Provider) Lookup(ctx context.Context, op providers.Operation, reference string) (providers.LookupResult, error) {
 	q := url.Values{"reference": {reference}}
 	if op != "" {
@@ -259,7 +259,11 @@ func (p *Provider) Lookup(ctx context.Context, op providers.Operation, reference
 	}
 	ex := p.client.Do(ctx, http.MethodGet, p.baseURL+"/v1/operations?"+q.Encode(), nil, nil)
 	res := providers.LookupResult{Exchange: ex}
-	if ex.Err != nil || ex.StatusCode != http.StatusOK {
+	if ex.Err != nil {
+		return res, nil
+	}
+	if ex.StatusCode != http.StatusOK {
+		res.Exchange.Err = fmt.Errorf("sim: lookup answered %d: no proof of absence", ex.StatusCode)
 		return res, nil
 	}
 	var list struct {
