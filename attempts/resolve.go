@@ -55,8 +55,11 @@ const (
 func (c lookupClass) answered() bool { return c != lookupInconclusive }
 
 // classifyLookup: found needs a readable answer naming a state; not found
-// needs a clean 404 or an empty 2xx search result. Anything else (transport
-// error, 5xx, 429, auth errors) proves nothing.
+// needs a clean 404 or an empty 200 search result, with no error from the
+// adapter. Anything else (transport error, 5xx, 429, auth errors, a 204 or
+// another 2xx that names nothing) proves nothing. The adapters mark what
+// they cannot read as proof of absence (Exchange.Err); this is the core's
+// own guard against one that forgets (R16).
 func classifyLookup(lr providers.LookupResult) lookupClass {
 	ex := lr.Exchange
 	if ex.Err != nil {
@@ -69,7 +72,7 @@ func classifyLookup(lr providers.LookupResult) lookupClass {
 		}
 		return lookupInconclusive
 	}
-	if ex.StatusCode == 404 || (ex.StatusCode >= 200 && ex.StatusCode < 300) {
+	if ex.StatusCode == 404 || ex.StatusCode == 200 {
 		return lookupNotFound
 	}
 	return lookupInconclusive
