@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,4 +32,17 @@ func TestFundingKeyReusedAfterRetentionIs422(t *testing.T) {
 	require.Equal(t, http.StatusUnprocessableEntity, out.Status, string(out.Body))
 	require.Equal(t, "idempotency_key_reused", out.code(t))
 	require.Equal(t, before, e.countRows("ledger_transactions"), "nothing is posted")
+}
+
+// A funding's reason is bounded in characters, as the ledger's description
+// is (length() in PostgreSQL): 1000 accented characters are accepted, 1001
+// refused with 400 on reason (it counted bytes and refused 501).
+func TestFundingReasonCountsCharacters(t *testing.T) {
+	t.Parallel()
+	e := setup(t, sim.Config{})
+	path := "/v1/merchants/m2/fundings"
+	ok := e.post(path, e.admin, "fund-reason-1", map[string]any{"amount": "1.00", "currency": "BRL", "reason": strings.Repeat("ç", 1000)})
+	require.Equal(t, http.StatusCreated, ok.Status, string(ok.Body))
+	long := e.post(path, e.admin, "fund-reason-2", map[string]any{"amount": "1.00", "currency": "BRL", "reason": strings.Repeat("ç", 1001)})
+	require.Equal(t, http.StatusBadRequest, long.Status, string(long.Body))
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 
@@ -159,7 +160,7 @@ func (s *Server) createFunding(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, invalidField("amount", "must not be zero (negative takes money out)"))
 		return
 	}
-	if strings.TrimSpace(req.Reason) == "" || len(req.Reason) > 1000 {
+	if strings.TrimSpace(req.Reason) == "" || utf8.RuneCountInString(req.Reason) > 1000 {
 		s.problem(w, r, invalidField("reason", "required, up to 1000 characters"))
 		return
 	}
