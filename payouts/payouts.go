@@ -320,7 +320,9 @@ func (s *Service) readyCreate(ctx context.Context, r createReq) error {
 
 // Retry opens a new attempt, with a NEW key, for a payout whose last attempt
 // failed definitively (R6), reserving the amount again in the same
-// transaction. It fails with ErrNotRetryable unless the payout is failed.
+// transaction. It fails with ErrNotRetryable unless the payout is failed,
+// and when the provider reported any attempt of it paid after it was
+// resolved failed (a divergence).
 func (s *Service) Retry(ctx context.Context, merchantID, payoutID string) (Payout, error) {
 	var out Payout
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
@@ -330,6 +332,18 @@ func (s *Service) Retry(ctx context.Context, merchantID, payoutID string) (Payou
 		}
 		if p.Status != StatusFailed {
 			return fmt.Errorf("%w: payout %s is %s", ErrNotRetryable, p.ID, p.Status)
+		}
+		// A failed attempt the provider later reported paid (a divergence,
+		// settled or not) is no definitive failure (R6): the money left.
+		// A new attempt would pay the recipient twice.
+		var diverged bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM attempts
+			WHERE direction = 'out' AND subject_id = $1 AND diverged_at IS NOT NULL)`, p.ID).Scan(&diverged); err != nil {
+			return err
+		}
+		if diverged {
+			return fmt.Errorf("%w: payout %s: the provider reported an attempt of it paid after it was resolved failed (a divergence for review); a new attempt could pay twice",
+				ErrNotRetryable, p.ID)
 		}
 		in := operationInput(&p)
 		if p.Kind == attempts.KindRefund {
