@@ -32,6 +32,11 @@ type SendAPI interface {
 	ParseSendList(body []byte) ([]Send, Page, error)
 	// WebhookSend recognises a send in one item of a webhook's pix array.
 	WebhookSend(item []byte) (Send, bool)
+	// SendNotFound reports whether a 404 problem's code (its type's last
+	// segment, else its nome) is this PSP's answer for "no send with this
+	// idEnvio". Any other 404 (a gateway's, an unmapped route's) proves
+	// nothing (R16): a send failed on it may be sent again under a new id.
+	SendNotFound(code string) bool
 }
 
 // Send is a Pix send as saldo reads it, whatever the PSP.
@@ -72,6 +77,10 @@ var _ SendAPI = Efi{}
 
 // Name is "efi".
 func (Efi) Name() string { return "efi" }
+
+// SendNotFound: Efí answers a GET of an unknown idEnvio 404
+// PixEnviadoNaoEncontrado.
+func (Efi) SendNotFound(code string) bool { return code == "PixEnviadoNaoEncontrado" }
 
 // SendPath is /v2/gn/pix/{idEnvio}.
 func (Efi) SendPath(id string) string { return "/v2/gn/pix/" + id }

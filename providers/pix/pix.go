@@ -537,10 +537,16 @@ func (p *Provider) Lookup(ctx context.Context, op providers.Operation, reference
 	ex := p.do(ctx, http.MethodGet, u, nil)
 	res := providers.LookupResult{Exchange: ex}
 	if ex.Err == nil && ex.StatusCode == http.StatusNotFound {
-		if _, ok := parseProblem(ex.Body); !ok {
-			// A 404 that is not the API's problem (a proxy's page, a wrong
-			// path) says nothing about the operation.
+		// Only the API's own "no such object" for this endpoint is
+		// absence. A 404 without a problem body (a proxy's page) or with
+		// another problem (a gateway's or framework's generic Not Found
+		// for an unmapped route, during a deploy or an outage) says
+		// nothing about the operation (R16).
+		pr, ok := parseProblem(ex.Body)
+		if !ok {
 			res.Exchange.Err = fmt.Errorf("pix: lookup of %s %s: 404 without a problem body proves nothing", op, reference)
+		} else if !p.notFoundCode(op, pr.code()) {
+			res.Exchange.Err = fmt.Errorf("pix: lookup of %s %s: 404 %q is not this endpoint's \"not found\" and proves nothing", op, reference, pr.code())
 		}
 		return res, nil
 	}
@@ -589,6 +595,22 @@ const maxPages = 10000
 // answer carries an error, so the attempts core never reads it as "not
 // found"; such a refund resolves by webhook, by a process that knows its
 // endToEndId, or in review.
+// notFoundCode reports whether a 404 problem's code is the API's answer
+// for "no such object" at op's lookup endpoint: CobNaoEncontrado for GET
+// /cob/{txid} and PixDevolucaoNaoEncontrada for GET
+// /pix/{e2eid}/devolucao/{id} (the BCB API Pix's error types), the send
+// API's own code for a send.
+func (p *Provider) notFoundCode(op providers.Operation, code string) bool {
+	switch op {
+	case providers.OpPixCharge:
+		return code == "CobNaoEncontrado"
+	case providers.OpRefund:
+		return code == "PixDevolucaoNaoEncontrada"
+	default:
+		return p.cfg.Send.SendNotFound(code)
+	}
+}
+
 func (p *Provider) scanRefund(ctx context.Context, id string) providers.LookupResult {
 	now := p.cfg.Now().UTC()
 	var last providers.Exchange
