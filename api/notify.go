@@ -389,7 +389,7 @@ func (n *Notifier) Deliver(ctx context.Context, eventID string) error {
 	errText := ""
 	switch {
 	case ex.Err != nil:
-		errText = ex.Err.Error()
+		errText = deliveryErrorText(url, ex.Err)
 	case !ok:
 		errText = fmt.Sprintf("receiver answered %d", ex.StatusCode)
 	}
@@ -410,6 +410,59 @@ func (n *Notifier) Deliver(ctx context.Context, eventID string) error {
 	}
 	n.log.WarnContext(ctx, "api: notification delivery failed", "event_id", eventID, "error", errText)
 	return fmt.Errorf("api: deliver %s: %s", eventID, errText)
+}
+
+// deliveryErrorText is the text of a failed delivery's transport error,
+// as it is logged, stored in notification_events.last_error and returned
+// to River (kept in the job's errors, shown at /ops/river). Secrets never
+// reach logs: a merchant's URL often carries its credential (?token=...,
+// a path segment such as Slack's and Discord's webhook tokens, user:pass@),
+// and net/http's *url.Error quotes the whole URL. The URL is written as
+// redactURL gives it, and any other trace of it is cut from the text.
+func deliveryErrorText(rawURL string, err error) string {
+	red := redactURL(rawURL)
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		inner := "invalid URL"
+		if ue.Op != "parse" && ue.Err != nil { // a parse error quotes a piece of the URL
+			inner = scrubURL(ue.Err.Error(), rawURL, ue.URL)
+		}
+		return fmt.Sprintf("%s %s: %s", ue.Op, red, inner)
+	}
+	return scrubURL(err.Error(), rawURL, "")
+}
+
+// redactURL keeps a URL's scheme and host (port included): no userinfo,
+// path, query or fragment, any of which may hold the receiver's secret.
+func redactURL(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		return "<unparseable URL>"
+	}
+	return u.Scheme + "://" + u.Host
+}
+
+// scrubURL cuts from text every form of the URL it may quote (the
+// registered text, net/http's rewriting of it, its userinfo, path, query
+// and fragment).
+func scrubURL(text, rawURL, seen string) string {
+	red := redactURL(rawURL)
+	cut := []string{rawURL, seen}
+	if u, err := url.Parse(rawURL); err == nil {
+		cut = append(cut, u.String(), u.Redacted(), u.RawQuery, u.Fragment, u.EscapedFragment())
+		if u.User != nil {
+			cut = append(cut, u.User.String())
+		}
+		if p := u.EscapedPath(); len(p) > 1 {
+			cut = append(cut, p, u.Path)
+		}
+	}
+	for _, c := range cut {
+		if c != "" && c != red {
+			text = strings.ReplaceAll(text, c, "[redacted]")
+		}
+	}
+	return text
 }
 
 func randomHex(n int) string {
