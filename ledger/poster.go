@@ -279,7 +279,9 @@ func (p *Poster) release(batch []*posterRequest) {
 
 // flush writes one batch and answers every request in it.
 func (p *Poster) flush(batch []*posterRequest) {
-	live := batch[:0]
+	// A new slice: compacting batch in place would overwrite the array the
+	// flusher still releases (a cancelled request's accounts stay held).
+	live := make([]*posterRequest, 0, len(batch))
 	for _, r := range batch {
 		if err := r.ctx.Err(); err != nil {
 			r.done <- posterResult{err: err}
