@@ -23,6 +23,22 @@ type ExportRow struct {
 	Hash                 []byte
 }
 
+// CeilMicrosecond is a from or to bound of a half-open [from, to) range
+// over posted_at, rounded up to the next whole microsecond (a whole
+// microsecond, or the zero time, is returned as is). posted_at holds
+// microseconds and pgx truncates a finer instant when it sends it, which
+// would take in a posting before from and leave out one before to; for a
+// whole-microsecond p, p >= t iff p >= CeilMicrosecond(t), and p < t iff
+// p < CeilMicrosecond(t), so the rounded range is exact. Every path
+// taking such bounds (StreamPostings, MerchantStatement, the ledger-wide
+// CSV export's filter) rounds with it.
+func CeilMicrosecond(t time.Time) time.Time {
+	if c := t.Truncate(time.Microsecond); !c.Equal(t) {
+		return c.Add(time.Microsecond)
+	}
+	return t
+}
+
 // exportChunk is how many postings one query of StreamPostings reads: a
 // short query each (no snapshot held for the whole export), few enough
 // rows that nothing piles up.
@@ -40,6 +56,7 @@ func StreamPostings(ctx context.Context, db DBTX, code string, from, to time.Tim
 	if err != nil {
 		return err
 	}
+	from, to = CeilMicrosecond(from), CeilMicrosecond(to)
 	lo, hi := int64(0), acc.LastSeq
 	if !from.IsZero() {
 		if err := db.QueryRow(ctx, lastSeqBeforeSQL, acc.ID, acc.LastSeq, from).Scan(&lo); err != nil {

@@ -161,10 +161,12 @@ func statementPageOf(scope string, order Order, accs []*statementAccount, entrie
 
 func timeArgs(req StatementRequest) (from, to *time.Time) {
 	if !req.From.IsZero() {
-		from = &req.From
+		f := CeilMicrosecond(req.From)
+		from = &f
 	}
 	if !req.To.IsZero() {
-		to = &req.To
+		t := CeilMicrosecond(req.To)
+		to = &t
 	}
 	return from, to
 }
