@@ -174,18 +174,42 @@ func uuidStrings(ids []uuid.UUID) []string {
 	return out
 }
 
+// sendableSQL is what every call-start mark (firstSendSQL, startSQL)
+// requires of the attempt a besides its call counts: it is not in review
+// (a human decides; nothing is sent meanwhile, R18), and no other attempt
+// of its subject has an unsettled divergence (diverged_at set,
+// divergence_settled_at not: the provider reported it succeeded after it
+// was resolved failed, R9, R19). A subject's next attempt exists only
+// because the previous one was proven failed (R6); once the provider says
+// that one paid, sending the next pays the recipient twice. Execute holds
+// such an attempt in review instead (holdIfSiblingDiverged).
+//
+// Diverged attempts are rare, so the NOT EXISTS costs one probe of the
+// subject's attempts (attempts_subject, a handful of rows) or of the tiny
+// partial index attempts_diverged, per attempt marked. OFFSET 0 keeps it a
+// probe per row: never an anti-join hashing a whole table, whatever the
+// plan (docs/pitfalls.md, "A correlated EXISTS can become a hashed scan").
+// Together with lateConflict flagging the unsent attempts of the subject
+// for review in the divergence's own transaction, a mark that waits on
+// that transaction's row lock re-checks "NOT a.review" on the row as it
+// committed, so no call starts after a divergence is recorded.
+const sendableSQL = `NOT a.review AND NOT EXISTS (SELECT 1 FROM attempts d WHERE d.direction = a.direction
+			AND d.subject_id = a.subject_id AND d.diverged_at IS NOT NULL AND d.divergence_settled_at IS NULL OFFSET 0)`
+
 // firstSendSQL marks the first call of each attempt of a batch in flight
 // when it is due and nothing else needs checking: pending, never called,
 // not reported processing, no re-send delay pending, a provider this
-// process has, and a payload matching its sha256 (R5). The attempts it
-// returns are ready for their first call; Execute takes the others down
-// its checked path.
+// process has, a payload matching its sha256 (R5), not in review and no
+// unsettled divergence on another attempt of its subject (sendableSQL). The
+// attempts it returns are ready for their first call; Execute takes the
+// others down its checked path.
 const firstSendSQL = `UPDATE attempts a SET call_count = 1, call_started_at = $2, next_send_at = NULL, updated_at = $2
 	FROM unnest($1::uuid[]) AS u(uid)
 	WHERE a.id = ANY ($1::uuid[]) AND a.id = u.uid AND (a.status = 'pending') IS TRUE AND a.call_count = 0
 		AND a.calls_recorded = 0
 		AND a.provider_state IS NULL AND (a.next_send_at IS NULL OR a.next_send_at <= $2)
 		AND a.provider = ANY ($3::text[]) AND sha256(a.payload) = a.payload_sha256
+		AND ` + sendableSQL + `
 	RETURNING ` + attemptColumns
 
 // firstSendMany runs firstSendSQL for a batch; an attempt not ready for a
@@ -215,12 +239,15 @@ type startReq struct {
 }
 
 // startSQL is the conditional "call started" mark: nobody else started a
-// call since the attempt was read, and the provider is not processing it.
+// call since the attempt was read, the provider is not processing it, and
+// it may still be sent (sendableSQL: not in review, no unsettled
+// divergence on another attempt of its subject).
 const startSQL = `UPDATE attempts a SET call_count = u.call_no, call_started_at = u.started, next_send_at = NULL,
 		updated_at = u.started
 	FROM unnest($1::uuid[], $2::int[], $3::timestamptz[]) AS u(uid, call_no, started)
 	WHERE a.id = ANY ($1::uuid[]) AND a.id = u.uid AND (a.status = 'pending') IS TRUE AND a.call_count = u.call_no - 1
 		AND a.calls_recorded = u.call_no - 1 AND a.provider_state IS DISTINCT FROM 'processing'
+		AND ` + sendableSQL + `
 	RETURNING a.id`
 
 // startMany marks the calls of a batch in flight in one statement; each

@@ -34,13 +34,22 @@ type ExecuteResult struct {
 //   - a call started and recorded nothing (a crash, or a call still running
 //     elsewhere): the request may have left, so the attempt becomes unknown
 //     and is resolved by lookup, never re-sent blind;
+//   - in review: a human decides; nothing is sent meanwhile (R18);
 //   - the re-send backoff has not elapsed: RetryIn;
 //   - MaxSends reached (calls whose credentials were refused not
 //     counted), or the provider's key has expired since the attempt
 //     opened (R14): unknown, resolved by lookup;
+//   - another attempt of the same subject has an unsettled divergence (the
+//     provider reported it succeeded after it was resolved failed): this
+//     attempt exists only because that one was thought failed (R6), so it
+//     is held in review, open with its reserve, never sent (R9, R19;
+//     holdIfSiblingDiverged);
+//   - the provider's circuit is open: wait (before any lookup too);
 //   - a provider without idempotency keys (R20): before any re-send, a
 //     lookup by reference once the consistency window since the last call
-//     has passed; re-send only if nothing is found.
+//     has passed; re-send only if nothing is found. Lookups the provider
+//     does not answer back off by their number and go to review after
+//     UnansweredReviewAfter, as the resolver's do (R15, R18).
 //
 // Then phase 2 durably increments the call count in its own short
 // transaction, the call is made with no transaction open, and phase 3
@@ -86,6 +95,11 @@ func (s *Service) Execute(ctx context.Context, id uuid.UUID) (ExecuteResult, err
 	case a.CallInFlight():
 		return s.executeToUnknown(ctx, a, fmt.Sprintf("call %d started at %s and recorded nothing: it may have left; resolve by lookup",
 			a.CallCount, fmtTime(a.CallStartedAt)))
+	case a.Review:
+		// In front of a human (ResolveManually decides): never sent by
+		// the worker meanwhile. The job ends; the attempt stays open with
+		// its reserve (R18, R22).
+		return res, nil
 	case a.NextSendAt != nil && now.Before(*a.NextSendAt):
 		res.RetryIn = a.NextSendAt.Sub(now)
 		return res, nil
@@ -96,20 +110,28 @@ func (s *Service) Execute(ctx context.Context, id uuid.UUID) (ExecuteResult, err
 			fmtTime(a.KeyExpiresAt)))
 	}
 
+	if held, r, err := s.holdIfSiblingDiverged(ctx, a); held || err != nil {
+		return r, err
+	}
+	if sum := sha256.Sum256(a.Payload); !bytes.Equal(sum[:], a.PayloadSHA256) {
+		return res, fmt.Errorf("%w: attempt %s", ErrPayloadTampered, a.ID)
+	}
+	// The provider's circuit is open: wait (snooze), never fail. Checked
+	// before the lookup a provider without keys makes before a re-send:
+	// while the provider is down, neither the call nor the lookup goes.
+	// (A half-open circuit's probe is then the lookup and the re-send it
+	// allows; an inconclusive lookup keeps the probe out until OpenFor
+	// passes, as a failed probe would keep the circuit open.)
+	if ok, wait := s.breakers.allow(a.Provider, a.Operation); !ok {
+		res.RetryIn = wait
+		return res, nil
+	}
+
 	if !caps.IdempotencyKeys && a.CallCount > 0 {
 		done, r, err := s.lookupBeforeResend(ctx, prov, caps, a)
 		if done || err != nil {
 			return r, err
 		}
-	}
-
-	if sum := sha256.Sum256(a.Payload); !bytes.Equal(sum[:], a.PayloadSHA256) {
-		return res, fmt.Errorf("%w: attempt %s", ErrPayloadTampered, a.ID)
-	}
-	// The provider's circuit is open: wait (snooze), never fail.
-	if ok, wait := s.breakers.allow(a.Provider, a.Operation); !ok {
-		res.RetryIn = wait
-		return res, nil
 	}
 
 	// Phase 2: durably mark the call in flight, conditional on nobody else
@@ -121,9 +143,20 @@ func (s *Service) Execute(ctx context.Context, id uuid.UUID) (ExecuteResult, err
 		return res, err
 	}
 	if !marked {
-		// Someone else moved the attempt; re-read and let the caller decide.
+		// Someone else moved the attempt, or a divergence of another
+		// attempt of its subject was recorded since it was read (startSQL
+		// refuses then); re-read, hold it in review in that case (the
+		// divergence's transaction normally has), and let the caller decide.
 		a, err = s.Get(ctx, s.pool, id)
-		return ExecuteResult{Attempt: a}, err
+		if err != nil {
+			return ExecuteResult{Attempt: a}, err
+		}
+		if a.Status == StatusPending && !a.Review && !a.CallInFlight() {
+			if held, r, err := s.holdIfSiblingDiverged(ctx, a); held || err != nil {
+				return r, err
+			}
+		}
+		return ExecuteResult{Attempt: a}, nil
 	}
 	a.CallCount, a.CallStartedAt = callNo, &started
 	return s.call(ctx, prov, a, callNo)
@@ -175,10 +208,93 @@ func (s *Service) executeToUnknown(ctx context.Context, a Attempt, reason string
 	return ExecuteResult{Attempt: out.Attempt}, err
 }
 
+// siblingDivergedSQL names an unsettled divergence (R9, R19) of another
+// attempt of $1's subject (same direction and subject id), if any:
+// sendableSQL's condition, read on its own.
+const siblingDivergedSQL = `SELECT d.id FROM attempts a JOIN attempts d ON d.direction = a.direction
+		AND d.subject_id = a.subject_id AND d.id <> a.id
+	WHERE a.id = $1 AND d.diverged_at IS NOT NULL AND d.divergence_settled_at IS NULL
+	ORDER BY d.diverged_at, d.id LIMIT 1`
+
+// holdIfSiblingDiverged holds the pending attempt a in review instead of
+// sending it when another attempt of its subject has an unsettled
+// divergence: the provider reported that attempt succeeded after it was
+// resolved failed, and a exists only because it was thought failed (R6):
+// sending a would pay twice. a stays open with its reserve (R22); an
+// operator decides (ResolveManually: failing an attempt never sent is
+// allowed) once the divergence is booked (SettleDivergence). held means
+// Execute must not send; r is the attempt as it then stands.
+func (s *Service) holdIfSiblingDiverged(ctx context.Context, a Attempt) (bool, ExecuteResult, error) {
+	res := ExecuteResult{Attempt: a}
+	var diverged uuid.UUID
+	switch err := s.pool.QueryRow(ctx, siblingDivergedSQL, a.ID).Scan(&diverged); {
+	case errors.Is(err, pgx.ErrNoRows):
+		return false, res, nil
+	case err != nil:
+		return true, res, fmt.Errorf("attempts: divergences of the subject of %s: %w", a.ID, err)
+	}
+	err := s.inTx(ctx, func(tx pgx.Tx, after *afterCommit) error {
+		la, err := lockAttempt(ctx, tx, a.ID)
+		if err != nil {
+			return err
+		}
+		res.Attempt = la
+		if la.Status != StatusPending || la.CallInFlight() {
+			return nil // moved or sent meanwhile: not sent from here anyway
+		}
+		res.Attempt, err = s.flagReview(ctx, tx, after, la, ActorWorker, heldReason(diverged))
+		return err
+	})
+	return true, res, err
+}
+
+// heldReason is the review reason of an attempt held, unsent, because
+// attempt diverged of its subject has an unsettled divergence.
+func heldReason(diverged uuid.UUID) string {
+	return fmt.Sprintf("held, not sent: attempt %s of the same subject was reported succeeded after it was resolved failed "+
+		"(divergence); sending this one could pay twice: settle the divergence and decide (R6, R9, R19)", diverged)
+}
+
+// unansweredTooLong reports whether a's lookups have gone unanswered for
+// UnansweredReviewAfter (the run that began at UnansweredSince), and the
+// review reason: the resolver's own test and words (Resolve, R18), applied
+// by Execute to a pending attempt of a provider without keys whose lookups
+// before a re-send go unanswered (R20).
+func (s *Service) unansweredTooLong(a Attempt, now time.Time) (string, bool) {
+	if a.UnansweredSince == nil || now.Sub(*a.UnansweredSince) < s.cfg.UnansweredReviewAfter {
+		return "", false
+	}
+	return fmt.Sprintf("the provider has answered none of the %d lookups since %s (R18)",
+		a.LookupsUnanswered, fmtTime(a.UnansweredSince)), true
+}
+
+// countResendLookupSQL counts a lookup before a re-send ($3: whether the
+// provider answered it) as countLookupsSQL counts the resolver's: in
+// lookup_count and last_lookup_at, and an unanswered one in
+// lookups_unanswered and the run of them that began at unanswered_since
+// (NULL again after an answered one). It also returns how many lookups of
+// the attempt the current run holds: the number the next wait backs off by.
+const countResendLookupSQL = `UPDATE attempts SET lookup_count = lookup_count + 1, last_lookup_at = $2, updated_at = $2,
+		lookups_unanswered = lookups_unanswered + CASE WHEN $3 THEN 0 ELSE 1 END,
+		unanswered_since = CASE WHEN $3 THEN NULL ELSE coalesce(unanswered_since, $2) END
+	WHERE id = $1
+	RETURNING (SELECT count(*) FROM attempt_events e WHERE e.attempt_id = attempts.id AND e.type = 'lookup'
+			AND e.at >= coalesce(attempts.unanswered_since, 'infinity'::timestamptz)), ` + attemptColumns
+
 // lookupBeforeResend is R20 for providers without idempotency keys: before a
 // re-send, wait until the consistency window since the last call has passed,
 // then look the reference up; re-send only when nothing is found. done means
 // Execute must not send now (r says what happened instead).
+//
+// Each lookup is counted on the attempt as the resolver counts its own
+// (lookup_count, lookups_unanswered, unanswered_since; R15). One the
+// provider does not answer (an outage: transport error, 5xx, 429) proves
+// nothing and makes no call, so the next comes after a backoff by the
+// number of unanswered lookups in a row (or the provider's Retry-After,
+// capped like the resolver's), never the call's backoff again: no lookup
+// every second for the length of an outage. Once they have gone unanswered
+// for UnansweredReviewAfter, the attempt goes to review, as an unknown one
+// does (R18): its reserve is held and an operator is told.
 func (s *Service) lookupBeforeResend(ctx context.Context, prov providers.Provider, caps providers.Capabilities, a Attempt) (bool, ExecuteResult, error) {
 	res := ExecuteResult{Attempt: a}
 	if !caps.LookupByReference {
@@ -186,6 +302,10 @@ func (s *Service) lookupBeforeResend(ctx context.Context, prov providers.Provide
 		return true, r, err
 	}
 	now := s.clock.Now()
+	if reason, ok := s.unansweredTooLong(a, now); ok {
+		r, err := s.executeToReview(ctx, a, reason)
+		return true, r, err
+	}
 	if since := lastCallAt(a); since != nil {
 		if ready := since.Add(caps.ConsistencyWindow); now.Before(ready) {
 			res.RetryIn = ready.Sub(now)
@@ -199,20 +319,31 @@ func (s *Service) lookupBeforeResend(ctx context.Context, prov providers.Provide
 	}
 	class := classifyLookup(lr)
 	var out Attempt
+	var inRun int
 	err := s.inTx(ctx, func(tx pgx.Tx, after *afterCommit) error {
 		la, err := lockAttempt(ctx, tx, a.ID)
 		if err != nil {
 			return err
 		}
-		if err := insertLookupEvent(ctx, tx, la, lr, class, ActorWorker, s.clock.Now()); err != nil {
+		lnow := s.clock.Now()
+		if err := insertLookupEvent(ctx, tx, la, lr, class, ActorWorker, lnow); err != nil {
 			return err
 		}
+		la, err = scanAttemptAfter(tx.QueryRow(ctx, countResendLookupSQL, la.ID, lnow, class.answered()), &inRun)
+		if err != nil {
+			return fmt.Errorf("attempts: count lookup of %s: %w", a.ID, err)
+		}
+		after.add(func() { s.metrics.lookup(la, class) })
 		out = la
-		if class == lookupFound {
+		switch {
+		case class == lookupFound:
 			out, err = s.applyProviderState(ctx, tx, after, la, ActorWorker, lookupState(lr), "lookup before re-send")
-			return err
+		case !class.answered() && la.Status == StatusPending:
+			if reason, ok := s.unansweredTooLong(la, lnow); ok {
+				out, err = s.flagReview(ctx, tx, after, la, ActorWorker, reason)
+			}
 		}
-		return nil
+		return err
 	})
 	if err != nil {
 		return true, res, err
@@ -234,8 +365,30 @@ func (s *Service) lookupBeforeResend(ctx context.Context, prov providers.Provide
 		}
 		return true, res, nil
 	}
-	res.RetryIn = backoff(s.cfg.SendBackoffBase, s.cfg.SendBackoffMax, a.CallCount)
+	if out.Review || out.Status != StatusPending {
+		return true, res, nil // in review (unanswered too long), or moved meanwhile
+	}
+	// Unanswered: back off by the lookups of this run (no call was made,
+	// so the call count says nothing), at least the provider's
+	// Retry-After, capped as the resolver caps it (applyLookups).
+	res.RetryIn = max(backoff(s.cfg.SendBackoffBase, s.cfg.SendBackoffMax, max(inRun, 1)),
+		min(lr.Exchange.RetryAfter, s.cfg.ResolveSchedule[len(s.cfg.ResolveSchedule)-1]))
 	return true, res, nil
+}
+
+// executeToReview flags a for review (Execute's worker), in its own
+// transaction.
+func (s *Service) executeToReview(ctx context.Context, a Attempt, reason string) (ExecuteResult, error) {
+	var out Attempt
+	err := s.inTx(ctx, func(tx pgx.Tx, after *afterCommit) error {
+		la, err := lockAttempt(ctx, tx, a.ID)
+		if err != nil {
+			return err
+		}
+		out, err = s.flagReview(ctx, tx, after, la, ActorWorker, reason)
+		return err
+	})
+	return ExecuteResult{Attempt: out}, err
 }
 
 func lastCallAt(a Attempt) *time.Time {
@@ -490,6 +643,9 @@ func (s *Service) lateConflict(ctx context.Context, tx pgx.Tx, after *afterCommi
 			if err := insertEvent(ctx, tx, Event{AttemptID: a.ID, At: now, Type: EventReview, Actor: actor, Reason: why}); err != nil {
 				return err
 			}
+			if err := s.holdSiblings(ctx, tx, after, na, actor); err != nil {
+				return err
+			}
 			after.add(func() {
 				s.log.ErrorContext(ctx, "provider reports success for a failed attempt: divergence, review", "attempt_id", na.ID,
 					"kind", na.Kind, "provider", na.Provider, "reference", na.Reference, "resolved_by", na.ResolvedBy,
@@ -507,6 +663,38 @@ func (s *Service) lateConflict(ctx context.Context, tx pgx.Tx, after *afterCommi
 			"provider", a.Provider, "reference", a.Reference, "status", a.Status, "reported", said)
 		s.metrics.conflict(a)
 	})
+	return nil
+}
+
+// unsentSiblingsSQL locks the open attempts of $1's subject (same
+// direction and subject id) that may still be sent: pending, nothing in
+// flight, not reported processing, not in review. R8 leaves at most one.
+const unsentSiblingsSQL = `SELECT ` + attemptColumns + ` FROM attempts
+	WHERE subject_id = $2 AND direction = (SELECT direction FROM attempts WHERE id = $1) AND id <> $1
+		AND status = 'pending' AND NOT review AND call_count = calls_recorded
+		AND provider_state IS DISTINCT FROM 'processing'
+	ORDER BY id FOR UPDATE`
+
+// holdSiblings flags for review, in the transaction that records the
+// divergence of diverged, every attempt of its subject that may still be
+// sent: the next attempt the payout retry policy opened when diverged was
+// resolved failed (R6), waiting for its first call, or one waiting to be
+// sent again. Sending it would pay twice now that the provider says
+// diverged paid (R9, R19); it stays open with its reserve (R22) for an
+// operator to decide, and Execute sends nothing in review. An attempt
+// whose call is in flight or whose operation the provider holds
+// (unknown, processing) is left to the resolver: it has been sent, and
+// review would stop its lookups.
+func (s *Service) holdSiblings(ctx context.Context, tx pgx.Tx, after *afterCommit, diverged Attempt, actor Actor) error {
+	sibs, err := queryAttempts(ctx, tx, unsentSiblingsSQL, diverged.ID, diverged.SubjectID)
+	if err != nil {
+		return fmt.Errorf("attempts: attempts of the subject of diverged %s: %w", diverged.ID, err)
+	}
+	for _, sib := range sibs {
+		if _, err := s.flagReview(ctx, tx, after, sib, actor, heldReason(diverged.ID)); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
