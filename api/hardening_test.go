@@ -427,6 +427,35 @@ func TestHardeningNotificationURLPrivateTargetsRefused(t *testing.T) {
 	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
 }
 
+// No server-side request forgery into the platform's network
+// (docs/pitfalls.md, "Merchant notification URLs can point inside the
+// network"): with private URLs refused (as saldo serve runs), a NAT64
+// literal that embeds 10.0.0.5 is refused at registration like 10.0.0.5.
+func TestRegistrationAcceptsNAT64Literal(t *testing.T) {
+	t.Parallel()
+	e := setupPrivateRefused(t)
+	for _, u := range []string{"http://[64:ff9b::a00:5]:5432/", "http://[64:ff9b::a9fe:a9fe]/latest/meta-data",
+		"http://[64:ff9b:1::a00:5]/", "http://[2002:a00:5::1]/", "http://[::a00:5]/"} {
+		r := e.post("/v1/merchants/m1/notification-endpoints", e.m1, "", map[string]any{"url": u})
+		require.Equal(t, http.StatusBadRequest, r.Status, "accepted %s, an address inside the network: %s", u, r.Body)
+		require.Equal(t, "url", r.field(t))
+	}
+	r := e.post("/v1/merchants/m1/notification-endpoints", e.m1, "", map[string]any{"url": "https://[64:ff9b::5db8:d70e]/hook"})
+	require.Equal(t, http.StatusCreated, r.Status, "a public host through NAT64: %s", r.Body)
+}
+
+// setupPrivateRefused is setup with the API built as saldo serve builds it
+// (AllowPrivateNotificationURLs false).
+func setupPrivateRefused(t *testing.T) *env {
+	e := setup(t, sim.Config{})
+	srv, err := api.New(api.Config{Pool: e.pool, Payouts: e.pay, Attempts: e.att, Charges: e.charges, Clock: e.clock})
+	require.NoError(t, err)
+	h := httptest.NewServer(srv)
+	t.Cleanup(h.Close)
+	e.http = h
+	return e
+}
+
 // Smaller edges: the nil EVP, a split percent with an exponent, a POST
 // body without a Content-Type.
 func TestHardeningSmallerEdges(t *testing.T) {

@@ -77,10 +77,58 @@ func denyPrivate(_, address string, _ syscall.RawConn) error {
 
 // PrivateAddress reports whether ip is one DenyPrivateNetworks refuses:
 // loopback, private, link-local, CGNAT, multicast or unspecified (IPv4
-// mapped into IPv6 included).
+// mapped into IPv6 included), and IPv6 addresses that carry an IPv4
+// address a translator or tunnel may deliver inside the network:
+//
+//   - 64:ff9b::/96, NAT64's well-known prefix (RFC 6052): the embedded
+//     IPv4 address (the last 32 bits) is checked, so a public host reached
+//     through DNS64 stays reachable while 64:ff9b::a00:5 (10.0.0.5) and
+//     64:ff9b::a9fe:a9fe (169.254.169.254) are refused;
+//   - 64:ff9b:1::/48, NAT64's local-use prefix (RFC 8215), where the IPv4
+//     address sits where the operator's prefix length puts it: refused;
+//   - 2002::/16 (6to4), ::/96 (IPv4-compatible) and ::ffff:0:0:0/96
+//     (SIIT's IPv4-translated): deprecated or internal, refused.
 func PrivateAddress(ip net.IP) bool {
-	return ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
-		ip.IsInterfaceLocalMulticast() || ip.IsMulticast() || ip.IsUnspecified() || cgnat.Contains(ip)
+	if ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
+		ip.IsInterfaceLocalMulticast() || ip.IsMulticast() || ip.IsUnspecified() || cgnat.Contains(ip) {
+		return true
+	}
+	if ip.To4() != nil {
+		return false
+	}
+	ip16 := ip.To16()
+	if ip16 == nil {
+		return true // not an IP address: never dial it
+	}
+	if nat64WellKnown.Contains(ip16) {
+		return PrivateAddress(net.IPv4(ip16[12], ip16[13], ip16[14], ip16[15]))
+	}
+	for _, n := range embeddingIPv4 {
+		if n.Contains(ip16) {
+			return true
+		}
+	}
+	return false
+}
+
+// nat64WellKnown is 64:ff9b::/96 (RFC 6052): the last 32 bits are IPv4.
+var nat64WellKnown = mustCIDR("64:ff9b::/96")
+
+// embeddingIPv4 are the other IPv6 prefixes that carry an IPv4 address a
+// translator or tunnel may deliver (see PrivateAddress): refused outright.
+var embeddingIPv4 = []*net.IPNet{
+	mustCIDR("64:ff9b:1::/48"),  // NAT64 local use (RFC 8215)
+	mustCIDR("2002::/16"),       // 6to4 (RFC 3056)
+	mustCIDR("::/96"),           // IPv4-compatible (RFC 4291, deprecated)
+	mustCIDR("::ffff:0:0:0/96"), // IPv4-translated (RFC 2765)
+}
+
+func mustCIDR(s string) *net.IPNet {
+	_, n, err := net.ParseCIDR(s)
+	if err != nil {
+		panic(err)
+	}
+	return n
 }
 
 func (s HTTPSettings) withDefaults() HTTPSettings {

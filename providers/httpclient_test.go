@@ -196,3 +196,26 @@ func TestClientKeepsConnectionsOfABurst(t *testing.T) {
 		require.EqualValues(t, burst, dialled.Load(), "round %d: connections dialled in all", round)
 	}
 }
+
+// No server-side request forgery into the platform's network
+// (docs/pitfalls.md, "Merchant notification URLs can point inside the
+// network"): IPv6 prefixes that carry an IPv4 address a translator or tunnel
+// delivers count as that address. On a network with NAT64 (most IPv6-only
+// clusters) 64:ff9b::a00:5 reaches 10.0.0.5 and 64:ff9b::a9fe:a9fe the
+// metadata service, 169.254.169.254.
+func TestPrivateAddressMissesNAT64(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{"64:ff9b::a00:5", "64:ff9b::7f00:1", "64:ff9b::a9fe:a9fe", "64:ff9b:1::a00:5",
+		"64:ff9b::c0a8:1", "64:ff9b::6440:1", "64:ff9b::", // NAT64: 192.168.0.1, 100.64.0.1, 0.0.0.0
+		"64:ff9b:1::5db8:d70e",               // the local-use prefix is refused outright
+		"2002:a00:5::1", "2002:5db8:d70e::1", // 6to4 (refused outright)
+		"::a00:5", "::5db8:d70e", // IPv4-compatible (refused outright)
+		"::ffff:0:a00:5", // IPv4-translated
+	} {
+		require.True(t, providers.PrivateAddress(net.ParseIP(s)), "%s embeds an IPv4 address and is not refused", s)
+	}
+	// A public IPv4 host reached through DNS64 + NAT64 stays reachable.
+	for _, s := range []string{"64:ff9b::5db8:d70e", "2606:2800:21f:cb07:6820:80da:af6b:8b2c"} {
+		require.False(t, providers.PrivateAddress(net.ParseIP(s)), s)
+	}
+}
