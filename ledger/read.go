@@ -299,7 +299,9 @@ type TransactionsPage struct {
 // oldest first), each with its postings, for auditors. Ids grow with time of
 // insertion; a page never skips a committed transaction that was visible
 // when the cursor's page was read, but a transaction committed later with a
-// smaller id (it started earlier) can appear behind an existing cursor.
+// smaller id (it started earlier) can appear behind an existing cursor: a
+// page walk outside one snapshot can miss such in-flight ids (a walk that
+// must be whole reads its pages in one snapshot: WalkTransactions).
 func ListTransactions(ctx context.Context, db DBTX, f TransactionFilter, req PageRequest) (TransactionsPage, error) {
 	limit := pageSize(req.Limit)
 	var after int64
@@ -367,4 +369,38 @@ func ListTransactions(ctx context.Context, db DBTX, f TransactionFilter, req Pag
 		page.Transactions[i].Postings = append(page.Transactions[i].Postings, p)
 	}
 	return page, nil
+}
+
+// TxStarter opens a transaction: a *pgxpool.Pool or a *pgx.Conn.
+type TxStarter interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
+// WalkTransactions calls fn with every page of ListTransactions (the
+// filter, oldest first, limit transactions a page), all read in one
+// REPEATABLE READ READ ONLY transaction: the walk is the ledger as of one
+// snapshot (taken by its first page), whole, never a transaction committed
+// after another that it lists left out, as paging in separate statements
+// would (an id drawn before a later one committed, committing after the
+// walk passed that later id). The snapshot is held until the walk ends.
+// fn's error stops the walk and is returned.
+func WalkTransactions(ctx context.Context, db TxStarter, f TransactionFilter, limit int, fn func(TransactionsPage) error) error {
+	tx, err := db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return fmt.Errorf("ledger: walk transactions: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read only: nothing to keep
+	cursor := ""
+	for {
+		pg, err := ListTransactions(ctx, tx, f, PageRequest{Cursor: cursor, Limit: limit})
+		if err != nil {
+			return err
+		}
+		if err := fn(pg); err != nil {
+			return err
+		}
+		if cursor = pg.NextCursor; cursor == "" {
+			return nil
+		}
+	}
 }
