@@ -546,14 +546,19 @@ func (s *Service) lookupFinals(ctx context.Context, tx pgx.Tx, after *afterCommi
 }
 
 // applyFound applies what the lookup lu found to the attempt la (locked,
-// the lookup recorded): a found state moves the attempt
-// (applyProviderState); "not found" fails an unknown attempt nobody
-// acknowledged once the consistency window has passed since its last call
-// (R16); anything else leaves it open. now is the lookup's recorded time.
+// the lookup recorded): a found state goes through applyProviderState, as
+// a webhook's does, whatever the attempt's status: it moves an open
+// attempt, and on an attempt made final while the lookup was on the wire
+// (a webhook, reconciliation, an operator) a contradiction is a late
+// conflict, and a success after failed a divergence (R9, R18, R19);
+// "not found" fails an unknown attempt nobody acknowledged once the
+// consistency window has passed since its last call could have reached
+// the provider (R16, notFoundFailure); anything else leaves it open. now
+// is the lookup's recorded time.
 func (s *Service) applyFound(ctx context.Context, tx pgx.Tx, after *afterCommit, lu lookedUp, la Attempt, now time.Time) (ResolveResult, error) {
 	var res ResolveResult
 	res.Attempt = la
-	if !la.Status.Open() {
+	if !la.Status.Open() && lu.class != lookupFound {
 		return res, nil
 	}
 	switch lu.class {
