@@ -106,7 +106,8 @@ func Verify(ctx context.Context, db dbtx) ([]Violation, error) {
 		{"status", `
 			SELECT format('charge %s is %s but its attempt is %s', c.id, c.status, coalesce(a.status, '<none>'))
 			FROM charges c LEFT JOIN attempts a ON a.id = c.attempt_id
-			WHERE NOT ((c.status IN ('processing', 'awaiting_payment') AND a.status IN ('pending', 'unknown'))
+			WHERE a.id IS NULL -- no attempt: NOT (...) below would be NULL
+			   OR NOT ((c.status IN ('processing', 'awaiting_payment') AND a.status IN ('pending', 'unknown'))
 			        OR (c.status = 'paid' AND a.status = 'succeeded')
 			        OR (c.status IN ('failed', 'expired') AND a.status = 'failed'))
 			ORDER BY c.id`},

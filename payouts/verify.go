@@ -65,7 +65,8 @@ func Verify(ctx context.Context, db dbtx) ([]Violation, error) {
 	rows, err = db.Query(ctx, `
 		SELECT p.id, p.status, coalesce(a.status, '<none>')
 		FROM payouts p LEFT JOIN attempts a ON a.id = p.current_attempt_id
-		WHERE NOT ((p.status = 'processing' AND a.status IN ('pending', 'unknown'))
+		WHERE a.id IS NULL -- no current attempt: NOT (...) below would be NULL
+		   OR NOT ((p.status = 'processing' AND a.status IN ('pending', 'unknown'))
 		        OR (p.status = 'succeeded' AND a.status = 'succeeded')
 		        OR (p.status = 'failed' AND a.status = 'failed'))
 		ORDER BY p.id`)
