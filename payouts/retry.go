@@ -35,6 +35,14 @@ const CauseReserveCarry = "payout_reserve_carry"
 // is released then. Refunds are not retried (a refund stays with its
 // charge's provider; the merchant retries it).
 //
+// The next attempt waits Backoff before its first call. If the provider
+// then reports the failed attempt succeeded after all (a divergence, R9,
+// R19), the next attempt is never sent: the divergence's transaction puts
+// it in review (attempts lateConflict), and the attempts core refuses to
+// mark a call of an attempt in review or of a subject with an unsettled
+// divergence (sendableSQL, Execute). It stays open with the carried
+// reserve (R22) until an operator decides.
+//
 // The zero RetryPolicy never retries.
 type RetryPolicy struct {
 	// MaxAttempts per payout, the first included (0 or 1: no retries).
