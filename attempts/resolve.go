@@ -446,7 +446,7 @@ func (s *Service) lookupFinals(ctx context.Context, tx pgx.Tx, after *afterCommi
 		}
 		switch lu.class {
 		case lookupNotFound:
-			c, ok := notFoundFailure(la, lu, now)
+			c, ok := s.notFoundFailure(la, lu, now)
 			if !ok {
 				continue // nothing to do: applyFound does nothing either
 			}
@@ -569,7 +569,7 @@ func (s *Service) applyFound(ctx context.Context, tx pgx.Tx, after *afterCommit,
 		res.Attempt, res.Transitioned = na, na.Status != before
 		return res, err
 	case lookupNotFound:
-		c, ok := notFoundFailure(la, lu, now)
+		c, ok := s.notFoundFailure(la, lu, now)
 		if !ok {
 			return res, nil
 		}
@@ -580,12 +580,17 @@ func (s *Service) applyFound(ctx context.Context, tx pgx.Tx, after *afterCommit,
 	return res, nil
 }
 
-// notFoundFailure is the failure a "not found" lookup lu proves for the
-// attempt la at now, and whether it proves one (R16): only for an unknown
-// attempt nobody acknowledged, once the provider's consistency window has
-// passed since the request could last have been on its way. applyFound
-// and lookupFinals both decide by it.
-func notFoundFailure(la Attempt, lu lookedUp, now time.Time) (change, bool) {
+// notFoundFailure is the failure a "not found" lookup lu, recorded at now,
+// proves for the attempt la, and whether it proves one (R16, R22): only for
+// an unknown attempt nobody acknowledged, once the provider's consistency
+// window has passed since the request could last have been on its way.
+// A call in flight (started, its answer not recorded: a second executor
+// made the attempt unknown, or the process died mid-call) may still be on
+// its way until it started StaleCallAfter ago, the longest a call may last
+// (the sweeper's measure): until then "not found" proves nothing, and the
+// window counts from then.
+// applyFound and lookupFinals both decide by it.
+func (s *Service) notFoundFailure(la Attempt, lu lookedUp, now time.Time) (change, bool) {
 	if la.Status != StatusUnknown || la.Acknowledged() {
 		// The provider already named or acknowledged this operation (a
 		// provider id, a 2xx, a 409 "key in use", a processing report): a
@@ -596,14 +601,24 @@ func notFoundFailure(la Attempt, lu lookedUp, now time.Time) (change, bool) {
 	}
 	// Counted from the latest moment the request could still have been on
 	// its way: the last call's start or recorded end, or when we stopped
-	// waiting for it (unknown_at).
+	// waiting for it (unknown_at); for a call still in flight, its start
+	// plus the longest a call may last.
 	ref := absenceFrom(la)
-	if now.Sub(ref) < lu.window {
+	if la.CallInFlight() {
+		if la.CallStartedAt == nil {
+			return change{}, false
+		}
+		if end := la.CallStartedAt.Add(s.cfg.StaleCallAfter); end.After(ref) {
+			ref = end
+		}
+	}
+	asked := now
+	if asked.Sub(ref) < lu.window {
 		return change{}, false
 	}
 	return change{To: StatusFailed, Actor: ActorResolver, FailureCode: FailureNotFound,
-		Reason: fmt.Sprintf("lookup %d: not found %s after the last call (consistency window %s, R16)",
-			la.LookupCount, now.Sub(ref).Round(time.Second), lu.window),
+		Reason: fmt.Sprintf("lookup %d: not found, asked %s after the last call could have reached the provider (consistency window %s, R16)",
+			la.LookupCount, asked.Sub(ref).Round(time.Second), lu.window),
 		FailureReason: "the provider has no operation with our reference after its consistency window"}, true
 }
 
