@@ -159,13 +159,24 @@ func reportMismatch(a Attempt, r report, amount func() (decimal.Decimal, string,
 	return "", "", "", nil
 }
 
+// insertLookupEvent records a lookup of a whose asking time is the
+// exchange's own start (lookupEvent with no asked time).
 func insertLookupEvent(ctx context.Context, tx pgx.Tx, a Attempt, lr providers.LookupResult, class lookupClass, actor Actor, now time.Time) error {
-	return insertEvent(ctx, tx, lookupEvent(a, lr, class, actor, now))
+	return insertEvent(ctx, tx, lookupEvent(a, lr, class, actor, now, time.Time{}))
 }
 
-// lookupEvent is the event that records a lookup of a.
-func lookupEvent(a Attempt, lr providers.LookupResult, class lookupClass, actor Actor, now time.Time) Event {
+// lookupEvent is the event that records a lookup of a, recorded at now.
+// Its started_at is when the provider was asked: asked (the service's
+// clock just before the lookup was sent) when set, else the exchange's
+// start. A "not found" proves absence only if the provider was asked
+// after its consistency window (R16): ResolveManually reads it back from
+// started_at (lastLookupSQL).
+func lookupEvent(a Attempt, lr providers.LookupResult, class lookupClass, actor Actor, now, asked time.Time) Event {
 	ex := lr.Exchange
+	started := timePtr(ex.Started)
+	if !asked.IsZero() {
+		started = &asked
+	}
 	outcome := string(class)
 	if class == lookupFound {
 		outcome = "found_" + string(lr.State)
@@ -175,7 +186,7 @@ func lookupEvent(a Attempt, lr providers.LookupResult, class lookupClass, actor 
 		errText = ex.Err.Error()
 	}
 	return Event{AttemptID: a.ID, At: now, Type: EventLookup, Actor: actor,
-		StartedAt: timePtr(ex.Started), EndedAt: timePtr(ex.Ended), Outcome: outcome, StatusCode: ex.StatusCode,
+		StartedAt: started, EndedAt: timePtr(ex.Ended), Outcome: outcome, StatusCode: ex.StatusCode,
 		ProviderRequestID: ex.ProviderRequestID, WireCalls: ex.WireCalls, Error: errText}
 }
 
@@ -302,11 +313,16 @@ func (s *Service) Resolve(ctx context.Context, id uuid.UUID) (ResolveResult, err
 			a.LookupsUnanswered, fmtTime(a.UnansweredSince)))
 	}
 
+	// When the provider is asked, not when its answer is recorded, is what
+	// a "not found" proves absence at (R16): a slow answer recorded after
+	// the window says nothing about the time after it was asked.
+	asked := s.clock.Now()
 	lr, lerr := lookup(ctx, prov, a)
 	if lerr != nil {
 		return review(fmt.Sprintf("lookup by reference refused: %v (R25)", lerr))
 	}
-	r, err := s.results.Do(ctx, resultReq{lu: &lookedUp{a: a, lr: lr, class: classifyLookup(lr), window: caps.ConsistencyWindow}})
+	r, err := s.results.Do(ctx, resultReq{lu: &lookedUp{a: a, lr: lr, class: classifyLookup(lr), window: caps.ConsistencyWindow,
+		asked: asked}})
 	return r.res, err
 }
 
@@ -316,6 +332,10 @@ type lookedUp struct {
 	lr     providers.LookupResult
 	class  lookupClass
 	window time.Duration
+	// asked is the service's clock just before the lookup was sent: a
+	// "not found" says nothing about any later moment (R16). Zero (a
+	// lookup made without it) counts as the time it is recorded at.
+	asked time.Time
 }
 
 // countLookupsSQL counts a lookup of each attempt of $1 made at $2 and
@@ -370,7 +390,7 @@ func (s *Service) applyLookups(ctx context.Context, tx pgx.Tx, after *afterCommi
 	// Each attempt's lookup event, then its transition when it moved here.
 	events := make([]Event, 0, len(lus)+len(moved))
 	for i, lu := range lus {
-		events = append(events, lookupEvent(lu.a, lu.lr, lu.class, ActorResolver, now))
+		events = append(events, lookupEvent(lu.a, lu.lr, lu.class, ActorResolver, now, lu.asked))
 		if m, ok := moved[i]; ok {
 			events = append(events, m.event)
 		}
@@ -424,7 +444,9 @@ type movedByLookup struct {
 // batches (they are handed over with the transaction's other finals,
 // last). It is what applyFound does for each of them (applyProviderState
 // or its not-found case, then transition), set-based; every other lookup
-// is left to applyFound, one by one. now is the lookups' recorded time. It
+// (and every lookup of an attempt made final meanwhile) is left to
+// applyFound, one by one. now is the lookups' recorded time; a "not
+// found" is judged at the time its lookup was asked (notFoundFailure). It
 // returns the attempts it moved by their index in lus.
 func (s *Service) lookupFinals(ctx context.Context, tx pgx.Tx, after *afterCommit, lus []lookedUp, counted map[uuid.UUID]Attempt, now time.Time) (map[int]movedByLookup, error) {
 	if !after.collectFinals {
@@ -583,12 +605,13 @@ func (s *Service) applyFound(ctx context.Context, tx pgx.Tx, after *afterCommit,
 // notFoundFailure is the failure a "not found" lookup lu, recorded at now,
 // proves for the attempt la, and whether it proves one (R16, R22): only for
 // an unknown attempt nobody acknowledged, once the provider's consistency
-// window has passed since the request could last have been on its way.
-// A call in flight (started, its answer not recorded: a second executor
-// made the attempt unknown, or the process died mid-call) may still be on
-// its way until it started StaleCallAfter ago, the longest a call may last
-// (the sweeper's measure): until then "not found" proves nothing, and the
-// window counts from then.
+// window has passed between the moment the request could last have been
+// on its way and the moment the provider was asked (lu.asked, not now: a
+// slow answer is no newer than its question). A call in flight (started,
+// its answer not recorded: a second executor made the attempt unknown, or
+// the process died mid-call) may still be on its way until it started
+// StaleCallAfter ago, the longest a call may last (the sweeper's measure):
+// until then "not found" proves nothing, and the window counts from then.
 // applyFound and lookupFinals both decide by it.
 func (s *Service) notFoundFailure(la Attempt, lu lookedUp, now time.Time) (change, bool) {
 	if la.Status != StatusUnknown || la.Acknowledged() {
@@ -612,7 +635,10 @@ func (s *Service) notFoundFailure(la Attempt, lu lookedUp, now time.Time) (chang
 			ref = end
 		}
 	}
-	asked := now
+	asked := lu.asked
+	if asked.IsZero() || asked.After(now) {
+		asked = now
+	}
 	if asked.Sub(ref) < lu.window {
 		return change{}, false
 	}
@@ -780,15 +806,17 @@ func (s *Service) ResolveManually(ctx context.Context, attemptID uuid.UUID, stat
 			return ResolveResult{}, err
 		}
 	}
-	// A manual failed may need a lookup, made before the transaction (R11).
+	// A manual failed may need a lookup, made before the transaction (R11);
+	// asked is when it was sent (R16: what a "not found" proves).
 	var lr *providers.LookupResult
+	var asked time.Time
 	if status == StatusFailed {
 		a, err := s.Get(ctx, s.pool, attemptID)
 		if err != nil {
 			return ResolveResult{}, err
 		}
 		if a.Status.Open() {
-			v, err := s.manualFailVerdict(ctx, s.pool, a, nil)
+			v, err := s.manualFailVerdict(ctx, s.pool, a, nil, time.Time{})
 			if err != nil {
 				return ResolveResult{}, err
 			}
@@ -796,6 +824,7 @@ func (s *Service) ResolveManually(ctx context.Context, attemptID uuid.UUID, stat
 			case manualRefuse:
 				return ResolveResult{Attempt: a}, &ManualFailRefusedError{AttemptID: a.ID, Reason: v.reason}
 			case manualLookup:
+				asked = s.clock.Now()
 				r, lerr := lookup(ctx, s.providers[a.Provider], a)
 				if lerr != nil {
 					return ResolveResult{Attempt: a}, &ManualFailRefusedError{AttemptID: a.ID,
@@ -822,13 +851,13 @@ func (s *Service) ResolveManually(ctx context.Context, attemptID uuid.UUID, stat
 		}
 		if status == StatusFailed {
 			if lr != nil {
-				if a, err = s.recordManualLookup(ctx, tx, a, *lr); err != nil {
+				if a, err = s.recordManualLookup(ctx, tx, a, *lr, asked); err != nil {
 					return err
 				}
 			}
 			// Decided again under the row lock: a call may have started
 			// since the attempt was read.
-			v, err := s.manualFailVerdict(ctx, tx, a, lr)
+			v, err := s.manualFailVerdict(ctx, tx, a, lr, asked)
 			if err != nil {
 				return err
 			}
@@ -900,8 +929,10 @@ type manualVerdict struct {
 
 // manualFailVerdict says whether an operator may resolve the open attempt a
 // failed now (ResolveManually's rules). fresh is a lookup just made for this
-// decision (nil when none was).
-func (s *Service) manualFailVerdict(ctx context.Context, db DB, a Attempt, fresh *providers.LookupResult) (manualVerdict, error) {
+// decision (nil when none was), sent at freshAsked. A "not found" counts
+// only if the provider was asked past the consistency window (R16): the
+// time it was asked, not the time its answer came, is compared.
+func (s *Service) manualFailVerdict(ctx context.Context, db DB, a Attempt, fresh *providers.LookupResult, freshAsked time.Time) (manualVerdict, error) {
 	if a.CallInFlight() {
 		return manualVerdict{manualRefuse, fmt.Sprintf("call %d started at %s and its answer is not recorded: it is in flight "+
 			"and the provider may be paying it; wait for its answer (or for the sweeper to make the attempt unknown and a lookup to decide)",
@@ -929,6 +960,13 @@ func (s *Service) manualFailVerdict(ctx context.Context, db DB, a Attempt, fresh
 	if fresh != nil {
 		switch classifyLookup(*fresh) {
 		case lookupNotFound:
+			if freshAsked.IsZero() || freshAsked.Before(ready) {
+				// Asked before the window (counted again under the lock)
+				// ended: it proves nothing.
+				return manualVerdict{manualRefuse, fmt.Sprintf("a lookup just made came back not found, but it was sent at %s, "+
+					"before the provider's consistency window (%s) ended at %s: it proves nothing (R16); record the decision again",
+					fmtTime(&freshAsked), caps.ConsistencyWindow, fmtTime(&ready))}, nil
+			}
 			return manualVerdict{decision: manualAllow}, nil
 		case lookupFound:
 			return manualVerdict{manualRefuse, fmt.Sprintf("a lookup just found the operation at the provider, %s (provider id %q): "+
@@ -943,19 +981,29 @@ func (s *Service) manualFailVerdict(ctx context.Context, db DB, a Attempt, fresh
 	}
 	var at time.Time
 	var outcome *string
-	err := db.QueryRow(ctx, `SELECT at, outcome FROM attempt_events WHERE attempt_id = $1 AND type = 'lookup'
-		ORDER BY id DESC LIMIT 1`, a.ID).Scan(&at, &outcome)
+	err := db.QueryRow(ctx, lastLookupSQL, a.ID).Scan(&at, &outcome)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return manualVerdict{}, err
 	}
-	// The "not found" must also be newer than anything the provider said
-	// about the operation (a processing report after it names it again).
+	// at is when the provider was asked. The "not found" must also be
+	// newer than anything the provider said about the operation (a
+	// processing report after it names it again).
 	if err == nil && sqlcols.Deref(outcome) == string(lookupNotFound) && !at.Before(ready) &&
 		(a.ProcessingFrom == nil || !at.Before(*a.ProcessingFrom)) && (a.AcknowledgedAt == nil || !at.Before(*a.AcknowledgedAt)) {
 		return manualVerdict{decision: manualAllow}, nil
 	}
 	return manualVerdict{decision: manualLookup}, nil
 }
+
+// lastLookupSQL reads the latest lookup of an attempt: when the provider was
+// asked and what it answered. The asking time is the event's started_at
+// (lookupEvent: the service's clock just before the lookup was sent, or,
+// for a lookup recorded without it, the exchange's start, as every lookup
+// event recorded before the asking time was kept); never later than when
+// it was recorded (least ignores a NULL started_at: such an event counts
+// from when it was recorded, the latest it can have been asked).
+const lastLookupSQL = `SELECT least(started_at, at), outcome FROM attempt_events
+	WHERE attempt_id = $1 AND type = 'lookup' ORDER BY id DESC LIMIT 1`
 
 // absenceFrom is the moment from which a provider's consistency window is
 // counted for a "not found": the latest moment the request could still have
@@ -971,11 +1019,11 @@ func absenceFrom(a Attempt) time.Time {
 	return ref
 }
 
-// recordManualLookup records a lookup ResolveManually made (the event and
-// the attempt's lookup counters) in tx.
-func (s *Service) recordManualLookup(ctx context.Context, tx pgx.Tx, a Attempt, lr providers.LookupResult) (Attempt, error) {
+// recordManualLookup records a lookup ResolveManually made, sent at asked
+// (the event and the attempt's lookup counters) in tx.
+func (s *Service) recordManualLookup(ctx context.Context, tx pgx.Tx, a Attempt, lr providers.LookupResult, asked time.Time) (Attempt, error) {
 	now := s.clock.Now()
-	if err := insertLookupEvent(ctx, tx, a, lr, classifyLookup(lr), ActorOperator, now); err != nil {
+	if err := insertEvent(ctx, tx, lookupEvent(a, lr, classifyLookup(lr), ActorOperator, now, asked)); err != nil {
 		return a, err
 	}
 	return scanAttempt(tx.QueryRow(ctx, `UPDATE attempts SET lookup_count = lookup_count + 1, last_lookup_at = $2,

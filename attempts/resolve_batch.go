@@ -84,7 +84,10 @@ func splitLookups(lus []lookedUp, seen map[uuid.UUID]bool) (together, alone []in
 }
 
 // lookupNow is the time a lookup is recorded at, to the microsecond
-// PostgreSQL keeps: resolveOne recognises a batch's lookup by it.
+// PostgreSQL keeps: resolveOne recognises a batch's lookup by it, and the
+// next lookup is scheduled from it. It is not when the provider was asked:
+// a "not found" is judged at lookedUp.asked, taken before the lookup was
+// sent (notFoundFailure, R16), however long the answer and its batch took.
 func (s *Service) lookupNow() time.Time {
 	return s.clock.Now().Truncate(time.Microsecond)
 }
