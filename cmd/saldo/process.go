@@ -163,11 +163,16 @@ func runProcess(ctx context.Context, pc processConfig) error {
 	reg.MustRegister(e.Reconcile.Collector())
 	if pc.RunWorkers {
 		// River's Start stops what it started when it fails, so it can be
-		// called again.
+		// called again. ctx (the first signal) interrupts the start only:
+		// once started, River stops when e.Stop says, below, so a signal
+		// does not cancel the provider calls in flight (engine.Start).
 		if err := untilDatabase(ctx, log, pc.StartupWait, "river", e.Start); err != nil {
 			return fmt.Errorf("river: %w", err)
 		}
 		log.Info("workers started", "max_workers", pc.MaxWorkers)
+		// An early return below (a listener that fails, Ready's error)
+		// stops River at once; after the graceful stop this is a no-op.
+		defer e.Stop(canceledContext()) //nolint:errcheck
 	}
 
 	var srv *http.Server
@@ -259,6 +264,15 @@ func runProcess(ctx context.Context, pc processConfig) error {
 		case <-stopCtx.Done():
 		}
 	}()
+	// River stops fetching now and lets its running jobs finish, beside the
+	// HTTP servers' own graceful stop, within the same budget; at its end
+	// (or on a second signal) running jobs are cancelled.
+	riverStopped := make(chan error, 1)
+	if pc.RunWorkers {
+		go func() { riverStopped <- e.Stop(stopCtx) }()
+	} else {
+		riverStopped <- nil
+	}
 	var errs []error
 	if srv != nil {
 		if err := srv.Shutdown(stopCtx); err != nil {
@@ -270,13 +284,19 @@ func runProcess(ctx context.Context, pc processConfig) error {
 			errs = append(errs, metricsSrv.Close())
 		}
 	}
-	if pc.RunWorkers {
-		if err := e.Stop(stopCtx); err != nil {
-			errs = append(errs, err)
-		}
+	if err := <-riverStopped; err != nil {
+		errs = append(errs, err)
 	}
 	log.Info("stopped")
 	return errors.Join(errs...)
+}
+
+// canceledContext is a context that has already ended: Engine.Stop with it
+// cancels running jobs at once.
+func canceledContext() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
 }
 
 // buildHTTP mounts the API, /metrics (unless it has a listener of its own),

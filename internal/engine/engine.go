@@ -117,6 +117,9 @@ type Engine struct {
 	Clock     attempts.Clock
 	// Periodic jobs added by Register functions.
 	Periodic []*river.PeriodicJob
+
+	// cancelRun ends the context River runs on (Start, Stop).
+	cancelRun context.CancelFunc
 }
 
 // New builds the services and the River client (not started).
@@ -216,17 +219,44 @@ func New(cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-// Start starts River's workers (when configured to run them).
-func (e *Engine) Start(ctx context.Context) error { return e.River.Start(ctx) }
+// Start starts River's workers (when configured to run them). ctx bounds
+// the start only: once River runs, ending ctx does not stop it; Stop does.
+//
+// River treats the end of its start context as StopAndCancel (without a
+// SoftStopTimeout it cancels every running job's context at once), and
+// callers pass the context the first SIGTERM cancels: every provider call
+// on the wire at a deploy would be cut off and recorded unknown, although
+// the shutdown budget would have let it finish and record its real answer
+// (R1, R11; docs/pitfalls.md, "River's start context is its jobs'
+// context"). So River runs on a context the caller's cancellation does not
+// reach once Start has returned, and Stop stops it softly, then hard at
+// its context's end.
+func (e *Engine) Start(ctx context.Context) error {
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	// While River starts, ctx still interrupts it (a signal during a
+	// start-up that waits for the database).
+	unhook := context.AfterFunc(ctx, cancel)
+	err := e.River.Start(runCtx)
+	unhook()
+	if err != nil {
+		cancel()
+		return err
+	}
+	e.cancelRun = cancel
+	return nil
+}
 
-// Stop stops River gracefully: running jobs (in-flight provider calls)
-// finish and record their results; ctx bounds the wait, after which jobs are
-// cancelled (attempts stay safe: a call in flight becomes unknown and is
-// resolved by lookup).
+// Stop stops River gracefully: it fetches no more jobs, and running jobs
+// (in-flight provider calls) finish and record their results; ctx bounds
+// the wait, after which running jobs are cancelled (a hard stop: attempts
+// stay safe, a call in flight becomes unknown and is resolved by lookup).
 func (e *Engine) Stop(ctx context.Context) error {
 	err := e.River.Stop(ctx)
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		return e.River.StopAndCancel(context.Background())
+		err = e.River.StopAndCancel(context.Background())
+	}
+	if e.cancelRun != nil {
+		e.cancelRun()
 	}
 	return err
 }
