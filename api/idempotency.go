@@ -43,7 +43,14 @@ const ReplayedHeader = "Idempotent-Replayed"
 //     happened, so the client may fix the body and retry with the same key;
 //     domain answers (404, 409, 422 insufficient balance, ...) are stored;
 //   - a running row whose lease (Config.IdempotencyLease) passed was left by
-//     a request that died mid-way; a retry takes it over and runs again.
+//     a request that died mid-way; a retry takes it over and runs again;
+//   - every claim carries a random token (claim_token), and a request
+//     deletes or completes the row only while the token is its own: a
+//     request that outlived its lease and was taken over neither releases
+//     the retry's claim (a third request would run beside the retry, and on
+//     routes with no domain key below the API, such as notification
+//     endpoints, API keys and merchants, one Idempotency-Key would make two
+//     objects) nor overwrites the retry's answer.
 //
 // Rows are kept for Config.IdempotencyRetention (at least 24 h), then
 // CleanupIdempotency deletes them. With required, a POST without the header
@@ -78,7 +85,8 @@ func (s *Server) idempotent(required bool) func(http.Handler) http.Handler {
 			hash := h.Sum(nil)
 
 			p := principalFrom(r.Context())
-			stored, err := s.claimIdempotencyKey(r.Context(), p.KeyID, key, hash, r)
+			token := randomHex(16)
+			stored, err := s.claimIdempotencyKey(r.Context(), p.KeyID, key, token, hash, r)
 			if err != nil {
 				var ae *apiError
 				if errors.As(err, &ae) && ae.code == "request_in_progress" {
@@ -104,9 +112,14 @@ func (s *Server) idempotent(required bool) func(http.Handler) http.Handler {
 
 			ctx := context.WithoutCancel(r.Context())
 			if !storable(rec.status) {
-				if _, err := s.pool.Exec(ctx, `DELETE FROM idempotent_requests WHERE key_id = $1 AND idem_key = $2 AND state = 'running'`,
-					p.KeyID, key); err != nil {
+				tag, err := s.pool.Exec(ctx, `DELETE FROM idempotent_requests
+					WHERE key_id = $1 AND idem_key = $2 AND state = 'running' AND claim_token = $3`, p.KeyID, key, token)
+				if err != nil {
+					// Not released (or released, if the error came after the
+					// commit): a retry finds the claim until its lease passes.
 					s.log.ErrorContext(ctx, "api: release idempotency key", "key_id", p.KeyID, "error", err)
+				} else if tag.RowsAffected() == 0 {
+					s.log.WarnContext(ctx, "api: idempotency key taken over by a retry; its claim left alone", "key_id", p.KeyID)
 				}
 			} else {
 				stored := rec.body.Bytes()
@@ -119,10 +132,17 @@ func (s *Server) idempotent(required bool) func(http.Handler) http.Handler {
 						kept[h] = v
 					}
 				}
-				_, err := s.pool.Exec(ctx, `UPDATE idempotent_requests SET state = 'done', status = $3, content_type = $4,
+				tag, err := s.pool.Exec(ctx, `UPDATE idempotent_requests SET state = 'done', status = $3, content_type = $4,
 					response_body = $5, completed_at = $6, response_headers = $7
-					WHERE key_id = $1 AND idem_key = $2 AND state = 'running'`,
-					p.KeyID, key, rec.status, rec.header.Get("Content-Type"), stored, s.clock.Now(), kept)
+					WHERE key_id = $1 AND idem_key = $2 AND state = 'running' AND claim_token = $8`,
+					p.KeyID, key, rec.status, rec.header.Get("Content-Type"), stored, s.clock.Now(), kept, token)
+				if err == nil && tag.RowsAffected() == 0 {
+					// A retry took the key over after our lease: its answer is
+					// the one kept (the domain keys make the two one effect
+					// where the route has them).
+					s.log.WarnContext(ctx, "api: idempotency key taken over by a retry; response not stored", "key_id", p.KeyID,
+						"status", rec.status)
+				}
 				if err != nil {
 					// The effect happened; the caller gets its answer. A retry
 					// will find the row running until its lease passes, then
@@ -178,15 +198,16 @@ type storedResponse struct {
 }
 
 // claimIdempotencyKey returns (nil, nil) when the caller should run the
-// request, a stored response to replay, or a problem.
-func (s *Server) claimIdempotencyKey(ctx context.Context, keyID, key string, hash []byte, r *http.Request) (*storedResponse, error) {
+// request (the row is then claimed with token), a stored response to
+// replay, or a problem.
+func (s *Server) claimIdempotencyKey(ctx context.Context, keyID, key, token string, hash []byte, r *http.Request) (*storedResponse, error) {
 	now := s.clock.Now()
 	lease := now.Add(s.cfg.IdempotencyLease)
 	var out *storedResponse
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `INSERT INTO idempotent_requests (key_id, idem_key, request_hash, method, path, state, lease_until, created_at)
-			VALUES ($1, $2, $3, $4, $5, 'running', $6, $7) ON CONFLICT DO NOTHING`,
-			keyID, key, hash, r.Method, r.URL.Path, lease, now)
+		tag, err := tx.Exec(ctx, `INSERT INTO idempotent_requests (key_id, idem_key, request_hash, method, path, state, lease_until, created_at, claim_token)
+			VALUES ($1, $2, $3, $4, $5, 'running', $6, $7, $8) ON CONFLICT DO NOTHING`,
+			keyID, key, hash, r.Method, r.URL.Path, lease, now, token)
 		if err != nil {
 			return err
 		}
@@ -222,7 +243,10 @@ func (s *Server) claimIdempotencyKey(ctx context.Context, keyID, key string, has
 			return &apiError{status: http.StatusConflict, code: "request_in_progress", title: "Request in progress",
 				detail: "a request with this Idempotency-Key is still running; retry shortly"}
 		}
-		_, err = tx.Exec(ctx, `UPDATE idempotent_requests SET lease_until = $3 WHERE key_id = $1 AND idem_key = $2`, keyID, key, lease)
+		// Take the claim over: the request that held it can no longer
+		// release or complete it.
+		_, err = tx.Exec(ctx, `UPDATE idempotent_requests SET lease_until = $3, claim_token = $4 WHERE key_id = $1 AND idem_key = $2`,
+			keyID, key, lease, token)
 		return err
 	})
 	return out, err
