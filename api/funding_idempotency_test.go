@@ -46,3 +46,34 @@ func TestFundingReasonCountsCharacters(t *testing.T) {
 	long := e.post(path, e.admin, "fund-reason-2", map[string]any{"amount": "1.00", "currency": "BRL", "reason": strings.Repeat("ç", 1001)})
 	require.Equal(t, http.StatusBadRequest, long.Status, string(long.Body))
 }
+
+// R4 (the key is the intent) and "every 4xx names what is wrong": the API
+// takes an Idempotency-Key of 1-255 printable ASCII characters, but the
+// funding's ledger key "funding:<merchant>:<key id>:<Idempotency-Key>" can
+// exceed the ledger's 255 characters; such a key was refused on fundings
+// with a 400 that named no field. A long key now makes the ledger key
+// "funding:<merchant>:<key id>:sha256:<hex>" (merchants.ClientFundingKey),
+// which still answers a repeat, after the API's own record is gone too.
+func TestFundingRefusesAValidLongIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	e := setup(t, sim.Config{})
+	key := strings.Repeat("k", 250)
+	r := e.post("/v1/merchants/m1/pix-transfers", e.m1, key, pixBody("1.00"))
+	require.Equal(t, http.StatusCreated, r.Status, "the key is valid: %s", r.Body)
+	body := map[string]any{"amount": "5.00", "currency": "BRL", "reason": "top-up"}
+	r = e.post("/v1/merchants/m1/fundings", e.admin, key, body)
+	require.Equal(t, http.StatusCreated, r.Status, "a valid Idempotency-Key refused on fundings: %s", r.Body)
+	first := r.json(t)["id"]
+
+	// A repeat once the API's record is past its retention: the ledger key
+	// answers it, nothing is posted twice; another body is 422.
+	_, err := api.CleanupIdempotency(e.ctx, e.pool, time.Now().Add(time.Hour))
+	require.NoError(t, err)
+	before := e.countRows("ledger_transactions")
+	again := e.post("/v1/merchants/m1/fundings", e.admin, key, body)
+	require.Equal(t, http.StatusCreated, again.Status, string(again.Body))
+	require.Equal(t, first, again.json(t)["id"])
+	other := e.post("/v1/merchants/m1/fundings", e.admin, key, map[string]any{"amount": "6.00", "currency": "BRL", "reason": "top-up"})
+	require.Equal(t, http.StatusUnprocessableEntity, other.Status, string(other.Body))
+	require.Equal(t, before, e.countRows("ledger_transactions"), "nothing is posted")
+}

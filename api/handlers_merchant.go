@@ -165,8 +165,13 @@ func (s *Server) createFunding(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := principalFrom(r.Context())
-	tx, err := merchants.Fund(r.Context(), s.pool, merchants.Funding{MerchantID: chi.URLParam(r, "merchant_id"),
-		Amount: amt, Key: p.KeyID + ":" + r.Header.Get(IdempotencyHeader), Reason: req.Reason, Actor: p.KeyID})
+	// The ledger key is the request's intent (R4): the merchant, the API key
+	// and its Idempotency-Key, hashed when it would exceed the ledger's 255
+	// characters (merchants.ClientFundingKey).
+	merchantID := chi.URLParam(r, "merchant_id")
+	tx, err := merchants.Fund(r.Context(), s.pool, merchants.Funding{MerchantID: merchantID,
+		Amount: amt, Key: merchants.ClientFundingKey(merchantID, p.KeyID, r.Header.Get(IdempotencyHeader)),
+		Reason: req.Reason, Actor: p.KeyID})
 	if err != nil {
 		s.problem(w, r, err)
 		return

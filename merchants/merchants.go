@@ -5,6 +5,8 @@ package merchants
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"regexp"
@@ -97,6 +99,28 @@ type Funding struct {
 // CauseFunding is the ledger cause kind of funding adjustments.
 const CauseFunding = "funding"
 
+// maxLedgerKey is the ledger's longest idempotency key, in bytes
+// (ledger.Post).
+const maxLedgerKey = 255
+
+// ClientFundingKey is Funding.Key for a funding requested through the API
+// by API key keyID with Idempotency-Key idem: "<key id>:<idem>", so the
+// ledger key is "funding:<merchant>:<key id>:<idem>" (R4: the key is the
+// intent). The API takes Idempotency-Keys of up to 255 characters, which
+// can make that ledger key longer than the ledger's 255: then the key is
+// "<key id>:sha256:<hex of idem>". Short keys keep the first form, so every
+// funding posted before still matches its repeat.
+func ClientFundingKey(merchantID, keyID, idem string) string {
+	key := keyID + ":" + idem
+	if len(ledgerFundingKey(merchantID, key)) <= maxLedgerKey {
+		return key
+	}
+	sum := sha256.Sum256([]byte(idem))
+	return keyID + ":sha256:" + hex.EncodeToString(sum[:])
+}
+
+func ledgerFundingKey(merchantID, key string) string { return "funding:" + merchantID + ":" + key }
+
 // Fund posts the adjustment as one balanced ledger transaction. A negative
 // adjustment larger than the available balance fails with
 // ledger.ErrInsufficientFunds and writes nothing.
@@ -123,7 +147,7 @@ func Fund(ctx context.Context, db ledger.DBTX, f Funding) (ledger.Transaction, e
 	}
 	amt := f.Amount.Decimal()
 	return ledger.Post(ctx, db, ledger.TransactionInput{
-		IdempotencyKey: "funding:" + f.MerchantID + ":" + f.Key,
+		IdempotencyKey: ledgerFundingKey(f.MerchantID, f.Key),
 		CauseKind:      CauseFunding,
 		CauseID:        f.MerchantID,
 		Description:    f.Reason,

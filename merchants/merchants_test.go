@@ -83,3 +83,21 @@ func TestCreateNameLimitsInCharacters(t *testing.T) {
 	_, err = merchants.Get(ctx, pool, "m2")
 	require.ErrorIs(t, err, merchants.ErrNotFound)
 }
+
+// R4: a funding's ledger key is "funding:<merchant>:<key id>:<Idempotency-Key>"
+// while it fits the ledger's 255 characters (every funding posted before
+// keeps matching its repeat), and "funding:<merchant>:<key id>:sha256:<hex>"
+// beyond.
+func TestClientFundingKey(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "key_1:abc", merchants.ClientFundingKey("m1", "key_1", "abc"))
+	// "funding:m1:key_1:" is 17 characters: 238 more fit exactly.
+	fits := strings.Repeat("k", 238)
+	require.Equal(t, "key_1:"+fits, merchants.ClientFundingKey("m1", "key_1", fits))
+	long := merchants.ClientFundingKey("m1", "key_1", fits+"k")
+	require.Regexp(t, `^key_1:sha256:[0-9a-f]{64}$`, long)
+	require.NotEqual(t, long, merchants.ClientFundingKey("m1", "key_1", fits+"j"))
+	require.Equal(t, long, merchants.ClientFundingKey("m1", "key_1", fits+"k"))
+	// A longer merchant id moves the boundary with it.
+	require.Regexp(t, `^key_1:sha256:`, merchants.ClientFundingKey("m12", "key_1", fits))
+}
