@@ -431,7 +431,7 @@ func TestHardeningNotificationURLPrivateTargetsRefused(t *testing.T) {
 // (docs/pitfalls.md, "Merchant notification URLs can point inside the
 // network"): with private URLs refused (as saldo serve runs), a NAT64
 // literal that embeds 10.0.0.5 is refused at registration like 10.0.0.5.
-func TestRegistrationAcceptsNAT64Literal(t *testing.T) {
+func TestRegistrationRefusesNAT64Literal(t *testing.T) {
 	t.Parallel()
 	e := setupPrivateRefused(t)
 	for _, u := range []string{"http://[64:ff9b::a00:5]:5432/", "http://[64:ff9b::a9fe:a9fe]/latest/meta-data",

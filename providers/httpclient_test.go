@@ -203,7 +203,7 @@ func TestClientKeepsConnectionsOfABurst(t *testing.T) {
 // delivers count as that address. On a network with NAT64 (most IPv6-only
 // clusters) 64:ff9b::a00:5 reaches 10.0.0.5 and 64:ff9b::a9fe:a9fe the
 // metadata service, 169.254.169.254.
-func TestPrivateAddressMissesNAT64(t *testing.T) {
+func TestPrivateAddressCoversAddressesCarryingIPv4(t *testing.T) {
 	t.Parallel()
 	for _, s := range []string{"64:ff9b::a00:5", "64:ff9b::7f00:1", "64:ff9b::a9fe:a9fe", "64:ff9b:1::a00:5",
 		"64:ff9b::c0a8:1", "64:ff9b::6440:1", "64:ff9b::", // NAT64: 192.168.0.1, 100.64.0.1, 0.0.0.0

@@ -86,7 +86,7 @@ func attemptAfterStop(t *testing.T, dbURL string, prov providers.Provider, id uu
 // docs/pitfalls.md, "River's start context is its jobs' context"). River
 // treats a cancelled start context as StopAndCancel, so it is started on one
 // the signal does not cancel (engine.Start) and stopped by Engine.Stop.
-func TestFirstSignalCancelsInFlightProviderCall(t *testing.T) {
+func TestFirstSignalLetsInFlightProviderCallFinish(t *testing.T) {
 	dbURL := testdb.NewURL(t)
 	srv := sim.NewServer(sim.Config{Seed: 7}).Start()
 	defer srv.Close()
