@@ -25,7 +25,7 @@ import (
 // delivery error is written with the URL cut to scheme://host: in the WARN
 // log, in notification_events.last_error, and in the error returned to River
 // (kept in the job's errors, shown at /ops/river).
-func TestNotificationFailureLogsURLSecret(t *testing.T) {
+func TestNotificationFailureKeepsURLSecretsOut(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := testdb.New(t)

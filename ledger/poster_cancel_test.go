@@ -11,7 +11,7 @@ import (
 	"github.com/saldo/saldo/money"
 )
 
-// TestPosterCancelledRequestLeavesAccountsHeld (R23: the Poster holds a
+// TestPosterCancelledRequestReleasesItsAccounts (R23: the Poster holds a
 // batch's accounts while it is in flight, so an account's transfers are
 // written in order): flush compacted the batch in place (live :=
 // batch[:0]), so when a request that gave up was not the last of its
@@ -20,7 +20,7 @@ import (
 // never. Its accounts stayed "held" with no batch in flight, so take never
 // handed out a later request naming them: that Post waited until its
 // context ended, and Close never returned.
-func TestPosterCancelledRequestLeavesAccountsHeld(t *testing.T) {
+func TestPosterCancelledRequestReleasesItsAccounts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := testdb.New(t)
@@ -59,11 +59,11 @@ func TestPosterCancelledRequestLeavesAccountsHeld(t *testing.T) {
 	require.NotNil(t, p.take(), "a transfer naming x is never taken: its Post hangs")
 }
 
-// TestPosterCancelledRequestHangsLaterPost (R23) is the same through the
+// TestPosterCancelledRequestDoesNotBlockLaterPosts (R23) is the same through the
 // public API: a request that gives up while queued behind a busy batch
 // must not make a later Post on its accounts wait until its own context
 // ends.
-func TestPosterCancelledRequestHangsLaterPost(t *testing.T) {
+func TestPosterCancelledRequestDoesNotBlockLaterPosts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := testdb.New(t)
