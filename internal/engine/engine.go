@@ -27,6 +27,16 @@ import (
 	"github.com/saldo/saldo/reconcile"
 )
 
+// NotifyQueue is the River queue merchant notification deliveries run on,
+// apart from the attempts' submits and lookups on the default queue and
+// with its own, smaller worker count (Config.NotifyWorkers): a delivery
+// waits on a merchant's endpoint (up to connect + read timeout, and 15
+// tries per event), so endpoints that accept connections and never answer
+// would otherwise hold every shared worker and stall every merchant's
+// payouts. Deliveries enqueued on the default queue before it existed are
+// still worked there.
+const NotifyQueue = "notifications"
+
 // Config configures an Engine.
 type Config struct {
 	// Pool is the database; the engine does not close it.
@@ -62,6 +72,9 @@ type Config struct {
 	RunWorkers bool
 	// MaxWorkers is the River worker count of the default queue. Default 50.
 	MaxWorkers int
+	// NotifyWorkers is the worker count of NotifyQueue, where merchant
+	// notification deliveries run. Default MaxWorkers/10, at least 2.
+	NotifyWorkers int
 	// FetchPollInterval of River's producer. Default River's (1s); tests and
 	// benchmarks use a few milliseconds.
 	FetchPollInterval time.Duration
@@ -136,6 +149,9 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.MaxWorkers <= 0 {
 		cfg.MaxWorkers = 50
 	}
+	if cfg.NotifyWorkers <= 0 {
+		cfg.NotifyWorkers = max(2, cfg.MaxWorkers/10)
+	}
 	byName := map[string]providers.Provider{}
 	for _, p := range cfg.Providers {
 		if _, dup := byName[p.Name()]; dup {
@@ -154,6 +170,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	nc := cfg.Notifications
 	nc.Pool, nc.Clock, nc.Logger = cfg.Pool, cfg.Clock, cfg.Logger
+	nc.Queue = cmp.Or(nc.Queue, NotifyQueue)
 	notifier, err := api.NewNotifier(nc)
 	if err != nil {
 		return nil, err
@@ -202,6 +219,9 @@ func New(cfg Config) (*Engine, error) {
 		CompletedJobRetentionPeriod: cmp.Or(cfg.CompletedJobsKept, DefaultCompletedJobsKept)}
 	if cfg.RunWorkers {
 		rc.Queues = map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.MaxWorkers}}
+		if nc.Queue != river.QueueDefault {
+			rc.Queues[nc.Queue] = river.QueueConfig{MaxWorkers: cfg.NotifyWorkers}
+		}
 		rc.PeriodicJobs = append(att.PeriodicJobs(), e.Periodic...)
 		rc.FetchCooldown = cmp.Or(cfg.FetchCooldown, 10*time.Millisecond)
 		if cfg.FetchPollInterval > 0 {

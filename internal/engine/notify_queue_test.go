@@ -1,0 +1,117 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/saldo/saldo/api"
+	"github.com/saldo/saldo/audit"
+	"github.com/saldo/saldo/internal/engine"
+	"github.com/saldo/saldo/internal/testdb"
+	"github.com/saldo/saldo/merchants"
+	"github.com/saldo/saldo/money"
+	"github.com/saldo/saldo/payouts"
+	"github.com/saldo/saldo/providers"
+	"github.com/saldo/saldo/providers/sim"
+)
+
+// R24 and "a merchant's key sees only its own data": one merchant's
+// notification endpoints that accept connections and never answer hold
+// only the notifications queue's workers (engine.NotifyQueue), never the
+// default queue's, so every merchant's payouts keep being submitted and
+// resolved while those deliveries wait out their read timeout. (Deliveries
+// shared the default queue: eight hanging endpoints held all six workers
+// and stalled every payout for the whole read timeout.)
+func TestHangingNotificationEndpointsDoNotStallPayouts_R24(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t)
+	srv := sim.NewServer(sim.Config{Seed: 11}).Start()
+	t.Cleanup(srv.Close)
+	prov := srv.NewProvider()
+
+	done := make(chan struct{})
+	var held atomic.Int64
+	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		held.Add(1)
+		select { // accepts, reads, never answers
+		case <-done:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(hang.Close)
+	t.Cleanup(func() { close(done) })
+
+	e, err := engine.New(engine.Config{
+		Pool: pool, Providers: []providers.Provider{prov}, PayoutProvider: prov.Name(),
+		RunWorkers: true, MaxWorkers: 6, FetchPollInterval: 20 * time.Millisecond,
+		Notifications: api.NotifierConfig{HTTP: providers.HTTPSettings{ReadTimeout: 20 * time.Second}},
+	})
+	require.NoError(t, err)
+	require.NoError(t, e.Start(ctx))
+	t.Cleanup(func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = e.Stop(stopCtx) // the hanging deliveries are cancelled at the end of the budget
+	})
+
+	for _, m := range []string{"m1", "m2"} {
+		_, err = merchants.Create(ctx, pool, m, "Loja "+m)
+		require.NoError(t, err)
+		_, err = merchants.Fund(ctx, pool, merchants.Funding{MerchantID: m, Amount: money.MustParse("1000.00", "BRL"),
+			Key: "seed-" + m, Reason: "test", Actor: "test"})
+		require.NoError(t, err)
+	}
+	for i := range 8 {
+		_, err := pool.Exec(ctx, `INSERT INTO notification_endpoints (id, merchant_id, url, secret, created_at)
+			VALUES ($1, 'm1', $2, 'whsec', now())`, fmt.Sprintf("we_%032x", i+1), hang.URL+"/hook")
+		require.NoError(t, err)
+	}
+	pay := func(m, key string) string {
+		p, err := e.Payouts.CreatePayout(ctx, payouts.PayoutRequest{MerchantID: m, ClientKey: key,
+			Operation: providers.OpPixTransfer, Amount: money.MustParse("10.00", "BRL"),
+			Destination: &providers.Destination{PixKey: &providers.PixKey{Type: "email", Value: "a@example.com"}}})
+		require.NoError(t, err)
+		return p.ID
+	}
+	final := func(m, id string) bool {
+		v, err := e.Payouts.Get(ctx, m, id)
+		require.NoError(t, err)
+		return v.Status != payouts.StatusProcessing
+	}
+
+	first := pay("m1", "first")
+	require.Eventually(t, func() bool { return final("m1", first) }, 10*time.Second, 20*time.Millisecond)
+	// Its eight deliveries are under way and hang.
+	require.Eventually(t, func() bool { return held.Load() >= 2 }, 10*time.Second, 20*time.Millisecond)
+	var queue string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT DISTINCT queue FROM river_job WHERE kind = 'saldo_deliver_notification'`).Scan(&queue))
+	require.Equal(t, engine.NotifyQueue, queue)
+
+	// Payouts of both merchants go through while the deliveries wait.
+	var ids [][2]string
+	for i := range 10 {
+		m := []string{"m1", "m2"}[i%2]
+		ids = append(ids, [2]string{m, pay(m, fmt.Sprint("later-", i))})
+	}
+	require.Eventually(t, func() bool {
+		for _, p := range ids {
+			if !final(p[0], p[1]) {
+				return false
+			}
+		}
+		return true
+	}, 8*time.Second, 20*time.Millisecond, "payouts stalled behind hanging notification deliveries")
+	require.LessOrEqual(t, held.Load(), int64(2), "at most the notifications queue's workers wait on the endpoints")
+
+	res, err := audit.Run(ctx, pool)
+	require.NoError(t, err)
+	require.True(t, res.OK(), res.Summary())
+}
