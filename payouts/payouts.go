@@ -256,14 +256,20 @@ func (s *Service) CreatePayout(ctx context.Context, req PayoutRequest) (Payout, 
 	if err != nil {
 		return Payout{}, err
 	}
-	existing, err := s.replayClientKey(ctx, s.pool, req.MerchantID, req.ClientKey, r.hash, "payout")
-	if err != nil {
-		return Payout{}, err
-	}
-	if existing != "" {
-		return s.get(ctx, s.pool, req.MerchantID, existing)
-	}
 	if err := s.readyCreate(ctx, r); err != nil {
+		// Refused before its transaction for something that may have
+		// changed since a first request with this key was accepted (the
+		// balance its own reserve took): the key's payout, if any, is the
+		// answer. Asked only on this path, so an accepted request costs no
+		// extra statement; a repeat that passes the checks is answered by
+		// the claim in the opening transaction.
+		existing, rerr := s.replayClientKey(ctx, s.pool, req.MerchantID, req.ClientKey, r.hash, "payout")
+		if rerr != nil {
+			return Payout{}, rerr
+		}
+		if existing != "" {
+			return s.get(ctx, s.pool, req.MerchantID, existing)
+		}
 		return Payout{}, err
 	}
 	return s.creator.Do(ctx, r)
