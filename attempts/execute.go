@@ -43,7 +43,7 @@ type ExecuteResult struct {
 //     provider reported it succeeded after it was resolved failed): this
 //     attempt exists only because that one was thought failed (R6), so it
 //     is held in review, open with its reserve, never sent (R9, R19;
-//     holdIfSiblingDiverged);
+//     the call-start mark refuses, then holdIfSiblingDiverged);
 //   - the provider's circuit is open: wait (before any lookup too);
 //   - a provider without idempotency keys (R20): before any re-send, a
 //     lookup by reference once the consistency window since the last call
@@ -110,9 +110,10 @@ func (s *Service) Execute(ctx context.Context, id uuid.UUID) (ExecuteResult, err
 			fmtTime(a.KeyExpiresAt)))
 	}
 
-	if held, r, err := s.holdIfSiblingDiverged(ctx, a); held || err != nil {
-		return r, err
-	}
+	// An unsettled divergence of another attempt of the subject is not
+	// asked here (a statement per execution): the call-start mark below
+	// refuses then (sendableSQL), and the attempt is held in review on
+	// that path.
 	if sum := sha256.Sum256(a.Payload); !bytes.Equal(sum[:], a.PayloadSHA256) {
 		return res, fmt.Errorf("%w: attempt %s", ErrPayloadTampered, a.ID)
 	}
