@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -172,6 +173,12 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.SendBaseURL != "" && cfg.PayerKey == "" {
 		return nil, fmt.Errorf("%w: the payer Pix key is required for sends", ErrConfig)
 	}
+	for _, u := range []struct{ name, url string }{{"base URL", cfg.BaseURL}, {"send base URL", cfg.SendBaseURL},
+		{"token URL", cfg.TokenURL}} {
+		if err := checkURL(u.name, u.url); err != nil {
+			return nil, err
+		}
+	}
 	tlsCfg := cfg.TLS
 	if tlsCfg == nil {
 		var err error
@@ -193,6 +200,28 @@ func New(cfg Config) (*Provider, error) {
 		now:    cfg.Now,
 	}
 	return p, nil
+}
+
+// checkURL refuses a configured URL that would send the token, the client
+// secret or a payment without TLS (and so without the mutual TLS the API
+// Pix requires), carry credentials of its own, or break the paths appended
+// to it (a query or fragment). "" is left to the callers' own checks.
+func checkURL(name, raw string) error {
+	if raw == "" {
+		return nil
+	}
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: the %s is not a URL", ErrConfig, name)
+	case u.Scheme != "https" || u.Host == "":
+		return fmt.Errorf("%w: the %s must be an https:// URL (the API Pix runs over mutual TLS)", ErrConfig, name)
+	case u.User != nil:
+		return fmt.Errorf("%w: the %s must not carry credentials (use the client id and secret)", ErrConfig, name)
+	case u.RawQuery != "" || u.Fragment != "":
+		return fmt.Errorf("%w: the %s must not have a query or fragment", ErrConfig, name)
+	}
+	return nil
 }
 
 // tokenHTTPClient is the client of the token endpoint: its own transport

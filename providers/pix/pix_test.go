@@ -62,6 +62,15 @@ func TestNewRefusesBadConfiguration(t *testing.T) {
 		"missing key":    func(c *pix.Config) { c.KeyFile = c.KeyFile + ".nope" },
 		"CA not PEM":     func(c *pix.Config) { c.CAFile = c.KeyFile + ".nope" },
 		"cert is the CA": func(c *pix.Config) { c.KeyFile = c.CAFile },
+		// Never the token, the secret or a payment in clear; no credentials
+		// in a URL; nothing that breaks the paths appended to it.
+		"http base URL":       func(c *pix.Config) { c.BaseURL = strings.Replace(c.BaseURL, "https://", "http://", 1) },
+		"http send base URL":  func(c *pix.Config) { c.SendBaseURL = strings.Replace(c.SendBaseURL, "https://", "http://", 1) },
+		"http token URL":      func(c *pix.Config) { c.TokenURL = strings.Replace(c.TokenURL, "https://", "http://", 1) },
+		"credentials in URL":  func(c *pix.Config) { c.BaseURL = strings.Replace(c.BaseURL, "https://", "https://u:p@", 1) },
+		"query in base URL":   func(c *pix.Config) { c.SendBaseURL += "?x=1" },
+		"base URL not a URL":  func(c *pix.Config) { c.BaseURL = "https://%zz" },
+		"no host in base URL": func(c *pix.Config) { c.BaseURL = "https://" },
 	} {
 		if _, err := pix.New(e.config(mod)); !errors.Is(err, pix.ErrConfig) {
 			t.Errorf("%s: %v, want ErrConfig", name, err)
