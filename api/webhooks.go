@@ -2,6 +2,8 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/saldo/saldo/attempts"
 	"github.com/saldo/saldo/charges"
+	"github.com/saldo/saldo/internal/pgtext"
 	"github.com/saldo/saldo/providers"
 )
 
@@ -116,9 +119,10 @@ func mergeOutcome(a, b string) string {
 // processWebhookEvent deduplicates one verified event, processes it and
 // records it as seen.
 func (s *Server) processWebhookEvent(ctx context.Context, name string, ev providers.WebhookEvent) (string, error) {
+	key := webhookEventKey(ev.ID)
 	var seen bool
 	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM webhook_events WHERE provider = $1 AND event_id = $2)`,
-		name, ev.ID).Scan(&seen); err != nil {
+		name, key).Scan(&seen); err != nil {
 		return "", err
 	}
 	if seen {
@@ -131,13 +135,26 @@ func (s *Server) processWebhookEvent(ctx context.Context, name string, ev provid
 	if _, err := s.pool.Exec(context.WithoutCancel(ctx), `INSERT INTO webhook_events
 		(provider, event_id, type, operation, reference, state, outcome, received_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING`,
-		name, ev.ID, ev.Type, string(ev.Operation), ev.Reference, string(ev.State), outcome, s.clock.Now()); err != nil {
+		name, key, ev.Type, string(ev.Operation), ev.Reference, string(ev.State), outcome, s.clock.Now()); err != nil {
 		// Processing is idempotent; a redelivery will only do it again.
 		s.log.ErrorContext(ctx, "api: record webhook event", "provider", name, "event_id", ev.ID, "error", err)
 	}
 	s.log.InfoContext(ctx, "api: webhook", "provider", name, "event_id", ev.ID, "type", ev.Type,
 		"reference", ev.Reference, "state", ev.State, "outcome", outcome)
 	return outcome, nil
+}
+
+// webhookEventKey is the event id webhook_events keeps: the provider's
+// own when it is text of at most 255 bytes PostgreSQL stores, else
+// "sha256:" and its hash. A verified event with a longer id was processed
+// on every delivery and never recorded (the column's CHECK refused it):
+// each redelivery did it all again and logged an error.
+func webhookEventKey(id string) string {
+	if len(id) <= 255 && pgtext.Valid(id) {
+		return id
+	}
+	sum := sha256.Sum256([]byte(id))
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 func (s *Server) handleProviderEvent(ctx context.Context, provider string, ev providers.WebhookEvent) (string, error) {

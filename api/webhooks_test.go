@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -251,4 +252,24 @@ func TestWebhookMustMatchProviderAmountCurrency_R17(t *testing.T) {
 		_, err := e.att.ResolveManually(e.ctx, r.ID, attempts.StatusSucceeded, e.operatorID, "sim statement shows it paid", nil)
 		require.NoError(t, err)
 	}
+}
+
+// R17: an event id longer than webhook_events keeps (255 bytes) is
+// recorded by its hash, so a redelivery is a duplicate: it was processed
+// on every delivery and never recorded (the column's CHECK refused it).
+func TestWebhookWithLongEventIDIsRecordedOnce_R17(t *testing.T) {
+	t.Parallel()
+	e := setup(t, sim.Config{})
+	now := e.clock.Now()
+	id := "evt_" + strings.Repeat("x", 300)
+	ev := simEvent(id, "operation.succeeded", "ffffffffffffffffffffffffffffffff", "op_x", "succeeded", now)
+	r := e.webhook(ev, now, webhookSecret)
+	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+	require.Equal(t, api.WebhookUnmatched, r.json(t)["outcome"])
+	r = e.webhook(ev, now, webhookSecret)
+	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+	require.Equal(t, api.WebhookDuplicate, r.json(t)["outcome"])
+	var key string
+	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT event_id FROM webhook_events WHERE provider = 'sim'`).Scan(&key))
+	require.True(t, strings.HasPrefix(key, "sha256:"), key)
 }
