@@ -463,10 +463,25 @@ func (s *Service) recordOne(ctx context.Context, r recordReq) (recorded, error) 
 		now := s.clock.Now()
 		// The UPDATE locks the attempt row for the rest of the transaction
 		// (and waits for a concurrent transition to commit first), so no
-		// separate SELECT ... FOR UPDATE is needed.
-		la, err := scanAttempt(tx.QueryRow(ctx, `UPDATE attempts SET calls_recorded = GREATEST(calls_recorded, $2),
-			call_ended_at = $3, last_error = $4, updated_at = $3 WHERE id = $1 RETURNING `+attemptColumns,
+		// separate SELECT ... FOR UPDATE is needed. It matches only while
+		// the call is unrecorded: a record batch whose COMMIT was still
+		// running when recordedAfterAll read the attempt (its answer lost)
+		// has recorded it meanwhile, and recording it again would add its
+		// call event, metrics and owner work twice.
+		la, err := scanAttempt(tx.QueryRow(ctx, `UPDATE attempts SET calls_recorded = $2,
+			call_ended_at = $3, last_error = $4, updated_at = $3 WHERE id = $1 AND calls_recorded < $2 RETURNING `+attemptColumns,
 			r.a.ID, r.callNo, now, sqlcols.Nullable(truncate(errText, maxErrorText))))
+		if errors.Is(err, ErrNotFound) { // no row matched: recorded meanwhile (or no such attempt: Get says so)
+			if out.a, err = s.Get(ctx, tx, r.a.ID); err != nil {
+				return err
+			}
+			if out.a.Status == StatusPending && out.a.NextSendAt != nil && out.a.NextSendAt.After(now) {
+				out.retryIn = out.a.NextSendAt.Sub(now)
+			}
+			s.log.WarnContext(ctx, "attempts: a call was recorded meanwhile (a record batch's COMMIT that answered an error); not recorded again",
+				"attempt_id", r.a.ID, "reference", r.a.Reference, "call", r.callNo, "status", out.a.Status)
+			return nil
+		}
 		if err != nil {
 			return err
 		}
