@@ -55,6 +55,22 @@ const ReplayedHeader = "Idempotent-Replayed"
 // Rows are kept for Config.IdempotencyRetention (at least 24 h), then
 // CleanupIdempotency deletes them. With required, a POST without the header
 // is 400 idempotency_key_required.
+// releaseIdempotencyClaim deletes the running claim of (keyID, key) this
+// request holds (its token), after an answer that is not stored (a 5xx, a
+// panic): the client's retry runs again, and the domain keys below stop
+// double effects.
+func (s *Server) releaseIdempotencyClaim(ctx context.Context, keyID, key, token string) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM idempotent_requests
+		WHERE key_id = $1 AND idem_key = $2 AND state = 'running' AND claim_token = $3`, keyID, key, token)
+	if err != nil {
+		// Not released (or released, if the error came after the
+		// commit): a retry finds the claim until its lease passes.
+		s.log.ErrorContext(ctx, "api: release idempotency key", "key_id", keyID, "error", err)
+	} else if tag.RowsAffected() == 0 {
+		s.log.WarnContext(ctx, "api: idempotency key taken over by a retry; its claim left alone", "key_id", keyID)
+	}
+}
+
 func (s *Server) idempotent(required bool) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -108,19 +124,23 @@ func (s *Server) idempotent(required bool) func(http.Handler) http.Handler {
 
 			rec := &recorder{header: http.Header{}, status: http.StatusOK}
 			replay := new([]byte)
-			next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), replaySlot{}, replay)))
-
 			ctx := context.WithoutCancel(r.Context())
+			func() {
+				// A panic is answered 500 by the recoverer outside this
+				// layer: release the claim first, as after any 5xx, so the
+				// client's retry is not refused "in progress" for the
+				// lease's length.
+				defer func() {
+					if v := recover(); v != nil {
+						s.releaseIdempotencyClaim(ctx, p.KeyID, key, token)
+						panic(v)
+					}
+				}()
+				next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), replaySlot{}, replay)))
+			}()
+
 			if !storable(rec.status) {
-				tag, err := s.pool.Exec(ctx, `DELETE FROM idempotent_requests
-					WHERE key_id = $1 AND idem_key = $2 AND state = 'running' AND claim_token = $3`, p.KeyID, key, token)
-				if err != nil {
-					// Not released (or released, if the error came after the
-					// commit): a retry finds the claim until its lease passes.
-					s.log.ErrorContext(ctx, "api: release idempotency key", "key_id", p.KeyID, "error", err)
-				} else if tag.RowsAffected() == 0 {
-					s.log.WarnContext(ctx, "api: idempotency key taken over by a retry; its claim left alone", "key_id", p.KeyID)
-				}
+				s.releaseIdempotencyClaim(ctx, p.KeyID, key, token)
 			} else {
 				stored := rec.body.Bytes()
 				if *replay != nil {
