@@ -63,7 +63,13 @@ func startServe(t *testing.T, bin, dbURL, simURL, secret, roles string, extra ..
 	p := &serveProc{cmd: cmd, done: make(chan error, 1), logs: &bytes.Buffer{}, mu: &sync.Mutex{}}
 	addr := make(chan string, 1)
 	metricsAddr := make(chan string, 1)
+	// Wait closes the pipe once the process exits, so it is called only
+	// after every line has been read (os/exec): else the last lines (a
+	// shutdown's "stopped") may be lost to a test that reads the logs on
+	// exit.
+	scanned := make(chan struct{})
 	go func() {
+		defer close(scanned)
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			line := sc.Text()
@@ -79,7 +85,10 @@ func startServe(t *testing.T, bin, dbURL, simURL, secret, roles string, extra ..
 			}
 		}
 	}()
-	go func() { p.done <- cmd.Wait() }()
+	go func() {
+		<-scanned
+		p.done <- cmd.Wait()
+	}()
 	t.Cleanup(func() {
 		if cmd.ProcessState == nil {
 			_ = cmd.Process.Kill()
