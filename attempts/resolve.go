@@ -308,9 +308,9 @@ func (s *Service) Resolve(ctx context.Context, id uuid.UUID) (ResolveResult, err
 		return review(fmt.Sprintf("%d answered lookups and the outcome is still unclear (R18)", a.LookupsAnswered()))
 	case a.ProcessingFrom != nil && now.Sub(*a.ProcessingFrom) >= s.cfg.ProcessingReviewAfter:
 		return review(fmt.Sprintf("provider reports processing since %s (R18)", fmtTime(a.ProcessingFrom)))
-	case a.UnansweredSince != nil && now.Sub(*a.UnansweredSince) >= s.cfg.UnansweredReviewAfter:
-		return review(fmt.Sprintf("the provider has answered none of the %d lookups since %s (R18)",
-			a.LookupsUnanswered, fmtTime(a.UnansweredSince)))
+	}
+	if reason, ok := s.unansweredTooLong(a, now); ok {
+		return review(reason)
 	}
 
 	// When the provider is asked, not when its answer is recorded, is what
