@@ -459,42 +459,21 @@ func (s *Service) Create(ctx context.Context, req ChargeRequest) (Charge, error)
 	cur := req.Amount.Currency()
 	hash := intent.RequestHash(req.Kind, req.Amount.Format(), cur.Code(), req.CardToken, int64(req.PixExpiresIn/time.Second),
 		req.PayerName, req.PayerTaxID, req.Description, req.Metadata, req.Splits)
-	if existing, err := s.replayClientKey(ctx, s.pool, req.MerchantID, req.ClientKey, hash); err != nil || existing != "" {
-		if err != nil {
-			return Charge{}, err
-		}
-		return s.get(ctx, s.pool, req.MerchantID, existing)
-	}
-	provider := s.providerFor(req.Kind)
-	if provider == "" {
-		return Charge{}, invalid("kind", "no provider takes %s charges here", req.Kind)
-	}
-	p, ok := s.attempts.Provider(provider)
-	if !ok || !p.Capabilities().Supports(req.Kind.operation()) {
-		return Charge{}, invalid("kind", "provider %s does not support %s charges", provider, req.Kind)
-	}
-	if err := s.requireMerchant(ctx, "merchant_id", req.MerchantID); err != nil {
-		return Charge{}, err
-	}
-	for i, sp := range req.Splits {
-		if err := s.requireRecipient(ctx, fmt.Sprintf("splits[%d].recipient_id", i), sp.RecipientID); err != nil {
-			return Charge{}, err
-		}
-	}
-	rule, err := s.FeeRuleFor(ctx, s.pool, req.MerchantID, cur)
+	rule, b, err := s.prepareCreate(ctx, req)
 	if err != nil {
-		return Charge{}, err
-	}
-	b, err := Compute(req.Amount.Decimal(), cur, rule, req.Splits)
-	if err != nil {
-		return Charge{}, err
-	}
-	if err := s.checkEncodable(req); err != nil {
-		return Charge{}, err
-	}
-	// Nothing was written before this point: a refused request leaves no
-	// row (nor ledger account) behind.
-	if err := s.prepareAccounts(ctx, req.MerchantID, provider, cur, req.Splits); err != nil {
+		// Refused before its transaction for something that may have
+		// changed since a first request with this key was accepted (the
+		// merchant's fee rule, routing): the key's charge, if any, is the
+		// answer. Asked only on this path, so an accepted charge costs no
+		// extra statement; a repeat that passes is answered by the claim
+		// in the opening transaction.
+		existing, rerr := s.replayClientKey(ctx, s.pool, req.MerchantID, req.ClientKey, hash)
+		if rerr != nil {
+			return Charge{}, rerr
+		}
+		if existing != "" {
+			return s.get(ctx, s.pool, req.MerchantID, existing)
+		}
 		return Charge{}, err
 	}
 
@@ -639,6 +618,43 @@ func (s *Service) claimClientKey(ctx context.Context, tx pgx.Tx, merchantID, key
 		err = fmt.Errorf("charges: client key %q conflicted but its charge is not visible", key)
 	}
 	return id, err
+}
+
+// prepareCreate checks what a validated request needs before its
+// transaction (a provider that takes it, the merchant and split recipients,
+// the fee rule and breakdown, the provider's encoding) and makes the
+// accounts a credit touches. Nothing it refuses leaves a row (nor a ledger
+// account) behind.
+func (s *Service) prepareCreate(ctx context.Context, req ChargeRequest) (FeeRule, Breakdown, error) {
+	cur := req.Amount.Currency()
+	provider := s.providerFor(req.Kind)
+	if provider == "" {
+		return FeeRule{}, Breakdown{}, invalid("kind", "no provider takes %s charges here", req.Kind)
+	}
+	p, ok := s.attempts.Provider(provider)
+	if !ok || !p.Capabilities().Supports(req.Kind.operation()) {
+		return FeeRule{}, Breakdown{}, invalid("kind", "provider %s does not support %s charges", provider, req.Kind)
+	}
+	if err := s.requireMerchant(ctx, "merchant_id", req.MerchantID); err != nil {
+		return FeeRule{}, Breakdown{}, err
+	}
+	for i, sp := range req.Splits {
+		if err := s.requireRecipient(ctx, fmt.Sprintf("splits[%d].recipient_id", i), sp.RecipientID); err != nil {
+			return FeeRule{}, Breakdown{}, err
+		}
+	}
+	rule, err := s.FeeRuleFor(ctx, s.pool, req.MerchantID, cur)
+	if err != nil {
+		return FeeRule{}, Breakdown{}, err
+	}
+	b, err := Compute(req.Amount.Decimal(), cur, rule, req.Splits)
+	if err != nil {
+		return FeeRule{}, Breakdown{}, err
+	}
+	if err := s.checkEncodable(req); err != nil {
+		return FeeRule{}, Breakdown{}, err
+	}
+	return rule, b, s.prepareAccounts(ctx, req.MerchantID, provider, cur, req.Splits)
 }
 
 // replayClientKey finds the charge an earlier request with this client key
