@@ -93,6 +93,59 @@ type Capabilities struct {
 	Destinations map[Operation][]DestinationKind
 }
 
+// StatementDating is how a provider dates the lines of one operation on its
+// statement, against the UTC day saldo recorded the operation final (its
+// attempt's resolution, R19): the line may be listed on the statement of a
+// day up to Before days before that day and up to After days after it.
+type StatementDating struct {
+	Before int `json:"before"`
+	After  int `json:"after"`
+}
+
+// DefaultStatementDating is a day either side: a provider that lists an
+// operation on the day it became final may still cut its day at another
+// hour than midnight UTC, or record it a little before or after saldo.
+var DefaultStatementDating = StatementDating{Before: 1, After: 1}
+
+// StatementDater is implemented by a Provider whose statement (R19) dates
+// an operation's line otherwise than on the day saldo records the
+// operation final, or that says how it dates them: StatementDating
+// declares it per operation (a provider that lists by creation day lists a
+// payout paid days later before that day; a Pix PSP lists a devolucao on
+// the day of the Pix it returns). Reconciliation looks for an operation on
+// the statements of that window (StatementWindow). An operation it does
+// not name, or a provider that is no StatementDater, is dated
+// DefaultStatementDating.
+type StatementDater interface {
+	StatementDating() map[Operation]StatementDating
+}
+
+// StatementWindow is the dating reconciliation uses for p's op: the
+// declared one, never narrower than DefaultStatementDating (a declaration
+// widens or shifts the window, it never makes saldo look at fewer days).
+func StatementWindow(p Provider, op Operation) StatementDating {
+	w := DefaultStatementDating
+	if sd, ok := p.(StatementDater); ok {
+		if d, ok := sd.StatementDating()[op]; ok {
+			w.Before, w.After = max(w.Before, d.Before), max(w.After, d.After)
+		}
+	}
+	return w
+}
+
+// StatementAfter is the largest After of any of p's operations' windows:
+// how many days after an operation became final its line may still
+// appear, so how long reconciliation waits before it says it is missing.
+func StatementAfter(p Provider) int {
+	a := DefaultStatementDating.After
+	if sd, ok := p.(StatementDater); ok {
+		for op := range sd.StatementDating() {
+			a = max(a, StatementWindow(p, op).After)
+		}
+	}
+	return a
+}
+
 // Supports reports whether op is among c.Operations.
 func (c Capabilities) Supports(op Operation) bool {
 	for _, o := range c.Operations {

@@ -29,9 +29,16 @@
 //     statement, under the reference of a succeeded attempt whose
 //     recorded provider id is another.
 //   - missing_at_provider (high): our attempt succeeded and the provider
-//     lists no successful operation for it on that day, the day before
-//     or the day after. Judged only once the next day has closed; until
-//     then it is counted as deferred.
+//     lists no successful operation for it on the statements of its
+//     window: the day saldo recorded it succeeded, and as many days before
+//     and after as the provider declares it may date the operation's line
+//     (providers.StatementDater: a day either side unless
+//     declared; Stripe lists a payout or refund on the day it was created,
+//     a Pix PSP a devolucao on the day of the Pix it returns). The window
+//     never reaches before the attempt (or the charge a refund returns)
+//     was opened, a line confirms only the attempt it names, and one
+//     attempt at most. Judged only once the window's last day has closed;
+//     until then it is counted as deferred.
 //   - amount_mismatch (high): the statement's amount, currency or
 //     operation differs from the attempt's (an open attempt then goes to
 //     review through ResolveByReference, which moves nothing).

@@ -937,47 +937,43 @@ func mismatch(l line, a ours) (field, said, want string) {
 	return "", "", ""
 }
 
-// missing finds our succeeded attempts that no statement lists on the day
-// they succeeded, the day before or the day after. It judges the attempts
-// that succeeded the day before the run's day (whose next day, the run's,
-// has closed) and, when the day after the run's has closed too, those of
-// the run's day; otherwise it counts them as deferred.
+// missing finds our succeeded attempts that the provider lists on no
+// statement of their window: the day saldo recorded them succeeded, Before
+// days before it and After days after it, as the provider declares for the
+// operation (providers.StatementWindow; a day either side unless it
+// says otherwise: Stripe lists a payout on the day it was created, a Pix
+// PSP a devolucao on the day of the Pix it returns). It judges a day once
+// its window's last statement has closed: each run judges the day After
+// days before its own, and any later day whose window has closed by then;
+// the attempts of the other days are counted as deferred.
+//
+// Widening a window hides nothing: a statement line confirms only the
+// attempt it names (its reference, or, for a line under no reference of
+// ours, its provider id, and never an operation whose id contradicts the
+// attempt's recorded one), one attempt at most per run, and no statement
+// of a day before the attempt, or the charge a refund returns, was opened
+// is searched (nothing of it can be listed there).
 func (s *Service) missing(ctx context.Context, st *runState) ([]finding, error) {
 	d := st.run.Day
-	days := []time.Time{d.AddDate(0, 0, -1)}
-	next := d.AddDate(0, 0, 1)
-	if !s.clock.Now().Before(next.Add(24 * time.Hour).Add(s.cfg.SettleMargin)) {
-		days = append(days, d)
-	} else {
+	after := providers.StatementAfter(st.prov)
+	now := s.clock.Now()
+	first := d.AddDate(0, 0, -after)
+	var days []time.Time
+	for x := first; !x.After(d); x = x.AddDate(0, 0, 1) {
+		if x.Equal(first) || !now.Before(x.AddDate(0, 0, after+1).Add(s.cfg.SettleMargin)) {
+			days = append(days, x)
+			continue
+		}
 		var n int
 		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM attempts WHERE provider = $1 AND status = 'succeeded'
-			AND resolved_at >= $2 AND resolved_at < $3`, st.run.Provider, d, next).Scan(&n); err != nil {
+			AND resolved_at >= $2 AND resolved_at < $3`, st.run.Provider, x, x.AddDate(0, 0, 1)).Scan(&n); err != nil {
 			return nil, err
 		}
-		st.run.Deferred = n
+		st.run.Deferred += n
 	}
+	m := &matcher{s: s, st: st, claimed: map[string]uuid.UUID{}, ours: map[string]bool{}, days: map[time.Time]*dayIndex{}}
 	var out []finding
 	for _, x := range days {
-		// seenRef: references with a successful line; anonRef: those with
-		// one that has no provider id. An attempt with a recorded provider
-		// id is listed by a line of that id (or one without an id under its
-		// reference), not by another operation under its reference (a
-		// second payment, which matchGroup reports).
-		seenRef, anonRef, seenID := map[string]bool{}, map[string]bool{}, map[string]bool{}
-		for _, sd := range []time.Time{x.AddDate(0, 0, -1), x, x.AddDate(0, 0, 1)} {
-			ls, err := s.statement(ctx, st, sd)
-			if err != nil {
-				return nil, err
-			}
-			for _, l := range ls {
-				if l.moved() {
-					seenRef[l.Reference], seenID[l.ProviderID] = true, true
-					if l.ProviderID == "" {
-						anonRef[l.Reference] = true
-					}
-				}
-			}
-		}
 		// Streamed in id order pages: never all of a day's attempts at once.
 		after := uuid.Nil
 		for {
@@ -986,20 +982,46 @@ func (s *Service) missing(ctx context.Context, st *runState) ([]finding, error) 
 			if err != nil {
 				return nil, err
 			}
+			origins, err := s.refundOrigins(ctx, list)
+			if err != nil {
+				return nil, err
+			}
 			for _, a := range list {
-				if (a.ProviderID == "" && seenRef[a.Reference]) || (a.ProviderID != "" && (seenID[a.ProviderID] || anonRef[a.Reference])) {
+				w := providers.StatementWindow(st.prov, providers.Operation(a.Operation))
+				from, to := x.AddDate(0, 0, -w.Before), x.AddDate(0, 0, w.After)
+				// Nothing of the attempt is listed before it (or the charge
+				// it refunds) was opened; a day of slack for the provider's
+				// cut-off. Never narrower than a day either side.
+				origin := Day(a.CreatedAt)
+				if o, ok := origins[a.ID]; ok && o.Before(origin) {
+					origin = o
+				}
+				if lo := origin.AddDate(0, 0, -1); lo.After(from) {
+					from = lo
+				}
+				if lo := x.AddDate(0, 0, -1); from.After(lo) {
+					from = lo
+				}
+				ok, err := m.listed(ctx, a, x, from, to)
+				if err != nil {
+					return nil, err
+				}
+				if ok {
 					continue
 				}
 				a := a
+				var stmts []string
+				for sd := from; !sd.After(to); sd = sd.AddDate(0, 0, 1) {
+					stmts = append(stmts, sd.Format(time.DateOnly))
+				}
 				out = append(out, finding{kind: KindMissingAtProvider, day: x, fingerprint: "att:" + a.ID.String(),
 					reference: a.Reference, providerID: a.ProviderID, attempt: &a, currency: a.Currency,
 					detail: fmt.Sprintf("saldo's attempt for %s %s succeeded on %s; the provider lists no successful operation "+
-						"for reference %s or id %q on %s, %s or %s", a.Kind, a.SubjectID, x.Format(time.DateOnly), a.Reference,
-						a.ProviderID, x.AddDate(0, 0, -1).Format(time.DateOnly), x.Format(time.DateOnly),
-						x.AddDate(0, 0, 1).Format(time.DateOnly)),
-					provider: map[string]any{"lines": []any{}, "statements": []string{x.AddDate(0, 0, -1).Format(time.DateOnly),
-						x.Format(time.DateOnly), x.AddDate(0, 0, 1).Format(time.DateOnly)}},
-					our: a.side()})
+						"for reference %s or id %q on its statements of %s to %s (%s lists a %s up to %d days before and %d after)",
+						a.Kind, a.SubjectID, x.Format(time.DateOnly), a.Reference, a.ProviderID, from.Format(time.DateOnly),
+						to.Format(time.DateOnly), st.run.Provider, a.Operation, w.Before, w.After),
+					provider: map[string]any{"lines": []any{}, "statements": stmts},
+					our:      a.side()})
 			}
 			if len(list) < chunk {
 				break
@@ -1008,6 +1030,160 @@ func (s *Service) missing(ctx context.Context, st *runState) ([]finding, error) 
 		}
 	}
 	return out, nil
+}
+
+// refundOrigins gives, for the refunds among list, the day the charge each
+// one returns was created: a provider may list a refund with that charge
+// (a Pix PSP lists a devolucao on the day of the Pix it returns).
+func (s *Service) refundOrigins(ctx context.Context, list []ours) (map[uuid.UUID]time.Time, error) {
+	var ids []uuid.UUID
+	for _, a := range list {
+		if a.Direction == "out" && providers.Operation(a.Operation) == providers.OpRefund {
+			ids = append(ids, a.ID)
+		}
+	}
+	out := map[uuid.UUID]time.Time{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := s.pool.Query(ctx, `SELECT a.id, c.created_at FROM attempts a
+		JOIN payouts p ON p.id = a.subject_id JOIN charges c ON c.id = p.charge_id
+		WHERE a.id = ANY ($1) AND a.direction = 'out'`, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id uuid.UUID
+		var at time.Time
+		if err := rows.Scan(&id, &at); err != nil {
+			return nil, err
+		}
+		out[id] = Day(at)
+	}
+	return out, rows.Err()
+}
+
+// matcher finds an attempt's own successful line on the statements of its
+// window, for missing. Statements are fetched once per run, the nearest
+// days first, and only as far as an attempt needs.
+type matcher struct {
+	s  *Service
+	st *runState
+	// claimed: the operations (line.opKey) that confirmed an attempt in
+	// this run, and which; one line confirms one attempt.
+	claimed map[string]uuid.UUID
+	// ours: whether a reference is that of an attempt of the provider.
+	ours map[string]bool
+	// days: the successful lines of each statement fetched, by reference
+	// and by provider id.
+	days map[time.Time]*dayIndex
+}
+
+type dayIndex struct {
+	byRef, byID map[string][]line
+}
+
+// index is the statement of sd's successful lines, indexed.
+func (m *matcher) index(ctx context.Context, sd time.Time) (*dayIndex, error) {
+	if ix, ok := m.days[sd]; ok {
+		return ix, nil
+	}
+	ls, err := m.s.statement(ctx, m.st, sd)
+	if err != nil {
+		return nil, err
+	}
+	ix := &dayIndex{byRef: map[string][]line{}, byID: map[string][]line{}}
+	for _, l := range ls {
+		if !l.moved() {
+			continue
+		}
+		ix.byRef[l.Reference] = append(ix.byRef[l.Reference], l)
+		if l.ProviderID != "" {
+			ix.byID[l.ProviderID] = append(ix.byID[l.ProviderID], l)
+		}
+	}
+	m.days[sd] = ix
+	return ix, nil
+}
+
+// listed reports whether a statement of from..to lists a's operation,
+// looking at x, the day before and the day after first, then outwards.
+func (m *matcher) listed(ctx context.Context, a ours, x, from, to time.Time) (bool, error) {
+	var order []time.Time
+	for _, sd := range []time.Time{x, x.AddDate(0, 0, -1), x.AddDate(0, 0, 1)} {
+		if !sd.Before(from) && !sd.After(to) {
+			order = append(order, sd)
+		}
+	}
+	for i := 2; ; i++ {
+		back, fwd := x.AddDate(0, 0, -i), x.AddDate(0, 0, i)
+		if back.Before(from) && fwd.After(to) {
+			break
+		}
+		if !back.Before(from) {
+			order = append(order, back)
+		}
+		if !fwd.After(to) {
+			order = append(order, fwd)
+		}
+	}
+	for _, sd := range order {
+		ix, err := m.index(ctx, sd)
+		if err != nil {
+			return false, err
+		}
+		cands := ix.byRef[a.Reference]
+		if a.ProviderID != "" {
+			cands = append(cands[:len(cands):len(cands)], ix.byID[a.ProviderID]...)
+		}
+		for _, l := range cands {
+			ok, err := m.confirms(ctx, l, a)
+			if err != nil {
+				return false, err
+			}
+			if !ok {
+				continue
+			}
+			if by, taken := m.claimed[l.opKey()]; taken && by != a.ID {
+				continue
+			}
+			m.claimed[l.opKey()] = a.ID
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// confirms reports whether l is a successful line of a's own operation: a
+// line under a's reference (without a provider id, with a's recorded one,
+// or any when a recorded none: another id under its reference is a second
+// payment, which matchGroup reports), or a line with a's recorded provider
+// id under no reference of another attempt of the provider (a line under
+// another attempt's reference is that attempt's).
+func (m *matcher) confirms(ctx context.Context, l line, a ours) (bool, error) {
+	if !l.moved() {
+		return false, nil
+	}
+	if l.Reference == a.Reference {
+		return a.ProviderID == "" || l.ProviderID == "" || l.ProviderID == a.ProviderID, nil
+	}
+	if a.ProviderID == "" || l.ProviderID != a.ProviderID {
+		return false, nil
+	}
+	if l.Reference == "" {
+		return true, nil
+	}
+	known, seen := m.ours[l.Reference]
+	if !seen {
+		found, err := m.s.byReference(ctx, m.st.run.Provider, []string{l.Reference})
+		if err != nil {
+			return false, err
+		}
+		_, known = found[l.Reference]
+		m.ours[l.Reference] = known
+	}
+	return !known, nil
 }
 
 // stale is the age report: attempts of the provider unknown, or open and in

@@ -668,6 +668,24 @@ func (p *Provider) pixPage(ctx context.Context, from, to time.Time, page int, wi
 // ErrStatement is returned (wrapped) when a statement could not be fetched.
 var ErrStatement = errors.New("pix: statement unavailable")
 
+// RefundWindowDays is how long after a Pix its receiver may return it
+// (devolucao): 90 days, in the Pix rules.
+const RefundWindowDays = 90
+
+// StatementDating is how Statement dates its lines (R19). A Pix received
+// and a send are listed on the day they happened, as saldo records them. A
+// devolucao is listed with the Pix it returns, on the day that Pix was
+// received, which may be up to RefundWindowDays before the day saldo
+// recorded the refund (providers.StatementDater).
+func (p *Provider) StatementDating() map[providers.Operation]providers.StatementDating {
+	return map[providers.Operation]providers.StatementDating{
+		providers.OpPixCharge:   providers.DefaultStatementDating,
+		providers.OpPixTransfer: providers.DefaultStatementDating,
+		providers.OpBankPayout:  providers.DefaultStatementDating,
+		providers.OpRefund:      {Before: RefundWindowDays + 1, After: 1},
+	}
+}
+
 // Statement lists the UTC day that contains day: the Pix received
 // (GET /pix?inicio&fim, every page: pix_charge entries, reference = txid,
 // provider id = endToEndId; Pix without a txid are listed with an empty

@@ -86,3 +86,18 @@ func TestStatementPagination_R19(t *testing.T) {
 		t.Fatal("a failed page gave a statement")
 	}
 }
+
+// R19: Statement lists a devolucao with the Pix it returns, on that Pix's
+// day, which the Pix rules allow up to 90 days before the refund: the
+// adapter declares it. Pix received and sends are listed on their day.
+func TestStatementDatingDeclared_R19(t *testing.T) {
+	e := newEnv(t, pixtest.Options{})
+	if w := providers.StatementWindow(e.p, providers.OpRefund); w.Before != pix.RefundWindowDays+1 || w.After != 1 {
+		t.Errorf("refund window %+v", w)
+	}
+	for _, op := range []providers.Operation{providers.OpPixCharge, providers.OpPixTransfer, providers.OpBankPayout} {
+		if w := providers.StatementWindow(e.p, op); w != providers.DefaultStatementDating {
+			t.Errorf("%s: window %+v", op, w)
+		}
+	}
+}

@@ -114,6 +114,19 @@ func FetchCapabilities(ctx context.Context, baseURL string, settings providers.H
 // Name is the provider name ("sim" unless WithName).
 func (p *Provider) Name() string { return p.name }
 
+// StatementDating is how the sim dates its statement's lines (R19,
+// providers.StatementDater): every operation on the day it reached its
+// final state, as saldo records it, so a day either side for each. Fixed
+// by the sim's code, not its configuration.
+func (p *Provider) StatementDating() map[providers.Operation]providers.StatementDating {
+	out := map[providers.Operation]providers.StatementDating{}
+	for _, op := range []providers.Operation{providers.OpPixTransfer, providers.OpBankPayout, providers.OpRefund,
+		providers.OpCardCharge, providers.OpPixCharge} {
+		out[op] = providers.DefaultStatementDating
+	}
+	return out
+}
+
 // Capabilities as declared by WithConfig / WithCapabilities.
 func (p *Provider) Capabilities() providers.Capabilities { return p.caps }
 

@@ -90,3 +90,16 @@ func TestStatementLieOverHTTP_R19(t *testing.T) {
 	require.Len(t, st, 1)
 	require.Equal(t, "op_added_1", st[0].ProviderID)
 }
+
+// R19: the sim lists an operation on the day it became final, as saldo
+// records it: its adapter declares a day either side for every operation
+// the sim supports.
+func TestStatementDatingDeclared_R19(t *testing.T) {
+	srv := sim.NewServer(sim.Config{}).Start()
+	t.Cleanup(srv.Close)
+	p := srv.NewProvider()
+	for _, op := range p.Capabilities().Operations {
+		require.Equal(t, providers.DefaultStatementDating, p.StatementDating()[op], "%s", op)
+		require.Equal(t, providers.DefaultStatementDating, providers.StatementWindow(p, op), "%s", op)
+	}
+}

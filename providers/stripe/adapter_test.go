@@ -524,3 +524,23 @@ func TestIdempotencyKeyIsTheAttemptsKey_R4_R5(t *testing.T) {
 		t.Fatalf("keys seen %v, want %v", got, want)
 	}
 }
+
+// R19: Stripe lists every object on the day it was created, so a bank
+// payout (paid on arrival) and a refund (pending, then succeeded) may be
+// listed days before saldo records them final; the adapter says so.
+func TestStatementDatingDeclared_R19(t *testing.T) {
+	p, err := stripe.New(stripe.Config{APIKey: "sk_test_x", WebhookSecret: "whsec_x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range []providers.Operation{providers.OpBankPayout, providers.OpRefund} {
+		if w := providers.StatementWindow(p, op); w.Before != stripe.PayoutTransitDays || w.After != 1 {
+			t.Errorf("%s: window %+v", op, w)
+		}
+	}
+	for _, op := range []providers.Operation{providers.OpCardCharge, providers.OpAccountTransfer} {
+		if w := providers.StatementWindow(p, op); w != providers.DefaultStatementDating {
+			t.Errorf("%s: window %+v", op, w)
+		}
+	}
+}

@@ -18,6 +18,28 @@ var ErrStatement = errors.New("stripe: statement unavailable")
 // maxStatementPages bounds one statement's pages per object list.
 const maxStatementPages = 1000
 
+// PayoutTransitDays bounds how many days after its creation a bank payout
+// may become paid: Stripe sets a payout paid on its arrival_date, which
+// is a few business days after creation depending on the country, pushed
+// by weekends and bank holidays. Two calendar weeks cover it.
+const PayoutTransitDays = 14
+
+// StatementDating is how the statement dates its lines (R19). Every object
+// is listed on the day it was created (At is its creation time), and saldo
+// records an operation final when Stripe says it is: at once for a card
+// charge or a transfer, but on the payout's arrival for a bank payout
+// (pending, in_transit, then paid), and when a pending refund succeeds for
+// a refund. A payout or refund is thus listed up to PayoutTransitDays
+// before the day saldo recorded it paid (providers.StatementDater).
+func (p *Provider) StatementDating() map[providers.Operation]providers.StatementDating {
+	return map[providers.Operation]providers.StatementDating{
+		providers.OpCardCharge:      providers.DefaultStatementDating,
+		providers.OpAccountTransfer: providers.DefaultStatementDating,
+		providers.OpBankPayout:      {Before: PayoutTransitDays, After: 1},
+		providers.OpRefund:          {Before: PayoutTransitDays, After: 1},
+	}
+}
+
 // Statement lists the objects saldo creates (PaymentIntents, Refunds,
 // Transfers, Payouts) created on the UTC day that contains day, each list
 // paginated with starting_after until has_more is false (several exchanges:
