@@ -69,8 +69,8 @@ func (f *pixFlags) problems() []string {
 // refuses the start.
 func (f *pixFlags) build(settings providers.HTTPSettings, log *slog.Logger) (*pix.Provider, error) {
 	p, err := pix.New(pix.Config{Name: *f.name, BaseURL: *f.baseURL, SendBaseURL: *f.sendBaseURL, TokenURL: *f.tokenURL,
-		ClientID: *f.clientID, ClientSecret: *f.clientSecret, CertFile: *f.certFile, KeyFile: *f.keyFile, CAFile: *f.caFile,
-		ReceivingKey: *f.receivingKey, PayerKey: *f.payerKey, WebhookSecret: *f.webhookSecret,
+		ClientID: *f.clientID, ClientSecret: providers.Secret(*f.clientSecret), CertFile: *f.certFile, KeyFile: *f.keyFile, CAFile: *f.caFile,
+		ReceivingKey: *f.receivingKey, PayerKey: *f.payerKey, WebhookSecret: providers.Secret(*f.webhookSecret),
 		ConsistencyWindow: *f.consistencyWindow, HTTP: settings})
 	if err != nil {
 		return nil, fmt.Errorf("provider %s: %w", *f.name, err)

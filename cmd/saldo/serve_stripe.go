@@ -52,7 +52,7 @@ func (f *stripeFlags) problems() []string {
 	if *f.consistencyWindow <= 0 {
 		out = append(out, "--stripe-consistency-window must be positive")
 	}
-	if _, err := stripe.New(stripe.Config{APIKey: stripe.Secret(*f.apiKey), BaseURL: *f.baseURL}); err != nil {
+	if _, err := stripe.New(stripe.Config{APIKey: providers.Secret(*f.apiKey), BaseURL: *f.baseURL}); err != nil {
 		out = append(out, "--stripe-base-url / --stripe-api-key: "+err.Error())
 	}
 	return out
@@ -60,7 +60,7 @@ func (f *stripeFlags) problems() []string {
 
 // build makes the adapter.
 func (f *stripeFlags) build(settings providers.HTTPSettings, log *slog.Logger) (*stripe.Provider, error) {
-	p, err := stripe.New(stripe.Config{APIKey: stripe.Secret(*f.apiKey), WebhookSecret: stripe.Secret(*f.webhookSecret),
+	p, err := stripe.New(stripe.Config{APIKey: providers.Secret(*f.apiKey), WebhookSecret: providers.Secret(*f.webhookSecret),
 		BaseURL: *f.baseURL, HTTP: settings, ConsistencyWindow: *f.consistencyWindow, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("provider %s: %w", stripe.Name, err)

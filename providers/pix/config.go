@@ -45,9 +45,11 @@ type Config struct {
 	SendBaseURL string
 	// TokenURL of the OAuth2 token endpoint (client credentials).
 	TokenURL string
-	// ClientID and ClientSecret of the OAuth2 client.
+	// ClientID and ClientSecret of the OAuth2 client. The secret is a
+	// providers.Secret: it never shows when Config is printed, logged or
+	// marshalled.
 	ClientID     string
-	ClientSecret string
+	ClientSecret providers.Secret
 	// Scopes asked for, if the PSP wants them.
 	Scopes []string
 	// CertFile and KeyFile: the client certificate and key (PEM) the PSP
@@ -56,15 +58,17 @@ type Config struct {
 	CertFile string
 	KeyFile  string
 	CAFile   string
-	// TLS, when set, is used as is instead of the files (tests).
-	TLS *tls.Config
+	// TLS, when set, is used as is instead of the files (tests). Never
+	// marshalled: it holds the client certificate's private key.
+	TLS *tls.Config `json:"-"`
 	// ReceivingKey is saldo's Pix key (DICT) that cobs are created on, and
 	// the payer key (pagador.chave) of sends unless PayerKey is set.
 	ReceivingKey string
 	PayerKey     string
 	// WebhookSecret is the secret the registered webhook URL carries
-	// (?hmac=...). Empty: every webhook is refused.
-	WebhookSecret string
+	// (?hmac=...). Empty: every webhook is refused. A providers.Secret,
+	// like ClientSecret.
+	WebhookSecret providers.Secret
 	// ConsistencyWindow: how long a fresh operation may stay invisible to
 	// a lookup (R16). After it, a written request that a lookup does not
 	// find fails, and a failed send may be retried with a new id: too short
@@ -85,12 +89,12 @@ type Config struct {
 	// HTTP settings (timeouts, R3). TLS is filled from the files.
 	HTTP providers.HTTPSettings
 	// Send is the PSP's send API. Default Efi{}.
-	Send SendAPI
+	Send SendAPI `json:"-"`
 	// Now is the clock (tests). Default time.Now.
-	Now func() time.Time
+	Now func() time.Time `json:"-"`
 	// Logger receives the adapter's alerts (requests refused with 401 or
 	// 403). Default slog.Default.
-	Logger *slog.Logger
+	Logger *slog.Logger `json:"-"`
 }
 
 func (c Config) withDefaults() Config {
@@ -192,7 +196,7 @@ func New(cfg Config) (*Provider, error) {
 	settings = client.Settings()
 	p := &Provider{cfg: cfg, client: client, refunds: map[string]string{}}
 	p.tokens = &tokenCache{
-		cc: clientcredentials.Config{ClientID: cfg.ClientID, ClientSecret: cfg.ClientSecret, TokenURL: cfg.TokenURL,
+		cc: clientcredentials.Config{ClientID: cfg.ClientID, ClientSecret: string(cfg.ClientSecret), TokenURL: cfg.TokenURL,
 			Scopes: cfg.Scopes, AuthStyle: oauth2.AuthStyleInHeader},
 		http:   tokenHTTPClient(settings),
 		early:  cfg.TokenRefreshBefore,

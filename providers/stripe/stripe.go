@@ -53,21 +53,9 @@ const DefaultConsistencyWindow = time.Hour
 // reference on every object saldo creates (R13).
 const MetadataReference = "saldo_reference"
 
-// Secret is a credential. It never prints: fmt, slog and JSON show
-// "[redacted]".
-type Secret string
-
-// String redacts.
-func (Secret) String() string { return "[redacted]" }
-
-// GoString redacts.
-func (Secret) GoString() string { return "[redacted]" }
-
-// LogValue redacts.
-func (Secret) LogValue() slog.Value { return slog.StringValue("[redacted]") }
-
-// MarshalText redacts.
-func (Secret) MarshalText() ([]byte, error) { return []byte("[redacted]"), nil }
+// Secret is a credential: providers.Secret, which never prints (fmt, slog
+// and JSON show "[redacted]"). The name stays for the adapter's callers.
+type Secret = providers.Secret
 
 // Config configures the adapter.
 type Config struct {
