@@ -148,7 +148,9 @@ func runServe(ctx context.Context, args []string) error {
 	processingReview := fs.Duration("processing-review-after", env.duration("SALDO_PROCESSING_REVIEW_AFTER", 24*time.Hour),
 		"an attempt the provider keeps reporting as processing this long goes to the review queue ($SALDO_PROCESSING_REVIEW_AFTER)")
 	staleCall := fs.Duration("stale-call-after", env.duration("SALDO_STALE_CALL_AFTER", 5*time.Minute),
-		"a call started this long ago with nothing recorded is unknown (must exceed connect + read timeout)")
+		"a call started this long ago with nothing recorded is unknown; must exceed the longest provider call by at least 1s: "+
+			"connect + TLS handshake (5s) + read, or with a Pix PSP the attempt job timeout (that + 30s), since a Pix call "+
+			"may fetch a token and re-send after a 401; refused otherwise ($SALDO_STALE_CALL_AFTER)")
 	shutdown := fs.Duration("shutdown-timeout", env.duration("SALDO_SHUTDOWN_TIMEOUT", 0),
 		"graceful shutdown budget (default: the longest provider call, connect + TLS + read, plus 10s)")
 	startupWait := fs.Duration("startup-wait", env.duration("SALDO_STARTUP_WAIT", time.Minute),
@@ -216,10 +218,15 @@ func runServe(ctx context.Context, args []string) error {
 	if *connect <= 0 || *read <= 0 {
 		problems = append(problems, "provider timeouts must be positive")
 	}
-	// The longest a provider call can take: connect, TLS handshake, read.
+	// The longest one exchange with a provider can take: connect, TLS
+	// handshake, read (providers.Client cuts it there).
 	longestCall := *connect + providers.DefaultTLSHandshakeTimeout + *read
-	if *staleCall <= longestCall {
-		problems = append(problems, fmt.Sprintf("--stale-call-after (%s) must exceed the longest provider call, connect + TLS handshake + read (%s)", *staleCall, longestCall))
+	// A job outlives the longest exchange it makes, so River never cuts a
+	// one-exchange call off (which would only make it unknown, but costs a
+	// lookup).
+	jobTimeout := longestCall + 30*time.Second
+	if problem := staleCallProblem(*staleCall, *connect, *read, jobTimeout, pixf.enabled(), *pixf.name); problem != "" {
+		problems = append(problems, problem)
 	}
 	if *shutdown == 0 {
 		*shutdown = longestCall + 10*time.Second
@@ -312,13 +319,54 @@ func runServe(ctx context.Context, args []string) error {
 		Providers: provs, PayoutProvider: fallback, ChargeProvider: fallback, Routes: routes,
 		PayoutRetry: payouts.RetryPolicy{MaxAttempts: *retryMax, Within: *retryWithin, Backoff: *retryBackoff},
 		MaxWorkers:  *maxWorkers, CompletedJobsKept: *jobsKept, NotifyDenyPrivate: !*notifyPrivate,
-		// A job outlives the longest call it makes, so River never cuts a call
-		// off (which would only make it unknown, but costs a lookup).
-		Attempts: attempts.Config{StaleCallAfter: *staleCall, JobTimeout: longestCall + 30*time.Second,
+		Attempts: attempts.Config{StaleCallAfter: *staleCall, JobTimeout: jobTimeout,
 			ResolveSchedule: resolveSchedule, MaxLookups: *maxLookups, UnansweredReviewAfter: *unansweredReview,
 			ProcessingReviewAfter: *processingReview,
 			Breaker: attempts.BreakerConfig{Window: *breakerWindow, MinCalls: *breakerMin, FailureRate: *breakerRate,
 				OpenFor: *breakerOpen}},
 		ShutdownTimeout: *shutdown, StartupWait: *startupWait, Logger: log,
 	})
+}
+
+// staleCallMargin is how much --stale-call-after must exceed the longest
+// provider call by. call_started_at is stamped before the mark that lets
+// the call go out commits (a group commit: milliseconds), and the sweeper
+// or resolver comparing it with its own clock may run on another host
+// (NTP keeps them within milliseconds). The bound itself is already a hard
+// one: every exchange is cut at connect + TLS + read by a context deadline,
+// and the 5s TLS budget counts even for a plain-http provider. A second
+// covers both; the provider's consistency window (R16), counted after
+// stale-call-after before a "not found" fails anything, comes on top.
+const staleCallMargin = time.Second
+
+// staleCallProblem says why staleCall is too short, or "". The sweeper
+// turns a call started staleCall ago, with nothing recorded, unknown, and
+// the resolver counts a lookup's "not found" from call_started_at +
+// staleCall for a call in flight (attempts' notFoundFailure): both take
+// staleCall as the longest a call can last. A call that outlasts it could
+// reach the provider after a "not found" that failed its attempt and freed
+// its reserve with its fate unknown (R11, R16, R22).
+//
+// A sim or Stripe call (Submit) is one exchange, cut at connect + TLS
+// handshake + read. A Pix call may be four: an OAuth2 token, the request,
+// and after a 401 a new token and the request again (pix.Provider.do),
+// each cut at connect + TLS + read; only the job's timeout, which cancels
+// the call's context, bounds them together.
+func staleCallProblem(staleCall, connect, read, jobTimeout time.Duration, pixConfigured bool, pixName string) string {
+	if connect <= 0 || read <= 0 {
+		return "" // refused on its own
+	}
+	longest := connect + providers.DefaultTLSHandshakeTimeout + read
+	what := fmt.Sprintf("connect %s + TLS handshake %s + read %s", connect, providers.DefaultTLSHandshakeTimeout, read)
+	if pixConfigured {
+		what = fmt.Sprintf("the attempt job timeout, %s + 30s: a call to the Pix PSP %q may fetch an OAuth2 token and, "+
+			"after a 401, a new token and send again, cut only by the job's timeout", longest, pixName)
+		longest = jobTimeout
+	}
+	if least := longest + staleCallMargin; staleCall < least {
+		return fmt.Sprintf("--stale-call-after / $SALDO_STALE_CALL_AFTER (%s) must exceed the longest provider call, %s (%s), "+
+			"by at least %s: set it to at least %s, or a call still in flight could be taken as stale, and its attempt failed "+
+			"with its fate unknown", staleCall, longest, what, staleCallMargin, least)
+	}
+	return ""
 }
