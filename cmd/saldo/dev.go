@@ -198,7 +198,7 @@ saldo dev is running. Everything is throwaway: Ctrl-C stops it and removes the d
 
   API            %[1]s            (OpenAPI: %[1]s/openapi.yaml)
   simulated PSP  %[2]s
-  metrics        %[1]s/metrics
+  metrics        %[1]s/metrics   (an operator, auditor or admin key: curl -H "Authorization: Bearer $OPERATOR_KEY")
   River UI       %[1]s/ops/river   (user: anything, password: the operator key)
   console        %[1]s/console/   (sign in with any key below)
                  %[1]s/console/login/link?t=%[7]s   (one-time login link for the demo operator)

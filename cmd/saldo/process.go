@@ -48,8 +48,10 @@ type processConfig struct {
 	ReadDatabaseURL string
 	ReadMaxLag      time.Duration
 	Listen          string // HTTP address (the API, or /metrics and /healthz for workers only); empty: none
-	// MetricsListen, when set, serves GET /metrics on its own listener and
-	// not on Listen, so the API's clients never reach it.
+	// MetricsListen, when set, serves GET /metrics on its own listener,
+	// without authentication, and not on Listen, so the API's clients never
+	// reach it. Unset, /metrics is on Listen behind an operations key
+	// (metricsReaders).
 	MetricsListen string
 	RunAPI        bool
 	RunWorkers    bool
@@ -195,7 +197,8 @@ func runProcess(ctx context.Context, pc processConfig) error {
 	if pc.Listen != "" {
 		// An API process serves the API, /metrics and the River UI; a
 		// workers-only process still serves /metrics and /healthz, so every
-		// process of a fleet can be scraped.
+		// process of a fleet can be scraped. /metrics on Listen asks for an
+		// operations key (metricsReaders).
 		var handler http.Handler
 		if pc.RunAPI {
 			reads, closeReads, err := openReads(pool, pc, log)
@@ -213,7 +216,13 @@ func runProcess(ctx context.Context, pc processConfig) error {
 		} else {
 			mux := http.NewServeMux()
 			if pc.MetricsListen == "" {
-				mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+				// No API here, but the API's keys: an api.Server only
+				// authenticates them.
+				keys, err := api.New(api.Config{Pool: e.Pool, Payouts: e.Payouts, Attempts: e.Attempts, Logger: log})
+				if err != nil {
+					return err
+				}
+				mux.Handle("GET /metrics", guardedMetrics(keys, reg))
 			}
 			mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 				w.Header().Set("Content-Type", "application/json")
@@ -299,7 +308,22 @@ func canceledContext() context.Context {
 	return ctx
 }
 
-// buildHTTP mounts the API, /metrics (unless it has a listener of its own),
+// metricsReaders are the roles whose keys may read /metrics on the API's
+// listener: those that read operations data (GET /v1/attempts/..., the
+// review queue, reconciliation). /metrics shows merchant-level activity and
+// each provider's health, so a merchant's key may not, and without a key it
+// is 401. A scraper sends the key as a bearer token (Prometheus's
+// authorization.credentials) or as the password of HTTP Basic (basic_auth).
+// On --metrics-listen, a private network port, /metrics asks for nothing.
+var metricsReaders = []api.Role{api.RoleOperator, api.RoleAuditor, api.RoleAdmin}
+
+// guardedMetrics is /metrics behind an operations key (metricsReaders).
+func guardedMetrics(keys *api.Server, reg *prometheus.Registry) http.Handler {
+	return keys.RequireRoles(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), metricsReaders...)
+}
+
+// buildHTTP mounts the API, /metrics behind an operations key (unless it
+// has a listener of its own),
 // the River UI (operators only) and the console (/console, package console).
 // allowPrivate lets merchants register notification URLs on loopback and
 // private addresses (saldo dev); consoleInsecure drops Secure from the
@@ -341,7 +365,7 @@ func buildHTTP(e *engine.Engine, reads *replica.Reads, reg *prometheus.Registry,
 		})
 	})
 	if serveMetrics {
-		r.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		r.Handle("/metrics", guardedMetrics(apiSrv, reg))
 	}
 	r.Handle("/ops/river", apiSrv.RequireRoles(ui, api.RoleOperator, api.RoleAdmin))
 	r.Handle("/ops/river/*", apiSrv.RequireRoles(ui, api.RoleOperator, api.RoleAdmin))

@@ -106,9 +106,12 @@ func runServe(ctx context.Context, args []string) error {
 			"book reads go to it while it is within --read-max-lag ($SALDO_READ_DATABASE_URL)")
 	readMaxLag := fs.Duration("read-max-lag", env.duration("SALDO_READ_MAX_LAG", replica.DefaultMaxLag),
 		"reads go to the primary while the replica may be further behind than this ($SALDO_READ_MAX_LAG)")
-	listen := fs.String("listen", envOr("SALDO_LISTEN", "127.0.0.1:8080"), "API listen address ($SALDO_LISTEN)")
+	listen := fs.String("listen", envOr("SALDO_LISTEN", "127.0.0.1:8080"),
+		"API listen address; /metrics is served here too unless --metrics-listen is set, and asks for an operator, auditor "+
+			"or admin API key (bearer, or the password of HTTP Basic): no key 401, a merchant's key 403 ($SALDO_LISTEN)")
 	metricsListen := fs.String("metrics-listen", os.Getenv("SALDO_METRICS_LISTEN"),
-		"serve GET /metrics on this address instead of on --listen, away from the API's clients ($SALDO_METRICS_LISTEN)")
+		"serve GET /metrics on this address, without authentication, instead of on --listen: bind it to a private "+
+			"address only the scraper reaches ($SALDO_METRICS_LISTEN)")
 	roles := fs.String("roles", envOr("SALDO_ROLES", "api,workers"), "what this process runs: api, workers or both ($SALDO_ROLES)")
 	maxWorkers := fs.Int("max-workers", env.int("SALDO_MAX_WORKERS", defaultMaxWorkers), "River workers ($SALDO_MAX_WORKERS)")
 	jobsKept := fs.Duration("completed-jobs-kept", env.duration("SALDO_COMPLETED_JOBS_KEPT", engine.DefaultCompletedJobsKept),

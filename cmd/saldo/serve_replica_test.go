@@ -49,6 +49,8 @@ func TestServeReadDatabaseURL(t *testing.T) {
 	require.NoError(t, err)
 	_, key, err := api.CreateKey(ctx, pool, api.RoleMerchant, "m1", "test", time.Now())
 	require.NoError(t, err)
+	// /metrics on --listen asks for an operations key.
+	opKey := metricsKey(t, primary.URL("postgres"))
 	psp := sim.NewServer(sim.Config{Seed: 5}).Start()
 	t.Cleanup(psp.Close)
 
@@ -70,8 +72,8 @@ func TestServeReadDatabaseURL(t *testing.T) {
 		res, body := get(p.base, "/v1/merchants/m1/balances")
 		return res.StatusCode == http.StatusOK && res.Header.Get(replica.LagHeader) != "" && strings.Contains(body, `"available":"25.00"`)
 	}, 30*time.Second, 50*time.Millisecond, "balances are read on the replica")
-	res, body := get(p.base, "/metrics")
-	require.Equal(t, http.StatusOK, res.StatusCode)
+	status, body := scrapeAs(t, p.base+"/metrics", opKey)
+	require.Equal(t, http.StatusOK, status)
 	require.Contains(t, body, "saldo_replica_up 1")
 	require.Contains(t, body, "saldo_replica_lag_seconds")
 	require.Contains(t, body, `saldo_replica_fallbacks_total{reason="unavailable"}`)
@@ -80,7 +82,7 @@ func TestServeReadDatabaseURL(t *testing.T) {
 	// A replica that is not there: serve starts, reads the primary.
 	down := startServe(t, bin, primary.URL("postgres"), psp.URL(), "", "api",
 		"--read-database-url", "postgres://postgres@127.0.0.1:1/postgres?sslmode=disable")
-	res, body = get(down.base, "/v1/merchants/m1/balances")
+	res, body := get(down.base, "/v1/merchants/m1/balances")
 	require.Equal(t, http.StatusOK, res.StatusCode, body)
 	require.Empty(t, res.Header.Get(replica.LagHeader))
 	require.Contains(t, body, `"available":"25.00"`)

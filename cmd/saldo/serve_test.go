@@ -144,11 +144,10 @@ func TestThreeServeProcessesShareTheWork(t *testing.T) {
 		startServe(t, bin, dbURL, srv.URL(), secret, "workers"),
 	}
 	client := &http.Client{Timeout: 30 * time.Second}
-	resp, err := client.Get(procs[2].base + "/metrics")
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	resp, err = client.Get(procs[2].base + "/v1/merchants/m1/payouts")
+	// /metrics on --listen asks for an operations key.
+	status, _ := scrapeAs(t, procs[2].base+"/metrics", metricsKey(t, dbURL))
+	require.Equal(t, http.StatusOK, status)
+	resp, err := client.Get(procs[2].base + "/v1/merchants/m1/payouts")
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusNotFound, resp.StatusCode, "a workers-only process serves no API")
