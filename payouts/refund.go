@@ -71,67 +71,34 @@ func (s *Service) CreateRefund(ctx context.Context, req RefundRequest) (Payout, 
 	} else if err := validateCommon(money.MustParse("1", "BRL"), req.Description, req.Metadata); err != nil {
 		return Payout{}, err
 	}
-	if err := s.requireMerchant(ctx, req.MerchantID); err != nil {
-		return Payout{}, err
+	if len(req.ClientKey) > 255 {
+		return Payout{}, invalid("client_key", "longer than 255 characters")
 	}
 	amountPart := "full"
 	if !full {
 		amountPart = req.Amount.String()
 	}
 	hash := intent.RequestHash("refund", req.ChargeID, amountPart, req.Description, req.Metadata)
-	// A repeat of an accepted request gets what it created, whatever the
-	// charge and the balance look like now (its own reserve took the
-	// balance it was checked against).
-	existing, err := s.replayClientKey(ctx, s.pool, req.MerchantID, req.ClientKey, hash, "refund")
-	if err != nil {
-		return Payout{}, err
-	}
-	if existing != "" {
-		return s.get(ctx, s.pool, req.MerchantID, existing)
-	}
-
-	// Accounts are prepared before the transaction (see prepareAccounts);
-	// the charge's currency and provider are read without the lock here and
-	// checked again under it.
-	c0, err := s.charges.Get(ctx, req.MerchantID, req.ChargeID)
-	if errors.Is(err, charges.ErrNotFound) {
-		return Payout{}, fmt.Errorf("%w: charge %s", ErrNotFound, req.ChargeID)
-	}
-	if err != nil {
-		return Payout{}, err
-	}
-	// Everything the request can be refused for without the lock is
-	// checked before anything is written.
-	if c0.Status != charges.StatusPaid {
-		return Payout{}, fmt.Errorf("%w: %w", &FieldError{Field: "charge_id", Reason: fmt.Sprintf("charge %s is %s, only a paid charge can be refunded", c0.ID, c0.Status)},
-			&charges.NotRefundableError{ChargeID: c0.ID, Status: c0.Status})
-	}
-	amount := c0.Amount
-	if !full {
-		if req.Amount.Currency() != c0.Amount.Currency() {
-			return Payout{}, invalid("currency", "%s differs from the charge's %s", req.Amount.Currency().Code(), c0.Amount.Currency().Code())
+	if err := s.prepareRefund(ctx, req, full); err != nil {
+		// Refused before its transaction for something that may have
+		// changed since a first request with this key was accepted (the
+		// balance its own reserve took, on a process whose account cache
+		// is empty): the key's refund, if any, is the answer. Asked only
+		// on this path, so an accepted refund costs no extra statement; a
+		// repeat that passes the checks is answered by the claim, the
+		// first statement of the opening transaction (R4).
+		existing, rerr := s.replayClientKey(ctx, s.pool, req.MerchantID, req.ClientKey, hash, "refund")
+		if rerr != nil {
+			return Payout{}, rerr
 		}
-		amount = req.Amount
-	}
-	in := operationInput(&Payout{ID: "po_check", MerchantID: req.MerchantID, Operation: providers.OpRefund, Amount: amount,
-		Description: req.Description})
-	in.ChargeProviderID, in.ChargeReference = c0.ProviderID, c0.Reference
-	if err := s.checkEncodable(c0.Provider, in); err != nil {
-		return Payout{}, err
-	}
-	var partial *money.Amount
-	if !full {
-		partial = &amount
-	}
-	if err := s.requireFunded(ctx, req.MerchantID, amount.Currency(), partial); err != nil {
-		return Payout{}, err
-	}
-	if err := s.prepareAccounts(ctx, req.MerchantID, c0.Provider, c0.Amount.Currency()); err != nil {
+		if existing != "" {
+			return s.get(ctx, s.pool, req.MerchantID, existing)
+		}
 		return Payout{}, err
 	}
 
 	var out Payout
-	err = s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		p := Payout{ID: intent.NewID("po_"), MerchantID: req.MerchantID, Kind: attempts.KindRefund,
 			Operation: providers.OpRefund, ChargeID: req.ChargeID, Description: req.Description,
 			Metadata: req.Metadata, Status: StatusProcessing}
@@ -179,6 +146,51 @@ func (s *Service) CreateRefund(ctx context.Context, req RefundRequest) (Payout, 
 		return nil
 	})
 	return out, err
+}
+
+// prepareRefund checks, before its transaction, everything a validated
+// refund request can be refused for without the charge lock (the merchant,
+// the charge's state and currency, the provider's encoding, the balance on
+// a process that never reserved in the currency) and makes the accounts
+// the refund touches. Nothing it refuses leaves a row behind. The charge's
+// currency and provider are read without the lock here and checked again
+// under it.
+func (s *Service) prepareRefund(ctx context.Context, req RefundRequest, full bool) error {
+	if err := s.requireMerchant(ctx, req.MerchantID); err != nil {
+		return err
+	}
+	c0, err := s.charges.Get(ctx, req.MerchantID, req.ChargeID)
+	if errors.Is(err, charges.ErrNotFound) {
+		return fmt.Errorf("%w: charge %s", ErrNotFound, req.ChargeID)
+	}
+	if err != nil {
+		return err
+	}
+	if c0.Status != charges.StatusPaid {
+		return fmt.Errorf("%w: %w", &FieldError{Field: "charge_id", Reason: fmt.Sprintf("charge %s is %s, only a paid charge can be refunded", c0.ID, c0.Status)},
+			&charges.NotRefundableError{ChargeID: c0.ID, Status: c0.Status})
+	}
+	amount := c0.Amount
+	if !full {
+		if req.Amount.Currency() != c0.Amount.Currency() {
+			return invalid("currency", "%s differs from the charge's %s", req.Amount.Currency().Code(), c0.Amount.Currency().Code())
+		}
+		amount = req.Amount
+	}
+	in := operationInput(&Payout{ID: "po_check", MerchantID: req.MerchantID, Operation: providers.OpRefund, Amount: amount,
+		Description: req.Description})
+	in.ChargeProviderID, in.ChargeReference = c0.ProviderID, c0.Reference
+	if err := s.checkEncodable(c0.Provider, in); err != nil {
+		return err
+	}
+	var partial *money.Amount
+	if !full {
+		partial = &amount
+	}
+	if err := s.requireFunded(ctx, req.MerchantID, amount.Currency(), partial); err != nil {
+		return err
+	}
+	return s.prepareAccounts(ctx, req.MerchantID, c0.Provider, c0.Amount.Currency())
 }
 
 // lockCharge locks the charge for a refund and maps charges' errors.

@@ -51,6 +51,10 @@ func TestRefundRepeatedOnAnotherProcessGetsTheRefund(t *testing.T) {
 	again, err := other.CreateRefund(e.ctx, req)
 	require.NoError(t, err, "same key, same request: the existing refund, not a refusal")
 	require.Equal(t, r1.ID, again.ID)
+	changed := req
+	changed.Amount = brl("90.00")
+	_, err = e.freshService(t, true).CreateRefund(e.ctx, changed)
+	require.ErrorIs(t, err, payouts.ErrIdempotencyConflict, "same key, another request, refused by the balance first")
 
 	require.Equal(t, attempts.StatusSucceeded, e.execute(r1).Status)
 	require.Equal(t, attempts.StatusSucceeded, e.execute(p).Status)
@@ -96,6 +100,12 @@ func TestSplitRepeatedOnAnotherProcessGetsTheSplit(t *testing.T) {
 	again, err := other.CreateSplit(e.ctx, req)
 	require.NoError(t, err, "same key, same request: the existing split, not a refusal")
 	require.Equal(t, sp.ID, again.ID)
+	changed := req
+	changed.Legs = []payouts.SplitLeg{leg("50.00", "a@example.com"), leg("50.00", "b@example.com")}
+	_, err = e.freshService(t, false).CreateSplit(e.ctx, changed)
+	require.ErrorIs(t, err, payouts.ErrIdempotencyConflict, "same key, another request, refused by the balance first")
+	av, _ := e.balances()
+	require.Equal(t, "0.00", av, "one reserve of 100.00, not two")
 	for _, l := range sp.Legs {
 		require.Equal(t, attempts.StatusSucceeded, e.execute(l).Status)
 	}

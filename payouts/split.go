@@ -148,26 +148,26 @@ func (s *Service) CreateSplit(ctx context.Context, req SplitRequest) (Split, err
 	if err != nil {
 		return Split{}, invalid("legs", "%v", err)
 	}
+	if len(req.ClientKey) > 255 {
+		return Split{}, invalid("client_key", "longer than 255 characters")
+	}
 	hash := intent.RequestHash(hashParts...)
-	// A repeat of an accepted request gets what it created, whatever the
-	// balance looks like now (its own reserve took it).
-	existing, err := s.replayClientKey(ctx, s.pool, req.MerchantID, req.ClientKey, hash, "split")
-	if err != nil {
-		return Split{}, err
-	}
-	if existing != "" {
-		return s.getSplit(ctx, s.pool, req.MerchantID, existing)
-	}
-	if err := s.requireMerchant(ctx, req.MerchantID); err != nil {
-		return Split{}, err
-	}
-	if err := s.requireFunded(ctx, req.MerchantID, totalAmount.Currency(), &totalAmount); err != nil {
-		return Split{}, err
-	}
-	for _, provider := range slices.Compact(slices.Sorted(slices.Values(legProviders))) {
-		if err := s.prepareAccounts(ctx, req.MerchantID, provider, totalAmount.Currency()); err != nil {
-			return Split{}, err
+	if err := s.prepareSplit(ctx, req.MerchantID, totalAmount, legProviders); err != nil {
+		// Refused before its transaction for something that may have
+		// changed since a first request with this key was accepted (the
+		// balance its own reserves took, on a process whose account cache
+		// is empty): the key's split, if any, is the answer. Asked only on
+		// this path, so an accepted split costs no extra statement; a
+		// repeat that passes the checks is answered by the claim, the
+		// first statement of the opening transaction (R4).
+		existing, rerr := s.replayClientKey(ctx, s.pool, req.MerchantID, req.ClientKey, hash, "split")
+		if rerr != nil {
+			return Split{}, rerr
 		}
+		if existing != "" {
+			return s.getSplit(ctx, s.pool, req.MerchantID, existing)
+		}
+		return Split{}, err
 	}
 
 	var out Split
@@ -202,6 +202,25 @@ func (s *Service) CreateSplit(ctx context.Context, req SplitRequest) (Split, err
 		return nil
 	})
 	return out, err
+}
+
+// prepareSplit checks, before its transaction, what a validated split
+// request depends on besides its shape (the merchant, the balance on a
+// process that never reserved in the currency) and makes the accounts its
+// legs touch. Nothing it refuses leaves a row behind.
+func (s *Service) prepareSplit(ctx context.Context, merchantID string, total money.Amount, legProviders []string) error {
+	if err := s.requireMerchant(ctx, merchantID); err != nil {
+		return err
+	}
+	if err := s.requireFunded(ctx, merchantID, total.Currency(), &total); err != nil {
+		return err
+	}
+	for _, provider := range slices.Compact(slices.Sorted(slices.Values(legProviders))) {
+		if err := s.prepareAccounts(ctx, merchantID, provider, total.Currency()); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // GetSplit returns a merchant's split with its legs and aggregate status.
