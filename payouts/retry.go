@@ -41,10 +41,7 @@ const CauseReserveCarry = "payout_reserve_carry"
 // it in review (attempts lateConflict), and the attempts core refuses to
 // mark a call of an attempt in review or of a subject with an unsettled
 // divergence (sendableSQL, Execute). It stays open with the carried
-// reserve (R22) until an operator decides. Conversely, while an attempt of
-// the payout has an unsettled divergence, no next attempt is opened at all
-// (openNext): the payout fails as when the policy gives up, and the
-// divergence stays in review.
+// reserve (R22) until an operator decides.
 //
 // The zero RetryPolicy never retries.
 type RetryPolicy struct {
@@ -94,13 +91,6 @@ func (s *Service) transient(a attempts.Attempt) bool {
 // openNext opens p's next attempt in tx (p's current attempt failed is
 // failed, p was just marked failed by the same transaction), points p at
 // it, and returns the carry of the reserve from failed to the new attempt.
-// It opens none (ok false) while another attempt of p has an unsettled
-// divergence (divergedSibling): the provider reported it paid after it was
-// resolved failed, so the failure that made p retryable is contradicted
-// (R6) and a new attempt could pay the recipient twice. The diverged
-// attempt stays in the review queue, p needs attention, and the caller
-// fails p and releases the reserve as for any failure (the ledger's view
-// of a divergence, R9: nothing moves for it until an operator books it).
 // The next attempt goes to the provider after failed's in the operation's
 // failover order that pays the payout's kind of destination
 // (providers.Routes.Next: a Stripe bank account never fails over to a Pix
@@ -109,17 +99,6 @@ func (s *Service) transient(a attempts.Attempt) bool {
 // for any failure.
 func (s *Service) openNext(ctx context.Context, tx pgx.Tx, p Payout, failed attempts.Attempt, sendAfter time.Time) (
 	np Payout, carry ledger.TransactionInput, ok bool, err error) {
-	diverged, err := divergedSibling(ctx, tx, p.ID)
-	if err != nil {
-		return p, ledger.TransactionInput{}, false, fmt.Errorf("payouts: divergences of %s: %w", p.ID, err)
-	}
-	if diverged != "" {
-		s.log.ErrorContext(ctx, "payouts: no next attempt: the provider reported another attempt of the payout paid "+
-			"after it was resolved failed (unsettled divergence, in review); a new attempt could pay twice",
-			"payout_id", p.ID, "attempt_id", failed.ID, "diverged_attempt_id", diverged, "provider", failed.Provider,
-			"failure_code", failed.FailureCode)
-		return p, ledger.TransactionInput{}, false, nil
-	}
 	var na attempts.Attempt
 	candidates := slices.Compact([]string{s.routes.Next(p.Operation, failed.Provider, p.Destination.Kind(), s.attempts.Provider),
 		failed.Provider})
@@ -156,44 +135,4 @@ func (s *Service) openNext(ctx context.Context, tx pgx.Tx, p Payout, failed atte
 		"next_reference", na.Reference, "provider", failed.Provider, "next_provider", na.Provider,
 		"failure_code", failed.FailureCode, "attempt", np.AttemptCount, "send_after", sendAfter)
 	return np, carry, true, nil
-}
-
-// divergedSiblingSQL locks (FOR SHARE) the failed attempts of payout $1 and
-// says which has an unsettled divergence. A divergence is recorded only on
-// a failed attempt, by an UPDATE of its row (attempts' lateConflict), which
-// the share lock excludes: a divergence committed before this statement is
-// seen (READ COMMITTED re-reads a row a concurrent writer changed before
-// locking it, and returns it as committed: diverged_at is deliberately not
-// in the WHERE, so the row is locked and read whatever it says), and one
-// that comes after waits until the next attempt is committed, then finds
-// it unsent and holds it in review (holdSiblings) before any call. Either
-// way no attempt opened here is sent once the provider says a sibling paid
-// (R6, R9). A payout's failed attempts are final, so the set locked is
-// fixed; their lock order is by id. The rare case of a divergence of a
-// sibling recorded while a webhook fails an idle pending attempt (which
-// holdSiblings locks after the diverged one, the reverse order) ends in a
-// deadlock PostgreSQL breaks by rolling one back; each is redelivered or
-// retried, and neither opens what it must not.
-const divergedSiblingSQL = `SELECT id::text, diverged_at IS NOT NULL AND divergence_settled_at IS NULL
-	FROM attempts WHERE direction = 'out' AND subject_id = $1 AND status = 'failed'
-	ORDER BY id FOR SHARE`
-
-// divergedSibling returns the id of a failed attempt of payout payoutID
-// with an unsettled divergence ("" when none), under divergedSiblingSQL's
-// locks, in tx.
-func divergedSibling(ctx context.Context, tx pgx.Tx, payoutID string) (string, error) {
-	rows, err := tx.Query(ctx, divergedSiblingSQL, payoutID)
-	if err != nil {
-		return "", err
-	}
-	var id string
-	var diverged bool
-	found := ""
-	_, err = pgx.ForEachRow(rows, []any{&id, &diverged}, func() error {
-		if diverged && found == "" {
-			found = id
-		}
-		return nil
-	})
-	return found, err
 }
