@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/saldo/saldo/api"
+	"github.com/saldo/saldo/internal/testdb"
 	"github.com/saldo/saldo/providers/sim"
 )
 
@@ -99,7 +101,7 @@ func TestIdempotencyConcurrent409(t *testing.T) {
 	require.NoError(t, err)
 	_, err = blocker.Exec(e.ctx, `SELECT 1 FROM merchants WHERE id = 'm1' FOR UPDATE`)
 	require.NoError(t, err)
-	_, err = blocker.Exec(e.ctx, `SELECT 1 FROM ledger_accounts WHERE owner_kind = 'merchant' AND owner_id = 'm1' FOR UPDATE`)
+	_, err = blocker.Exec(e.ctx, `SELECT ledger_lock_accounts(ARRAY(SELECT id FROM ledger_accounts WHERE owner_kind = 'merchant' AND owner_id = 'm1'), NULL)`)
 	require.NoError(t, err)
 
 	done := make(chan resp, 1)
@@ -244,9 +246,13 @@ func TestIdempotencyLeaseTakeover(t *testing.T) {
 func TestIdempotencyServerErrorNotStored(t *testing.T) {
 	t.Parallel()
 	e := setup(t, sim.Config{})
-	_, err := e.pool.Exec(e.ctx, `ALTER TABLE payouts RENAME TO payouts_away`)
+	// Renaming a table is its owner's, not the application role's.
+	owner, err := pgx.Connect(e.ctx, testdb.OwnerURL(t, e.pool))
 	require.NoError(t, err)
-	restore := func() { _, _ = e.pool.Exec(e.ctx, `ALTER TABLE IF EXISTS payouts_away RENAME TO payouts`) }
+	defer owner.Close(e.ctx)
+	_, err = owner.Exec(e.ctx, `ALTER TABLE payouts RENAME TO payouts_away`)
+	require.NoError(t, err)
+	restore := func() { _, _ = owner.Exec(e.ctx, `ALTER TABLE IF EXISTS payouts_away RENAME TO payouts`) }
 	defer restore()
 	r := e.post("/v1/merchants/m1/pix-transfers", e.m1, "flaky", pixBody("4.00"))
 	require.Equal(t, http.StatusInternalServerError, r.Status, string(r.Body))

@@ -67,7 +67,7 @@ func TestMixedOwnersRecordBatchLocksAccountsInOneOrder_R23(t *testing.T) {
 	rival, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	defer rival.Rollback(ctx)
-	_, err = rival.Exec(ctx, `SELECT FROM ledger_accounts WHERE id = $1 FOR UPDATE`, low.ID)
+	_, err = rival.Exec(ctx, `SELECT ledger_lock_accounts(ARRAY[$1::bigint], NULL)`, low.ID)
 	require.NoError(t, err)
 
 	// The record batch: the payout's attempt first, then the charge's.
@@ -97,7 +97,7 @@ func TestMixedOwnersRecordBatchLocksAccountsInOneOrder_R23(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	// The rival goes on in id order: the high account.
-	_, err = rival.Exec(ctx, `SELECT FROM ledger_accounts WHERE id = $1 FOR UPDATE`, high.ID)
+	_, err = rival.Exec(ctx, `SELECT ledger_lock_accounts(ARRAY[$1::bigint], NULL)`, high.ID)
 	require.NoError(t, err, "the rival deadlocked against the record batch")
 	require.NoError(t, rival.Commit(ctx))
 	r := <-done

@@ -22,7 +22,7 @@ func TestPosterAmbiguousCommitPostsOnce(t *testing.T) {
 	t.Parallel()
 	for _, path := range []struct{ name, sql string }{
 		{"set-based", "ledger_post_batch("},
-		{"pipelined", "FOR UPDATE"}, // the pipeline's account lock; a refusal sends the batch there
+		{"pipelined", "ledger_lock_accounts("}, // the pipeline's account lock; a refusal sends the batch there
 	} {
 		t.Run(path.name, func(t *testing.T) {
 			t.Parallel()

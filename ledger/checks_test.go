@@ -1,124 +1,220 @@
 package ledger_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/saldo/saldo/internal/testdb"
 	"github.com/saldo/saldo/ledger"
 	"github.com/saldo/saldo/money"
 )
 
-// The database's double-entry checks (migrations 00015, 00016): a transaction is
-// checked whole at the end of the statement that writes it with its
-// postings, and a posting added later, to any transaction, at the end of
-// its own statement. Nothing waits for COMMIT.
-func TestDatabaseChecksNewAndOldTransactions(t *testing.T) {
+// ownerPool connects to pool's database as the role that owns the
+// ledger's tables (the one `saldo migrate` runs as).
+func ownerPool(t *testing.T, ctx context.Context, pool *pgxpool.Pool) *pgxpool.Pool {
+	t.Helper()
+	owner, err := pgxpool.New(ctx, testdb.OwnerURL(t, pool))
+	require.NoError(t, err)
+	t.Cleanup(owner.Close)
+	return owner
+}
+
+// requireRefusedByPrivilege: the statement was refused for want of a
+// privilege, before it wrote anything.
+func requireRefusedByPrivilege(t *testing.T, err error, q string) {
+	t.Helper()
+	var pgErr *pgconn.PgError
+	require.True(t, errors.As(err, &pgErr), "%s: %v", q, err)
+	require.Equal(t, pgerrcode.InsufficientPrivilege, pgErr.Code, q)
+}
+
+// TestApplicationRoleWritesTheLedgerOnlyThroughItsFunctions: the role saldo
+// serves as (testdb.AppRole, granted by migrations.GrantApplicationRole) may
+// read the ledger and open accounts, and write postings and transactions
+// only through ledger_post, ledger_post_batch and ledger_lock_accounts,
+// which check every transaction (migration 00100, decision 0003). Every
+// direct write, and every way around the checks (disabling a trigger,
+// adding one, locking rows for update), is refused.
+func TestApplicationRoleWritesTheLedgerOnlyThroughItsFunctions(t *testing.T) {
+	t.Parallel()
+	ctx, f := setup(t)
+	var role string
+	require.NoError(t, f.pool.QueryRow(ctx, `SELECT current_user`).Scan(&role))
+	require.Equal(t, testdb.AppRole, role)
+
+	a := f.merchant(t, ctx, "a", "10.00")
+	b := f.merchant(t, ctx, "b", "")
+	posted, err := ledger.Post(ctx, f.pool, transfer("p1", a.Code, b.Code, "1.00"))
+	require.NoError(t, err)
+
+	for _, q := range []string{
+		`INSERT INTO ledger_transactions (idempotency_key, cause_kind, cause_id, effective_at, posted_at)
+			VALUES ('raw', 'test', 'raw', now(), now())`,
+		fmt.Sprintf(`INSERT INTO ledger_postings (account_id, seq, transaction_id, leg, amount, currency, balance_after, posted_at, hash)
+			VALUES (%d, 99, %d, 3, 5, 'BRL', 5, now(), '\x')`, b.ID, posted.ID),
+		fmt.Sprintf(`UPDATE ledger_accounts SET balance = balance + 100 WHERE id = %d`, b.ID),
+		`UPDATE ledger_postings SET amount = 1000`,
+		`DELETE FROM ledger_postings`,
+		`DELETE FROM ledger_transactions`,
+		`TRUNCATE ledger_postings CASCADE`,
+		`INSERT INTO ledger_accounts (code, owner_kind, owner_id, purpose, currency, allow_negative, balance)
+			VALUES ('merchant/rich/available/BRL', 'merchant', 'rich', 'available', 'BRL', false, 1000)`,
+		fmt.Sprintf(`SELECT FROM ledger_accounts WHERE id = %d FOR UPDATE`, a.ID),
+		`ALTER TABLE ledger_postings DISABLE TRIGGER ledger_postings_append_only`,
+		`CREATE TRIGGER x AFTER INSERT ON ledger_postings FOR EACH STATEMENT EXECUTE FUNCTION ledger_refuse_change()`,
+		`UPDATE goose_db_version SET is_applied = false`,
+	} {
+		// A write lacks its privilege; ALTER and CREATE TRIGGER "must be
+		// owner": the same SQLSTATE.
+		_, err := f.pool.Exec(ctx, q)
+		requireRefusedByPrivilege(t, err, q)
+	}
+
+	// Through the functions everything works: a post, a reversal, a batch
+	// in one database transaction with its accounts locked first, the
+	// group-commit Poster, and reads.
+	_, err = ledger.Reverse(ctx, f.pool, posted.ID, "r1", "test")
+	require.NoError(t, err)
+	require.NoError(t, pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
+		_, err := ledger.PostMany(ctx, tx, []ledger.TransactionInput{
+			transfer("m1", a.Code, b.Code, "1.00"), transfer("m2", b.Code, a.Code, "0.50")})
+		return err
+	}))
+	p := ledger.NewPoster(f.pool, ledger.PosterOptions{})
+	_, err = p.Post(ctx, transfer("g1", a.Code, b.Code, "2.00"))
+	require.NoError(t, err)
+	p.Close()
+	require.Equal(t, "7.50", balance(t, ctx, f.pool, a.Code))
+	require.Equal(t, "2.50", balance(t, ctx, f.pool, b.Code))
+	requireClean(t, ctx, f.pool)
+}
+
+// callPost calls ledger_post as any SQL client could, without Go's
+// Validate in front of it.
+func callPost(ctx context.Context, db ledger.DBTX, key, kind, causeID, description string, ids []int64, amounts, currencies []string) (string, error) {
+	codes := make([]string, len(ids))
+	var outcome string
+	err := db.QueryRow(ctx, `SELECT outcome FROM ledger_post($1, $2, $3, $4, NULL, NULL, NULL, $5, $6, $7::numeric[], $8) LIMIT 1`,
+		key, kind, causeID, description, ids, codes, amounts, currencies).Scan(&outcome)
+	return outcome, err
+}
+
+// TestWriteFunctionsRefuseWhatTheTriggersRefused: called directly, without
+// Go's checks, ledger_post refuses every transaction the statement triggers
+// of 00015-00016 refused, with their errors and constraint names (mapped
+// by ledger.MapCommitError), and ledger_post_batch writes nothing for a
+// batch holding one, leaving it to ledger_post ("fallback"). A transaction
+// balanced in each of two currencies passes both.
+func TestWriteFunctionsRefuseWhatTheTriggersRefused(t *testing.T) {
 	t.Parallel()
 	ctx, f := setup(t)
 	a := f.merchant(t, ctx, "a", "10.00")
 	b := f.merchant(t, ctx, "b", "")
-	posted, err := ledger.Post(ctx, f.pool, transfer("c1", a.Code, b.Code, "1.00"))
-	require.NoError(t, err)
-
-	insertTx := `INSERT INTO ledger_transactions (idempotency_key, cause_kind, cause_id, effective_at, posted_at)
-		VALUES ($1, 'test', 'raw', now(), now()) RETURNING id`
-	insertLeg := `INSERT INTO ledger_postings (account_id, seq, transaction_id, leg, amount, currency, balance_after, posted_at, hash)
-		VALUES ($1, 90 + $3, $2, $3, $4::numeric, 'BRL', 0, now(), '\x')`
-
-	// A transaction row written alone is refused by its own statement:
-	// its postings come in the same statement.
-	tx, err := f.pool.Begin(ctx)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, insertTx, "alone")
-	require.ErrorIs(t, ledger.MapCommitError(err), ledger.ErrUnbalanced)
-	require.ErrorContains(t, err, "same statement as its postings")
-	require.NoError(t, tx.Rollback(ctx))
-
-	// Written with its legs in one statement: a balanced transaction
-	// passes, an unbalanced one is refused by that statement.
-	withLegs := `WITH t AS (` + insertTx + `)
-		INSERT INTO ledger_postings (account_id, seq, transaction_id, leg, amount, currency, balance_after, posted_at, hash)
-		SELECT l.account, 90 + l.leg, t.id, l.leg, l.amount, 'BRL', 0, now(), '\x'
-		FROM t, unnest($2::bigint[], $3::int[], $4::numeric[]) AS l(account, leg, amount)
-		RETURNING transaction_id`
-	tx, err = f.pool.Begin(ctx)
-	require.NoError(t, err)
-	var id int64
-	require.NoError(t, tx.QueryRow(ctx, withLegs, "split", []int64{a.ID, b.ID}, []int{1, 2}, []string{"-2", "2"}).Scan(&id))
-	// A later statement of the same database transaction that adds a leg
-	// breaking the balance is refused at once.
-	_, err = tx.Exec(ctx, insertLeg, b.ID, id, 3, "1")
-	require.ErrorIs(t, ledger.MapCommitError(err), ledger.ErrUnbalanced)
-	require.NoError(t, tx.Rollback(ctx))
-	_, err = f.pool.Exec(ctx, withLegs, "split-bad", []int64{a.ID, b.ID}, []int{1, 2}, []string{"-2", "3"})
-	require.ErrorIs(t, ledger.MapCommitError(err), ledger.ErrUnbalanced)
-
-	// A posting for a transaction committed earlier is refused by its own
-	// statement, inside a database transaction, before any COMMIT.
-	tx, err = f.pool.Begin(ctx)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, insertLeg, b.ID, posted.ID, 3, "5")
-	require.ErrorIs(t, ledger.MapCommitError(err), ledger.ErrUnbalanced)
-	require.NoError(t, tx.Rollback(ctx))
-
-	// A balanced pair for a transaction that does not exist, legs 1 and 2
-	// (the old per-posting trigger skipped leg 2 only): refused.
-	_, err = f.pool.Exec(ctx, `INSERT INTO ledger_postings (account_id, seq, transaction_id, leg, amount, currency, balance_after, posted_at, hash)
-		VALUES ($1, 80, 424242, 1, -1, 'BRL', 0, now(), '\x'), ($2, 81, 424242, 2, 1, 'BRL', 0, now(), '\x')`, a.ID, b.ID)
-	require.ErrorIs(t, ledger.MapCommitError(err), ledger.ErrTransactionNotFound)
-
-	// A transaction balanced in two currencies (the statement check's
-	// single-currency test flags it, the precise check passes it), posted
-	// alone and in a batch.
 	usdA, err := ledger.EnsureAccount(ctx, f.pool, ledger.MerchantAvailable("a", money.USD))
 	require.NoError(t, err)
 	usdFunding, err := ledger.EnsureAccount(ctx, f.pool, ledger.PlatformFunding(money.USD))
 	require.NoError(t, err)
-	fx := func(key string) ledger.TransactionInput {
-		in := transfer(key, a.Code, b.Code, "1.00")
-		in.Postings = append(in.Postings,
-			ledger.PostingInput{AccountCode: usdFunding.Code, Amount: dec("-0.20"), Currency: money.USD},
-			ledger.PostingInput{AccountCode: usdA.Code, Amount: dec("0.20"), Currency: money.USD})
-		return in
+	pair := []int64{a.ID, b.ID}
+	brl := []string{"BRL", "BRL"}
+	long := strings.Repeat("k", 256)
+
+	for name, c := range map[string]struct {
+		key, kind, cause, description string
+		ids                           []int64
+		amounts, currencies           []string
+		want                          error
+		constraint                    string
+	}{
+		"unbalanced":          {"u1", "test", "c", "", pair, []string{"-1", "2"}, brl, ledger.ErrUnbalanced, "ledger_transaction_balanced"},
+		"unbalanced in USD":   {"u2", "test", "c", "", []int64{a.ID, b.ID, usdFunding.ID, usdA.ID}, []string{"-1", "1", "-1", "2"}, []string{"BRL", "BRL", "USD", "USD"}, ledger.ErrUnbalanced, "ledger_transaction_balanced"},
+		"zero leg":            {"u3", "test", "c", "", []int64{a.ID, b.ID, b.ID}, []string{"-1", "1", "0"}, []string{"BRL", "BRL", "BRL"}, ledger.ErrInvalidInput, "ledger_postings_valid"},
+		"no amount":           {"u4", "test", "c", "", pair, []string{"-1", ""}, brl, ledger.ErrInvalidInput, "ledger_postings_valid"},
+		"cause kind":          {"u5", "Not A Word", "c", "", pair, []string{"-1", "1"}, brl, ledger.ErrInvalidInput, "ledger_transactions_valid"},
+		"empty key":           {"", "test", "c", "", pair, []string{"-1", "1"}, brl, ledger.ErrInvalidInput, "ledger_transactions_valid"},
+		"long key":            {long, "test", "c", "", pair, []string{"-1", "1"}, brl, ledger.ErrInvalidInput, "ledger_transactions_valid"},
+		"empty cause id":      {"u6", "test", "", "", pair, []string{"-1", "1"}, brl, ledger.ErrInvalidInput, "ledger_transactions_valid"},
+		"long description":    {"u7", "test", "c", strings.Repeat("é", 1001), pair, []string{"-1", "1"}, brl, ledger.ErrInvalidInput, "ledger_transactions_valid"},
+		"missing account":     {"u8", "test", "c", "", []int64{a.ID, 424242}, []string{"-1", "1"}, brl, nil, "unknown_account"},
+		"account in BRL, USD": {"u9", "test", "c", "", pair, []string{"-1", "1"}, []string{"USD", "USD"}, nil, "currency_mismatch"},
+		"balanced in two":     {"ok1", "test", "c", "", []int64{a.ID, b.ID, usdFunding.ID, usdA.ID}, []string{"-1", "1", "-0.2", "0.2"}, []string{"BRL", "BRL", "USD", "USD"}, nil, "posted"},
+		"description of 1000": {"ok2", "test", "c", strings.Repeat("é", 1000), pair, []string{"-1", "1"}, brl, nil, "posted"},
+	} {
+		amounts := make([]*string, len(c.amounts))
+		for i := range c.amounts {
+			if c.amounts[i] != "" {
+				amounts[i] = &c.amounts[i]
+			}
+		}
+		var outcome string
+		err := f.pool.QueryRow(ctx, `SELECT outcome FROM ledger_post($1, $2, $3, $4, NULL, NULL, NULL, $5, $6, $7::numeric[], $8) LIMIT 1`,
+			c.key, c.kind, c.cause, c.description, c.ids, make([]string, len(c.ids)), amounts, c.currencies).Scan(&outcome)
+		if c.want == nil {
+			require.NoError(t, err, name)
+			require.Equal(t, c.constraint, outcome, name)
+			continue
+		}
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr, name)
+		require.Equal(t, c.constraint, pgErr.ConstraintName, name)
+		require.ErrorIs(t, ledger.MapCommitError(err), c.want, name)
 	}
-	_, err = ledger.Post(ctx, f.pool, fx("fx1"))
-	require.NoError(t, err)
-	require.NoError(t, pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
-		_, err := ledger.PostMany(ctx, tx, []ledger.TransactionInput{fx("fx2"), transfer("c3", a.Code, b.Code, "1.00"), fx("fx3")})
-		return err
-	}))
-	require.Equal(t, "5.00", balance(t, ctx, f.pool, a.Code))
-	require.Equal(t, "0.60", balance(t, ctx, f.pool, usdA.Code))
 
-	// Posting inside a savepoint: posted as usual.
-	tx, err = f.pool.Begin(ctx)
-	require.NoError(t, err)
-	sp, err := tx.Begin(ctx)
-	require.NoError(t, err)
-	_, err = ledger.Post(ctx, sp, transfer("c2", a.Code, b.Code, "2.00"))
-	require.NoError(t, err)
-	require.NoError(t, sp.Commit(ctx))
-	require.NoError(t, tx.Commit(ctx))
-	require.Equal(t, "3.00", balance(t, ctx, f.pool, a.Code))
-
+	// The batch function: each bad batch writes nothing and answers
+	// "fallback"; the good one posts.
+	batch := func(keys, kinds []string, tx, legs []int32, ids []int64, amounts []string, currencies []string) string {
+		m := len(keys)
+		var outcome string
+		require.NoError(t, f.pool.QueryRow(ctx, `SELECT outcome FROM ledger_post_batch($1, $2, $3, $4, $5::jsonb[], $6::timestamptz[], $7, $8, $9, $10, $11::numeric[], $12)`,
+			keys, kinds, slices.Repeat([]string{"c"}, m), make([]string, m), make([]*string, m), make([]*string, m),
+			tx, legs, ids, make([]string, len(ids)), amounts, currencies).Scan(&outcome))
+		return outcome
+	}
+	two := []int32{1, 1, 2, 2}
+	legs := []int32{1, 2, 1, 2}
+	four := []int64{a.ID, b.ID, b.ID, a.ID}
+	brl4 := []string{"BRL", "BRL", "BRL", "BRL"}
+	var before int
+	require.NoError(t, f.pool.QueryRow(ctx, `SELECT count(*) FROM ledger_transactions`).Scan(&before))
+	for name, c := range map[string]struct {
+		kinds   []string
+		tx      []int32
+		legs    []int32
+		amounts []string
+		curs    []string
+	}{
+		"unbalanced":         {[]string{"test", "test"}, two, legs, []string{"-1", "1", "-1", "2"}, brl4},
+		"legs not 1..n":      {[]string{"test", "test"}, two, []int32{1, 3, 1, 2}, []string{"-1", "1", "-1", "1"}, brl4},
+		"legs repeated":      {[]string{"test", "test"}, two, []int32{1, 1, 1, 2}, []string{"-1", "1", "-1", "1"}, brl4},
+		"transactions mixed": {[]string{"test", "test"}, []int32{1, 2, 1, 2}, []int32{1, 1, 2, 2}, []string{"-1", "-1", "1", "1"}, brl4},
+		"one leg":            {[]string{"test", "test"}, []int32{1, 2, 2, 2}, []int32{1, 1, 2, 3}, []string{"-1", "-1", "1", "1"}, brl4},
+		"cause kind":         {[]string{"test", "Bad"}, two, legs, []string{"-1", "1", "-1", "1"}, brl4},
+		"two currencies":     {[]string{"test", "test"}, two, legs, []string{"-1", "1", "-1", "1"}, []string{"BRL", "USD", "BRL", "BRL"}},
+	} {
+		require.Equal(t, "fallback", batch([]string{"b1-" + name, "b2-" + name}, c.kinds, c.tx, c.legs, four, c.amounts, c.curs), name)
+	}
+	var after int
+	require.NoError(t, f.pool.QueryRow(ctx, `SELECT count(*) FROM ledger_transactions`).Scan(&after))
+	require.Equal(t, before, after, "a refused batch writes nothing")
+	require.Equal(t, "posted", batch([]string{"b1", "b2"}, []string{"test", "test"}, two, legs, four, []string{"-1", "1", "-1", "1"}, brl4))
 	requireClean(t, ctx, f.pool)
 }
 
-// TestDatabaseGuardsCauseKindRule: the transactions' statement check
-// refuses a cause kind exactly when ^[a-z][a-z0-9_]{0,39}$ does (length
-// bounds, first character, non-ASCII letters, a trailing newline). Each
-// kind is written directly, in a whole balanced transaction. It pins the
-// rule for any cheaper rewrite of the check (docs/performance.md, "The
-// price of the write-time checks": one without the regular expression was
-// measured and not landed).
-func TestDatabaseGuardsCauseKindRule(t *testing.T) {
+// TestWriteFunctionsKeepTheCauseKindRule: ledger_post refuses a cause
+// kind exactly when ^[a-z][a-z0-9_]{0,39}$ does (length bounds, first
+// character, non-ASCII letters, a trailing newline), as the transactions'
+// statement check did before migration 00100.
+func TestWriteFunctionsKeepTheCauseKindRule(t *testing.T) {
 	t.Parallel()
 	ctx, f := setup(t)
 	a := f.merchant(t, ctx, "a", "10.00")
@@ -129,62 +225,16 @@ func TestDatabaseGuardsCauseKindRule(t *testing.T) {
 		"", strings.Repeat("a", 41), "_a", "9a", "Payout", "payoutA", "payout-settle", "payout settle",
 		"pagamento_à", "é", "a\n", "a|b", "abc" + strings.Repeat("z", 38),
 	} {
-		_, err := f.pool.Exec(ctx, `WITH t AS (INSERT INTO ledger_transactions (idempotency_key, cause_kind, cause_id, effective_at, posted_at)
-			VALUES ($1, $2, 'raw', now(), now()) RETURNING id)
-			INSERT INTO ledger_postings (account_id, seq, transaction_id, leg, amount, currency, balance_after, posted_at, hash)
-			SELECT $3::bigint, 90 + 2 * $5::int, t.id, 1, -0.01, 'BRL', 0, now(), '\x'::bytea FROM t
-			UNION ALL SELECT $4::bigint, 91 + 2 * $5::int, t.id, 2, 0.01, 'BRL', 0, now(), '\x'::bytea FROM t`,
-			fmt.Sprintf("kind-%d", i), kind, a.ID, b.ID, i)
+		outcome, err := callPost(ctx, f.pool, fmt.Sprintf("kind-%d", i), kind, "raw", "",
+			[]int64{a.ID, b.ID}, []string{"-0.01", "0.01"}, []string{"BRL", "BRL"})
 		if rule.MatchString(kind) {
 			require.NoError(t, err, "%q", kind)
+			require.Equal(t, "posted", outcome, "%q", kind)
 			continue
 		}
 		require.Error(t, err, "%q", kind)
 		require.ErrorContains(t, err, "is invalid", "%q", kind)
 		require.ErrorIs(t, ledger.MapCommitError(err), ledger.ErrInvalidInput, "%q", kind)
 	}
-}
-
-// TestDatabaseGuardsLegsOfAnOlderTransaction: legs 1..n written whole for a
-// transaction that already has postings are refused by ledger_postings_leg
-// when leg 1 is inserted, before any statement check runs, whether they
-// would keep it balanced or not (so the statement check's probe for a
-// later leg never finds one on that path); and a statement with a posting
-// for a missing account and one for a missing transaction is refused for
-// the account first.
-func TestDatabaseGuardsLegsOfAnOlderTransaction(t *testing.T) {
-	t.Parallel()
-	ctx, f := setup(t)
-	a := f.merchant(t, ctx, "a", "10.00")
-	b := f.merchant(t, ctx, "b", "")
-	posted, err := ledger.Post(ctx, f.pool, transfer("g1", a.Code, b.Code, "1.00"))
-	require.NoError(t, err)
-
-	pair := `INSERT INTO ledger_postings (account_id, seq, transaction_id, leg, amount, currency, balance_after, posted_at, hash)
-		VALUES ($1, 90, $3, 1, -$4::numeric, 'BRL', 0, now(), '\x'), ($2, 91, $3, 2, $4::numeric, 'BRL', 0, now(), '\x')`
-	for _, amount := range []string{"1.00", "2.00"} {
-		_, err := f.pool.Exec(ctx, pair, a.ID, b.ID, posted.ID, amount)
-		var pgErr *pgconn.PgError
-		require.ErrorAs(t, err, &pgErr, amount)
-		require.Equal(t, pgerrcode.UniqueViolation, pgErr.Code, amount)
-		require.Equal(t, "ledger_postings_leg", pgErr.ConstraintName, amount)
-	}
-	// Three legs, the first two repeating the transaction's: the same.
-	_, err = f.pool.Exec(ctx, `INSERT INTO ledger_postings (account_id, seq, transaction_id, leg, amount, currency, balance_after, posted_at, hash)
-		VALUES ($1, 90, $3, 1, -1, 'BRL', 0, now(), '\x'), ($2, 91, $3, 2, 2, 'BRL', 0, now(), '\x'), ($1, 92, $3, 3, -1, 'BRL', 0, now(), '\x')`,
-		a.ID, b.ID, posted.ID)
-	var pgErr *pgconn.PgError
-	require.ErrorAs(t, err, &pgErr)
-	require.Equal(t, "ledger_postings_leg", pgErr.ConstraintName)
-
-	_, err = f.pool.Exec(ctx, `INSERT INTO ledger_postings (account_id, seq, transaction_id, leg, amount, currency, balance_after, posted_at, hash)
-		VALUES (424242, 90, $1, 3, -1, 'BRL', 0, now(), '\x'), ($2, 91, 424242, 1, 1, 'BRL', 0, now(), '\x')`,
-		posted.ID, b.ID)
-	require.ErrorContains(t, err, "missing account or in another currency")
-	require.ErrorIs(t, ledger.MapCommitError(err), ledger.ErrAccountNotFound)
-
-	got, err := ledger.TransactionByID(ctx, f.pool, posted.ID)
-	require.NoError(t, err)
-	require.Len(t, got.Postings, 2)
 	requireClean(t, ctx, f.pool)
 }

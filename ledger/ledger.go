@@ -13,10 +13,13 @@
 // A Transaction is two or more postings. A posting adds its signed amount to
 // its account's balance (balance += amount); the amounts of one transaction
 // sum to zero per currency. This is checked in Go before anything is sent and
-// again by PostgreSQL at the end of the statement that writes it (statement
-// triggers, migrations 00015 and 00016), so an unbalanced transaction cannot be
-// committed even by code that bypasses this package. An account that forbids negatives is protected by a CHECK
-// constraint on its balance column (docs/rules.md R23).
+// again by the database functions that write it (ledger_post,
+// ledger_post_batch), which are the only writers: they run as the tables'
+// owner, and the role saldo serves as may read the tables but not write them
+// (migration 00100, migrations.GrantApplicationRole), so code that bypasses
+// this package cannot commit an unbalanced transaction either. An account
+// that forbids negatives is protected by a CHECK constraint on its balance
+// column (docs/rules.md R23).
 //
 // Every posting records the account's balance after it, a gap-free
 // per-account sequence number and a sha256 over its canonical content chained
@@ -141,9 +144,9 @@ func mapPgError(err error) error {
 }
 
 // MapCommitError translates an error returned by committing a transaction
-// that contains ledger writes: the deferred double-entry check and the
-// overdraft CHECK become ErrUnbalanced and ErrInsufficientFunds. Other
-// errors are returned unchanged.
+// that contains ledger writes: the write functions' refusals and the
+// overdraft CHECK become ErrUnbalanced, ErrInvalidInput and
+// ErrInsufficientFunds. Other errors are returned unchanged.
 func MapCommitError(err error) error {
 	if err == nil {
 		return nil

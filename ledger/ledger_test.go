@@ -352,7 +352,8 @@ func TestPostInCallerTransaction(t *testing.T) {
 	requireClean(t, ctx, f.pool)
 }
 
-// TestDatabaseGuards: the rules hold even for SQL that bypasses Go.
+// TestDatabaseGuards: the rules the database keeps for every writer, the
+// tables' owner included, whatever SQL it sends (R23).
 func TestDatabaseGuards(t *testing.T) {
 	t.Parallel()
 	ctx, f := setup(t)
@@ -360,6 +361,10 @@ func TestDatabaseGuards(t *testing.T) {
 	b := f.merchant(t, ctx, "b", "")
 	posted, err := ledger.Post(ctx, f.pool, transfer("g1", a.Code, b.Code, "1.00"))
 	require.NoError(t, err)
+	// What follows binds even the tables' owner (the role that migrates),
+	// which may write them directly; the role saldo serves as may not
+	// (TestApplicationRoleWritesTheLedgerOnlyThroughItsFunctions).
+	owner := ownerPool(t, ctx, f.pool)
 
 	// History is append-only.
 	for _, q := range []string{
@@ -371,25 +376,19 @@ func TestDatabaseGuards(t *testing.T) {
 		`UPDATE ledger_accounts SET allow_negative = true`,
 		`DELETE FROM ledger_accounts WHERE id = 1`,
 	} {
-		_, err := f.pool.Exec(ctx, q)
+		_, err := owner.Exec(ctx, q)
 		require.ErrorContains(t, err, "append-only", q)
 	}
 
 	// The CHECK refuses an overdraft written directly (R23).
-	_, err = f.pool.Exec(ctx, `UPDATE ledger_accounts SET balance = -1 WHERE code = $1`, b.Code)
+	_, err = owner.Exec(ctx, `UPDATE ledger_accounts SET balance = -1 WHERE code = $1`, b.Code)
 	require.Error(t, err)
 	require.ErrorIs(t, ledger.MapCommitError(err), ledger.ErrInsufficientFunds)
-
-	// A transaction written directly without its postings is refused by
-	// its own statement.
-	_, err = f.pool.Exec(ctx, `INSERT INTO ledger_transactions (idempotency_key, cause_kind, cause_id, effective_at, posted_at)
-		VALUES ('raw', 'test', 'raw', now(), now())`)
-	require.ErrorIs(t, ledger.MapCommitError(err), ledger.ErrUnbalanced)
 
 	// An idempotency key already posted is refused by the database itself,
 	// whoever inserts it (migration 00018: an exclusion constraint over a
 	// hash index, under the name of the UNIQUE constraint it replaced).
-	_, err = f.pool.Exec(ctx, `WITH t AS (INSERT INTO ledger_transactions (idempotency_key, cause_kind, cause_id, effective_at, posted_at)
+	_, err = owner.Exec(ctx, `WITH t AS (INSERT INTO ledger_transactions (idempotency_key, cause_kind, cause_id, effective_at, posted_at)
 		VALUES ($1, 'test', 'raw', now(), now()) RETURNING id)
 		INSERT INTO ledger_postings (account_id, seq, transaction_id, leg, amount, currency, balance_after, posted_at, hash)
 		SELECT $2::bigint, 90, t.id, 1, -1, 'BRL', 0, now(), '\x'::bytea FROM t
@@ -400,69 +399,20 @@ func TestDatabaseGuards(t *testing.T) {
 	require.Equal(t, "ledger_transactions_idempotency_key", keyErr.ConstraintName)
 	require.Equal(t, pgerrcode.ExclusionViolation, keyErr.Code)
 
-	// Postings written directly must keep their transaction balanced and
-	// name an existing account in its currency and an existing transaction
-	// (checked at the end of their statement).
-	insert := `INSERT INTO ledger_postings (account_id, seq, transaction_id, leg, amount, currency, balance_after, posted_at, hash)
-		VALUES ($1, 99, $2, 3, 5, $3, 5, now(), '\x')`
-	_, err = f.pool.Exec(ctx, insert, b.ID, posted.ID, "BRL")
-	require.ErrorIs(t, ledger.MapCommitError(err), ledger.ErrUnbalanced)
-	_, err = f.pool.Exec(ctx, insert, b.ID, posted.ID, "USD")
-	require.ErrorContains(t, err, "missing account or in another currency")
-	require.ErrorIs(t, ledger.MapCommitError(err), ledger.ErrAccountNotFound)
-	_, err = f.pool.Exec(ctx, insert, 424242, posted.ID, "BRL")
-	require.ErrorIs(t, ledger.MapCommitError(err), ledger.ErrAccountNotFound)
-	_, err = f.pool.Exec(ctx, insert, b.ID, 424242, "BRL")
-	require.ErrorContains(t, err, "missing transaction")
-	require.ErrorIs(t, ledger.MapCommitError(err), ledger.ErrTransactionNotFound)
+	// (transaction, leg) is unique: legs written again for a transaction
+	// that has them are refused.
+	_, err = owner.Exec(ctx, `INSERT INTO ledger_postings (account_id, seq, transaction_id, leg, amount, currency, balance_after, posted_at, hash)
+		VALUES ($1, 90, $3, 1, -1, 'BRL', 0, now(), '\x'), ($2, 91, $3, 2, 1, 'BRL', 0, now(), '\x')`, a.ID, b.ID, posted.ID)
+	require.ErrorAs(t, err, &keyErr)
+	require.Equal(t, "ledger_postings_leg", keyErr.ConstraintName)
 
-	// Field rules, checked at the end of the statement that writes the
-	// transaction with its postings: a balanced pair with a zero leg, legs
-	// that skip a number, and a transaction whose cause kind is not a
-	// lowercase word.
-	for name, c := range map[string]struct {
-		kind         string
-		legA, legB   int
-		amount, want string
-	}{
-		"zero amount": {"test", 1, 2, "0", "zero amount"},
-		"gap in legs": {"test", 1, 3, "1", "not numbered 1..n"},
-		"cause kind":  {"Not A Word", 1, 2, "1", "is invalid"},
-	} {
-		_, err := f.pool.Exec(ctx, `WITH t AS (INSERT INTO ledger_transactions (idempotency_key, cause_kind, cause_id, effective_at, posted_at)
-			VALUES ($1, $2, 'raw', now(), now()) RETURNING id)
-			INSERT INTO ledger_postings (account_id, seq, transaction_id, leg, amount, currency, balance_after, posted_at, hash)
-			SELECT $3::bigint, 90, t.id, $4::int, $5::numeric, 'BRL', 0, now(), '\x'::bytea FROM t
-			UNION ALL SELECT $6::bigint, 91, t.id, $7::int, -$5::numeric, 'BRL', 0, now(), '\x'::bytea FROM t`,
-			"raw-"+name, c.kind, a.ID, c.legA, c.amount, b.ID, c.legB)
-		require.ErrorContains(t, err, c.want, name)
-		require.ErrorIs(t, ledger.MapCommitError(err), ledger.ErrInvalidInput, name)
+	// Accounts are validated when inserted directly, by the owner and by
+	// the application role (which may give their identity columns only).
+	for _, db := range []ledger.DBTX{owner, f.pool} {
+		_, err = db.Exec(ctx, `INSERT INTO ledger_accounts (code, owner_kind, owner_id, purpose, currency, allow_negative)
+			VALUES ('merchant/x/available/BRL', 'merchant', 'y', 'available', 'BRL', false)`)
+		require.ErrorIs(t, ledger.MapCommitError(err), ledger.ErrInvalidInput)
 	}
-
-	// A transaction written whole in one statement, balanced, legs 1..n,
-	// is checked from the statement's own rows (migration 00016): its
-	// accounts still have to exist in the posting's currency.
-	for name, c := range map[string]struct {
-		account  int64
-		currency string
-	}{
-		"missing account":     {424242, "BRL"},
-		"account in BRL, USD": {b.ID, "USD"},
-	} {
-		_, err := f.pool.Exec(ctx, `WITH t AS (INSERT INTO ledger_transactions (idempotency_key, cause_kind, cause_id, effective_at, posted_at)
-			VALUES ($1, 'test', 'raw', now(), now()) RETURNING id)
-			INSERT INTO ledger_postings (account_id, seq, transaction_id, leg, amount, currency, balance_after, posted_at, hash)
-			SELECT $2::bigint, 90, t.id, 1, -1, $3, 0, now(), '\x'::bytea FROM t
-			UNION ALL SELECT $4::bigint, 91, t.id, 2, 1, $3, 0, now(), '\x'::bytea FROM t`,
-			"whole-"+name, c.account, c.currency, c.account)
-		require.ErrorContains(t, err, "missing account or in another currency", name)
-		require.ErrorIs(t, ledger.MapCommitError(err), ledger.ErrAccountNotFound, name)
-	}
-
-	// Accounts are validated when inserted directly too.
-	_, err = f.pool.Exec(ctx, `INSERT INTO ledger_accounts (code, owner_kind, owner_id, purpose, currency, allow_negative)
-		VALUES ('merchant/x/available/BRL', 'merchant', 'y', 'available', 'BRL', false)`)
-	require.ErrorIs(t, ledger.MapCommitError(err), ledger.ErrInvalidInput)
 
 	requireClean(t, ctx, f.pool)
 }

@@ -322,9 +322,10 @@ func (p *Poster) flush(batch []*posterRequest) {
 }
 
 // lockAccountsSQL locks every account a batch names, in id order, before
-// any ledger_post of the batch runs.
-const lockAccountsSQL = `SELECT FROM ledger_accounts
-	WHERE id = ANY ($1::bigint[]) OR code = ANY ($2::text[]) ORDER BY id FOR UPDATE`
+// any ledger_post of the batch runs. ledger_lock_accounts runs as the
+// ledger's owner (migration 00100): the role saldo serves as has no UPDATE
+// right on the accounts, which SELECT FOR UPDATE needs.
+const lockAccountsSQL = `SELECT ledger_lock_accounts($1::bigint[], $2::text[])`
 
 // postBatchSQL calls ledger_post_batch (migration 00012).
 const postBatchSQL = `

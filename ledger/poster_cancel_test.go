@@ -95,7 +95,7 @@ func TestPosterCancelledRequestDoesNotBlockLaterPosts(t *testing.T) {
 	// Hold w's row lock so the first batch (w -> funding) waits.
 	lock, err := pool.Begin(ctx)
 	require.NoError(t, err)
-	_, err = lock.Exec(ctx, `SELECT 1 FROM ledger_accounts WHERE id = $1 FOR UPDATE`, w.ID)
+	_, err = lock.Exec(ctx, `SELECT ledger_lock_accounts(ARRAY[$1::bigint], NULL)`, w.ID)
 	require.NoError(t, err)
 	first := make(chan error, 1)
 	go func() {

@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"errors"
+	"github.com/jackc/pgx/v5"
 	"testing"
 	"time"
 
@@ -96,7 +97,11 @@ func TestPosterBatchSemantics(t *testing.T) {
 
 	// A deferred check that fails at COMMIT for one key: the batch rolls
 	// back as a whole, then each transaction is posted on its own.
-	_, err = pool.Exec(ctx, `
+	// The trigger is the tables' owner's to add, not the application's.
+	owner, err := pgx.Connect(ctx, testdb.OwnerURL(t, pool))
+	require.NoError(t, err)
+	defer owner.Close(ctx)
+	_, err = owner.Exec(ctx, `
 		CREATE FUNCTION test_refuse_boom() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
 			IF NEW.idempotency_key = 'boom' THEN RAISE EXCEPTION 'boom refused at commit'; END IF;
@@ -213,7 +218,7 @@ func TestPosterDisjointBatchesDoNotWait(t *testing.T) {
 	lock, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	defer lock.Rollback(ctx) //nolint:errcheck
-	_, err = lock.Exec(ctx, `SELECT FROM ledger_accounts WHERE id = $1 FOR UPDATE`, acc["a"].ID)
+	_, err = lock.Exec(ctx, `SELECT ledger_lock_accounts(ARRAY[$1::bigint], NULL)`, acc["a"].ID)
 	require.NoError(t, err)
 
 	blocked := make(chan error, 2)

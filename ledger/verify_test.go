@@ -10,6 +10,7 @@ import (
 
 	"github.com/saldo/saldo/internal/testdb"
 	"github.com/saldo/saldo/ledger"
+	"github.com/saldo/saldo/money"
 )
 
 // TestVerifyDetectsDamage breaks a ledger on purpose, as a superuser with
@@ -75,10 +76,17 @@ func TestVerifyDetectsDamage(t *testing.T) {
 	t.Run("unbalanced transaction", func(t *testing.T) {
 		t.Parallel()
 		ctx, f, admin, a, b := history(t)
-		// ledger_post itself with the deferred zero-sum trigger disabled:
-		// everything else about the transaction is consistent.
+		// ledger_post refuses an unbalanced transaction (migration 00100),
+		// so a balanced one loses its third leg, on an account that had no
+		// other posting and is put back as it was: everything else about
+		// the transaction and the accounts is consistent.
+		c, err := ledger.EnsureAccount(ctx, f.pool, ledger.MerchantAvailable("c", money.BRL))
+		require.NoError(t, err)
 		exec(t, admin, `SELECT * FROM ledger_post('bad', 'test', 'bad', '', NULL, NULL, NULL,
-			'{0,0}', ARRAY[$1, $2], '{-5.00,4.00}', '{BRL,BRL}')`, a, b)
+			'{0,0,0}', ARRAY[$1, $2, $3], '{-5.00,4.00,1.00}', '{BRL,BRL,BRL}')`, a, b, c.Code)
+		exec(t, admin, `DELETE FROM ledger_postings WHERE account_id = $1`, c.ID)
+		exec(t, admin, `UPDATE ledger_accounts SET balance = 0, last_seq = 0, last_hash = '\x', last_posted_at = NULL
+			WHERE id = $1`, c.ID)
 		rep := expect(t, ctx, f.pool, true, map[ledger.ViolationKind]int64{ledger.ViolationUnbalancedTransaction: 1})
 		require.Contains(t, rep.Violations[0].Detail, "BRL -1")
 		// A transaction with a single posting is caught too.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/url"
+	"slices"
 	"sync"
 	"testing"
 	"testing/fstest"
@@ -125,17 +126,21 @@ func TestLedgerFunctionsKeepTheirSettings(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := testdb.New(t)
-	generic := []string{"ledger_post", "ledger_post_batch", "ledger_check_transaction", "ledger_statement_page"}
-	indexOnly := append([]string{"ledger_check_postings", "ledger_check_new_transactions", "ledger_request_text"}, generic...)
+	generic := []string{"ledger_post", "ledger_post_batch", "ledger_statement_page"}
+	writers := []string{"ledger_post", "ledger_post_batch", "ledger_lock_accounts"}
+	indexOnly := append([]string{"ledger_request_text", "ledger_lock_accounts"}, generic...)
 	settings := map[string][]string{}
-	rows, err := pool.Query(ctx, `SELECT proname, coalesce(proconfig, '{}') FROM pg_proc
+	definer := map[string]bool{}
+	rows, err := pool.Query(ctx, `SELECT proname, coalesce(proconfig, '{}'), prosecdef FROM pg_proc
 		WHERE proname LIKE 'ledger%' AND pronamespace = current_schema()::regnamespace`)
 	require.NoError(t, err)
 	for rows.Next() {
 		var name string
 		var config []string
-		require.NoError(t, rows.Scan(&name, &config))
+		var secdef bool
+		require.NoError(t, rows.Scan(&name, &config, &secdef))
 		settings[name] = config
+		definer[name] = secdef
 	}
 	require.NoError(t, rows.Err())
 	for _, f := range indexOnly {
@@ -145,6 +150,17 @@ func TestLedgerFunctionsKeepTheirSettings(t *testing.T) {
 	}
 	for _, f := range generic {
 		require.Contains(t, settings[f], "plan_cache_mode=force_generic_plan", f)
+	}
+	// The writers run as the ledger's owner with their search path pinned
+	// (migration 00100): the application role may not write the tables.
+	for _, f := range writers {
+		require.True(t, definer[f], "%s must be SECURITY DEFINER", f)
+		require.Contains(t, settings[f], "search_path=public, pg_temp", f)
+	}
+	for name, secdef := range definer {
+		if !slices.Contains(writers, name) {
+			require.False(t, secdef, "%s runs as its caller", name)
+		}
 	}
 }
 

@@ -21,6 +21,10 @@ func init() {
 func runMigrate(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	dbURL := databaseURL(fs)
+	appRole := fs.String("app-role", os.Getenv("SALDO_APP_ROLE"),
+		"after migrating, grant this existing role what 'saldo serve' needs and no write on the ledger's tables "+
+			"(it writes them only through the ledger's functions); run migrate as the tables' owner and serve as this role "+
+			"(default $SALDO_APP_ROLE; see docs/runbook.md)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -37,6 +41,12 @@ func runMigrate(ctx context.Context, args []string) error {
 		len(res.RiverApplied), len(res.SaldoApplied), migrations.Hash())
 	for _, f := range res.SaldoApplied {
 		fmt.Println("  applied", f)
+	}
+	if *appRole != "" {
+		if err := migrations.GrantApplicationRole(ctx, u, *appRole); err != nil {
+			return err
+		}
+		fmt.Printf("granted %s: the ledger's tables read-only, written through its functions\n", *appRole)
 	}
 	return nil
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/saldo/saldo/internal/groupcommit"
 	"github.com/saldo/saldo/internal/replica"
 	"github.com/saldo/saldo/ledger"
+	"github.com/saldo/saldo/migrations"
 	"github.com/saldo/saldo/payouts"
 	"github.com/saldo/saldo/providers"
 	"github.com/saldo/saldo/reconcile"
@@ -42,6 +43,10 @@ const defaultMaxWorkers = 200
 
 type processConfig struct {
 	DatabaseURL string
+	// OwnsDatabase: saldo dev's throwaway database, where the process
+	// connects as the tables' owner by design. Otherwise the process warns
+	// at start when its role may write the ledger's tables directly.
+	OwnsDatabase bool
 	// ReadDatabaseURL, when set, is a streaming replica the API and the
 	// console read stale-tolerant pages from (package internal/replica),
 	// while it is within ReadMaxLag (default replica.DefaultMaxLag).
@@ -131,6 +136,17 @@ func runProcess(ctx context.Context, pc processConfig) error {
 	})
 	if err != nil {
 		return fmt.Errorf("database unreachable: %w", err)
+	}
+	if !pc.OwnsDatabase {
+		// The ledger's balance and shape are checked by its write functions
+		// (migration 00100); only privileges keep other writers out.
+		if writable, role, err := migrations.LedgerWritableByCaller(ctx, pool); err != nil {
+			log.Warn("could not read the ledger's privileges", "err", err)
+		} else if writable {
+			log.Warn("saldo connects as a role that may write the ledger's tables directly, around the checks of its write functions: "+
+				"run 'saldo migrate --app-role ROLE' as the tables' owner and serve as ROLE (docs/runbook.md, \"Two database roles\")",
+				"role", role)
+		}
 	}
 
 	reg := prometheus.NewRegistry()

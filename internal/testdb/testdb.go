@@ -130,13 +130,73 @@ func container(ctx context.Context) (string, error) {
 	return u, err
 }
 
-// migrator builds the template with migrations.Up.
+// AppRole is the role tests connect as: an ordinary role granted what
+// `saldo serve` needs by migrations.GrantApplicationRole, as in a
+// deployment with two roles (docs/runbook.md). It may read the ledger's
+// tables but write them only through the ledger's functions, so the whole
+// suite shows that saldo works with those privileges. The tables belong to
+// pgtestdb's role, which migrated them; AdminURL gives a superuser.
+const AppRole = "saldo_test_app"
+
+const appRolePassword = "saldo_test_app"
+
+var (
+	appRoleOnce sync.Once
+	appRoleErr  error
+)
+
+// ensureAppRole creates AppRole on the server once (roles belong to the
+// cluster); concurrent test processes may race to create it.
+func ensureAppRole(ctx context.Context) error {
+	appRoleOnce.Do(func() {
+		u, err := ServerURL()
+		if err != nil {
+			appRoleErr = err
+			return
+		}
+		conn, err := pgx.Connect(ctx, u)
+		if err != nil {
+			appRoleErr = fmt.Errorf("testdb: connect to create %s: %w", AppRole, err)
+			return
+		}
+		defer conn.Close(context.WithoutCancel(ctx))
+		_, err = conn.Exec(ctx, fmt.Sprintf(`DO $$
+			BEGIN
+				CREATE ROLE %s LOGIN PASSWORD '%s' NOSUPERUSER NOCREATEDB NOCREATEROLE;
+			EXCEPTION WHEN duplicate_object OR unique_violation THEN
+				NULL;
+			END $$`, AppRole, appRolePassword))
+		if err != nil {
+			appRoleErr = fmt.Errorf("testdb: create role %s: %w", AppRole, err)
+		}
+	})
+	return appRoleErr
+}
+
+// migrator builds the template with migrations.Up, then grants AppRole.
 type migrator struct{}
 
-func (migrator) Hash() (string, error) { return migrations.Hash(), nil }
+// Hash names the template: the schema's hash, and this helper's grants.
+func (migrator) Hash() (string, error) { return migrations.Hash() + "-app2", nil }
 
 func (migrator) Migrate(ctx context.Context, _ *sql.DB, conf pgtestdb.Config) error {
-	_, err := migrations.Up(ctx, conf.URL(), nil)
+	if _, err := migrations.Up(ctx, conf.URL(), nil); err != nil {
+		return err
+	}
+	if err := ensureAppRole(ctx); err != nil {
+		return err
+	}
+	if err := migrations.GrantApplicationRole(ctx, conf.URL(), AppRole); err != nil {
+		return err
+	}
+	// One right beyond saldo serve's: tests make tables of their own
+	// (fixtures, probes), which they then own. None of saldo's.
+	c, err := pgx.Connect(ctx, conf.URL())
+	if err != nil {
+		return fmt.Errorf("testdb: connect to grant %s: %w", AppRole, err)
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	_, err = c.Exec(ctx, `GRANT CREATE ON SCHEMA public TO `+AppRole)
 	return err
 }
 
@@ -166,10 +226,25 @@ func config(t testing.TB) pgtestdb.Config {
 
 // NewURL creates a fresh migrated database for t and returns its URL. It is
 // dropped when t ends (kept if t failed, so it can be inspected). The role is
-// an ordinary, non-superuser role, like the one saldo runs as in production.
+// AppRole, like the one saldo serves as in production: not the tables'
+// owner, and with no write on the ledger's tables.
 func NewURL(t testing.TB) string {
 	t.Helper()
-	return pgtestdb.Custom(t, config(t), migrator{}).URL()
+	c := pgtestdb.Custom(t, config(t), migrator{})
+	c.User, c.Password = AppRole, appRolePassword
+	return c.URL()
+}
+
+// OwnerURL returns a URL to the same database as pool as the role that
+// owns its tables (and ran its migrations): what `saldo migrate` connects
+// as in a deployment with two roles.
+func OwnerURL(t testing.TB, pool *pgxpool.Pool) string {
+	t.Helper()
+	c := config(t)
+	role := pgtestdb.DefaultRole()
+	u := url.URL{Scheme: "postgres", Host: c.Host + ":" + c.Port, Path: "/" + pool.Config().ConnConfig.Database,
+		RawQuery: c.Options, User: url.UserPassword(role.Username, role.Password)}
+	return u.String()
 }
 
 // New creates a fresh migrated database for t and returns a pool on it,
