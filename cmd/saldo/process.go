@@ -148,6 +148,14 @@ func runProcess(ctx context.Context, pc processConfig) error {
 				"role", role)
 		}
 	}
+	// River reindexes its job indexes daily, which only their owner may.
+	var ownsRiver bool
+	if err := pool.QueryRow(ctx, `SELECT coalesce(pg_has_role((SELECT tableowner FROM pg_tables
+		WHERE tablename = 'river_job' AND schemaname = current_schema()), 'USAGE'), false)`).Scan(&ownsRiver); err != nil {
+		log.Warn("could not read River's table owner", "err", err)
+	} else if !ownsRiver {
+		log.Info("River's daily reindex is left to the owner of its tables (docs/runbook.md, \"Two database roles\")")
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -172,7 +180,7 @@ func runProcess(ctx context.Context, pc processConfig) error {
 		Logger: log, RunWorkers: pc.RunWorkers, MaxWorkers: pc.MaxWorkers, CompletedJobsKept: pc.CompletedJobsKept,
 		Attempts: pc.Attempts, Metrics: metrics,
 		Notifications: api.NotifierConfig{HTTP: providers.HTTPSettings{DenyPrivateNetworks: pc.NotifyDenyPrivate}},
-		Reconcile:     rcfg,
+		Reconcile:     rcfg, NoRiverReindex: !ownsRiver,
 	})
 	if err != nil {
 		return err

@@ -89,6 +89,11 @@ type Config struct {
 	// 24 h). Discarded and cancelled jobs keep River's defaults (7 days,
 	// 24 h): they are the ones worth reading later.
 	CompletedJobsKept time.Duration
+	// NoRiverReindex turns River's daily REINDEX of its job indexes off:
+	// only the tables' owner may reindex, and a process serving as the
+	// application role (docs/runbook.md, "Two database roles") would log
+	// its refusal every night. The owner reindexes instead.
+	NoRiverReindex bool
 	// Attempts lets the caller tune the attempts core; Pool, Providers,
 	// Clock and Logger are filled in by the engine.
 	Attempts attempts.Config
@@ -217,6 +222,9 @@ func New(cfg Config) (*Engine, error) {
 	jobTimeout := cmp.Or(cfg.Attempts.JobTimeout, attempts.DefaultJobTimeout)
 	rc := &river.Config{Logger: cfg.Logger, Workers: workers, RescueStuckJobsAfter: jobTimeout + time.Minute,
 		CompletedJobRetentionPeriod: cmp.Or(cfg.CompletedJobsKept, DefaultCompletedJobsKept)}
+	if cfg.NoRiverReindex {
+		rc.ReindexerIndexNames = []string{}
+	}
 	if cfg.RunWorkers {
 		rc.Queues = map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.MaxWorkers}}
 		if nc.Queue != river.QueueDefault {
