@@ -253,16 +253,20 @@ func validateCommon(amount money.Amount, description string, metadata map[string
 // which (the same request returns the payout made).
 func (s *Service) CreatePayout(ctx context.Context, req PayoutRequest) (Payout, error) {
 	r, err := s.prepareCreate(ctx, req)
-	if err != nil {
-		return Payout{}, err
+	if err == nil {
+		err = s.readyCreate(ctx, r)
 	}
-	if err := s.readyCreate(ctx, r); err != nil {
+	if err != nil {
+		if r.hash == nil {
+			return Payout{}, err // refused by its shape, which no repeat of an accepted request has
+		}
 		// Refused before its transaction for something that may have
 		// changed since a first request with this key was accepted (the
-		// balance its own reserve took): the key's payout, if any, is the
-		// answer. Asked only on this path, so an accepted request costs no
-		// extra statement; a repeat that passes the checks is answered by
-		// the claim in the opening transaction.
+		// balance its own reserve took, the routes, a provider's
+		// encoding): the key's payout, if any, is the answer. Asked only
+		// on this path, so an accepted request costs no extra statement; a
+		// repeat that passes the checks is answered by the claim in the
+		// opening transaction.
 		existing, rerr := s.replayClientKey(ctx, s.pool, req.MerchantID, req.ClientKey, r.hash, "payout")
 		if rerr != nil {
 			return Payout{}, rerr
@@ -276,7 +280,10 @@ func (s *Service) CreatePayout(ctx context.Context, req PayoutRequest) (Payout, 
 }
 
 // prepareCreate validates a CreatePayout request (its shape, route and
-// encoding: nothing that depends on the merchant's state).
+// encoding: nothing that depends on the merchant's state). A request refused
+// by its route or encoding, which configuration may change between a
+// request and its repeat, comes back with its hash, so that its key can
+// answer it; one refused by its shape, without.
 func (s *Service) prepareCreate(ctx context.Context, req PayoutRequest) (createReq, error) {
 	if !payoutOperation(req.Operation) {
 		return createReq{}, invalid("operation", "must be pix_transfer, bank_payout or account_transfer")
@@ -298,15 +305,15 @@ func (s *Service) prepareCreate(ctx context.Context, req PayoutRequest) (createR
 	if err := checkCurrency("currency", req.Operation, dest, req.Amount.Currency()); err != nil {
 		return createReq{}, err
 	}
+	hash := intent.RequestHash("payout", req.Operation, req.Amount.String(), req.Amount.Currency().Code(), dest, req.Description, req.Metadata)
 	provider, err := s.providerFor("", req.Operation, dest)
 	if err != nil {
-		return createReq{}, err
+		return createReq{req: req, hash: hash}, err
 	}
 	if err := s.checkEncodable(provider, operationInput(&Payout{ID: "po_check", MerchantID: req.MerchantID,
 		Operation: req.Operation, Amount: req.Amount, Destination: dest, Description: req.Description})); err != nil {
-		return createReq{}, err
+		return createReq{req: req, hash: hash}, err
 	}
-	hash := intent.RequestHash("payout", req.Operation, req.Amount.String(), req.Amount.Currency().Code(), dest, req.Description, req.Metadata)
 	return createReq{req: req, hash: hash, provider: provider}, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/saldo/saldo/payouts"
 	"github.com/saldo/saldo/providers"
 	"github.com/saldo/saldo/providers/sim"
+	"github.com/saldo/saldo/providers/stripe"
 )
 
 // freshService is a second process (another API replica, or this one after
@@ -109,4 +110,55 @@ func TestSplitRepeatedOnAnotherProcessGetsTheSplit(t *testing.T) {
 	for _, l := range sp.Legs {
 		require.Equal(t, attempts.StatusSucceeded, e.execute(l).Status)
 	}
+}
+
+// R4: a payout or split accepted under a client key and repeated after the
+// routes changed (a deploy moved its operation to a provider that does not
+// take its destination) is answered from its key, not refused "not routed":
+// a caller told 422 may pay by another route. A new request is still
+// refused.
+func TestRepeatAfterARouteChangeGetsTheOriginal_R4(t *testing.T) {
+	t.Parallel()
+	e := setup(t, sim.Config{}, "100.00")
+	acct := &providers.Destination{BankAccount: &providers.BankAccount{ISPB: "60701190", Branch: "1", Account: "12345", Type: "checking"}}
+	req := payouts.PayoutRequest{MerchantID: merchant, Operation: providers.OpBankPayout, Amount: brl("60.00"),
+		Destination: acct, ClientKey: "payout-before-the-deploy"}
+	p1, err := e.svc.CreatePayout(e.ctx, req)
+	require.NoError(t, err)
+	leg := payouts.SplitLeg{Operation: providers.OpBankPayout, Amount: brl("40.00"), Destination: acct}
+	splitReq := payouts.SplitRequest{MerchantID: merchant, ClientKey: "split-before-the-deploy", Legs: []payouts.SplitLeg{leg}}
+	sp, err := e.svc.CreateSplit(e.ctx, splitReq)
+	require.NoError(t, err)
+
+	// After the deploy bank payouts go to Stripe, which pays no Brazilian
+	// bank account.
+	str, err := stripe.New(stripe.Config{APIKey: "sk_test_unused", BaseURL: "http://127.0.0.1:1"})
+	require.NoError(t, err)
+	att, err := attempts.New(attempts.Config{Pool: e.pool, Clock: e.clock,
+		Providers: map[string]providers.Provider{e.prov.Name(): e.prov, str.Name(): str}})
+	require.NoError(t, err)
+	moved, err := payouts.New(payouts.Config{Pool: e.pool, Attempts: att, Provider: e.prov.Name(), Clock: e.clock,
+		Routes: providers.Routes{providers.OpBankPayout: {str.Name()}}})
+	require.NoError(t, err)
+	again, err := moved.CreatePayout(e.ctx, req)
+	require.NoError(t, err, "same key, same request: the existing payout, not a refusal")
+	require.Equal(t, p1.ID, again.ID)
+	spAgain, err := moved.CreateSplit(e.ctx, splitReq)
+	require.NoError(t, err, "same key, same request: the existing split, not a refusal")
+	require.Equal(t, sp.ID, spAgain.ID)
+
+	var unroutable *payouts.UnroutableError
+	fresh := req
+	fresh.ClientKey = "after-the-deploy"
+	_, err = moved.CreatePayout(e.ctx, fresh)
+	require.ErrorAs(t, err, &unroutable, "a new request is refused")
+	splitReq.ClientKey = "split-after-the-deploy"
+	_, err = moved.CreateSplit(e.ctx, splitReq)
+	require.ErrorAs(t, err, &unroutable, "a new split is refused")
+	changed := req
+	changed.Amount = brl("50.00")
+	_, err = moved.CreatePayout(e.ctx, changed)
+	require.ErrorIs(t, err, payouts.ErrIdempotencyConflict, "same key, another request")
+	av, _ := e.balances()
+	require.Equal(t, "0.00", av, "one reserve each, not two")
 }

@@ -131,16 +131,6 @@ func (s *Service) CreateSplit(ctx context.Context, req SplitRequest) (Split, err
 		if err := checkCurrency("currency", l.Operation, dest, l.Amount.Currency()); err != nil {
 			return Split{}, err
 		}
-		provider, err := s.providerFor(field, l.Operation, dest)
-		if err != nil {
-			return Split{}, err
-		}
-		legProviders[i] = provider
-		if err := s.checkEncodable(provider, operationInput(&Payout{ID: "po_check", MerchantID: req.MerchantID,
-			Operation: l.Operation, Amount: l.Amount, Destination: dest, Description: l.Description})); err != nil {
-			fe := err.(*FieldError)
-			return Split{}, invalid(join(field, fe.Field), "%s", fe.Reason)
-		}
 		total = total.Add(l.Amount.Decimal())
 		hashParts = append(hashParts, l.Operation, l.Amount.String(), currency, dest, l.Description)
 	}
@@ -152,14 +142,14 @@ func (s *Service) CreateSplit(ctx context.Context, req SplitRequest) (Split, err
 		return Split{}, invalid("client_key", "longer than 255 characters")
 	}
 	hash := intent.RequestHash(hashParts...)
-	if err := s.prepareSplit(ctx, req.MerchantID, totalAmount, legProviders); err != nil {
-		// Refused before its transaction for something that may have
-		// changed since a first request with this key was accepted (the
-		// balance its own reserves took, on a process whose account cache
-		// is empty): the key's split, if any, is the answer. Asked only on
-		// this path, so an accepted split costs no extra statement; a
-		// repeat that passes the checks is answered by the claim, the
-		// first statement of the opening transaction (R4).
+	// Refused before its transaction for something that may have changed
+	// since a first request with this key was accepted (the routes, a
+	// provider's encoding, the balance its own reserves took on a process
+	// whose account cache is empty): the key's split, if any, is the
+	// answer. Asked only on this path, so an accepted split costs no extra
+	// statement; a repeat that passes the checks is answered by the claim,
+	// the first statement of the opening transaction (R4).
+	refused := func(err error) (Split, error) {
 		existing, rerr := s.replayClientKey(ctx, s.pool, req.MerchantID, req.ClientKey, hash, "split")
 		if rerr != nil {
 			return Split{}, rerr
@@ -168,6 +158,22 @@ func (s *Service) CreateSplit(ctx context.Context, req SplitRequest) (Split, err
 			return s.getSplit(ctx, s.pool, req.MerchantID, existing)
 		}
 		return Split{}, err
+	}
+	for i, l := range req.Legs {
+		field := fmt.Sprintf("legs[%d]", i)
+		provider, err := s.providerFor(field, l.Operation, l.Destination)
+		if err != nil {
+			return refused(err)
+		}
+		legProviders[i] = provider
+		if err := s.checkEncodable(provider, operationInput(&Payout{ID: "po_check", MerchantID: req.MerchantID,
+			Operation: l.Operation, Amount: l.Amount, Destination: l.Destination, Description: l.Description})); err != nil {
+			fe := err.(*FieldError)
+			return refused(invalid(join(field, fe.Field), "%s", fe.Reason))
+		}
+	}
+	if err := s.prepareSplit(ctx, req.MerchantID, totalAmount, legProviders); err != nil {
+		return refused(err)
 	}
 
 	var out Split
