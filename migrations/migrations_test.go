@@ -162,6 +162,14 @@ func TestLedgerFunctionsKeepTheirSettings(t *testing.T) {
 			require.False(t, secdef, "%s runs as its caller", name)
 		}
 	}
+	// ... and are not PUBLIC's to call (00101): a role granted nothing
+	// could otherwise move money through them.
+	var public []string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT coalesce(array_agg(p.proname ORDER BY p.proname), '{}')
+		FROM pg_proc p, aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
+		WHERE p.proname = ANY ($1) AND p.pronamespace = current_schema()::regnamespace
+		  AND a.grantee = 0 AND a.privilege_type = 'EXECUTE'`, writers).Scan(&public))
+	require.Empty(t, public, "writers executable by PUBLIC")
 }
 
 // TestLedgerUpgradeKeepsReplays: a ledger written before migrations 00018

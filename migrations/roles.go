@@ -29,8 +29,52 @@ const accountIdentityColumns = "code, owner_kind, owner_id, purpose, currency, a
 // superuser (privileges do not bind either). Roles belong to the cluster,
 // not the database: whoever runs the cluster creates it (docs/runbook.md).
 func GrantApplicationRole(ctx context.Context, databaseURL, role string) error {
+	ledger := ""
+	for i, t := range ledgerTables {
+		if i > 0 {
+			ledger += ", "
+		}
+		ledger += pgx.Identifier{t}.Sanitize()
+	}
+	return grant(ctx, databaseURL, role, "application", func(s, r string) []string {
+		return []string{
+			fmt.Sprintf(`GRANT USAGE ON SCHEMA %s TO %s`, s, r),
+			fmt.Sprintf(`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA %s TO %s`, s, r),
+			fmt.Sprintf(`GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA %s TO %s`, s, r),
+			// The ledger's writers are not PUBLIC's (00101).
+			fmt.Sprintf(`GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA %s TO %s`, s, r),
+			// Revoking a table privilege revokes the column privileges too,
+			// so the column grant below is the only INSERT left.
+			fmt.Sprintf(`REVOKE INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER ON %s FROM %s`, ledger, r),
+			fmt.Sprintf(`GRANT INSERT (%s) ON ledger_accounts TO %s`, accountIdentityColumns, r),
+			fmt.Sprintf(`REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON goose_db_version, river_migration FROM %s`, r),
+		}
+	})
+}
+
+// GrantReadOnlyRole gives role SELECT on every table of the schema and
+// nothing else: no write anywhere, and no call of the ledger's write
+// functions (they are not PUBLIC's, 00101). For auditors and reporting
+// (`saldo audit verify` needs no more), on the primary or a replica. Run it
+// as the tables' owner, after every Up; the same refusals as
+// GrantApplicationRole.
+func GrantReadOnlyRole(ctx context.Context, databaseURL, role string) error {
+	return grant(ctx, databaseURL, role, "read-only", func(s, r string) []string {
+		return []string{
+			fmt.Sprintf(`GRANT USAGE ON SCHEMA %s TO %s`, s, r),
+			fmt.Sprintf(`GRANT SELECT ON ALL TABLES IN SCHEMA %s TO %s`, s, r),
+			fmt.Sprintf(`REVOKE INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER ON ALL TABLES IN SCHEMA %s FROM %s`, s, r),
+			fmt.Sprintf(`REVOKE USAGE, UPDATE ON ALL SEQUENCES IN SCHEMA %s FROM %s`, s, r),
+			fmt.Sprintf(`REVOKE EXECUTE ON FUNCTION ledger_post, ledger_post_batch, ledger_lock_accounts FROM %s`, r),
+		}
+	})
+}
+
+// grant checks that role exists and that privileges bind it, then runs
+// stmts(schema, role) in one transaction.
+func grant(ctx context.Context, databaseURL, role, what string, stmts func(schema, role string) []string) error {
 	if role == "" {
-		return fmt.Errorf("migrations: application role: empty name")
+		return fmt.Errorf("migrations: %s role: empty name", what)
 	}
 	conn, err := pgx.Connect(ctx, databaseURL)
 	if err != nil {
@@ -47,50 +91,29 @@ func GrantApplicationRole(ctx context.Context, databaseURL, role string) error {
 		LEFT JOIN pg_roles r ON r.rolname = $1
 		LEFT JOIN pg_tables t ON t.tablename = 'ledger_postings' AND t.schemaname = current_schema()`,
 		role).Scan(&exists, &super, &owner, &schema); err != nil {
-		return fmt.Errorf("migrations: application role %q: %w", role, err)
+		return fmt.Errorf("migrations: %s role %q: %w", what, role, err)
 	}
 	switch {
 	case !exists:
-		return fmt.Errorf("migrations: application role %q does not exist: create it first (CREATE ROLE %s LOGIN PASSWORD '...'; see docs/runbook.md)",
-			role, pgx.Identifier{role}.Sanitize())
+		return fmt.Errorf("migrations: %s role %q does not exist: create it first (CREATE ROLE %s LOGIN PASSWORD '...'; see docs/runbook.md)",
+			what, role, pgx.Identifier{role}.Sanitize())
 	case super:
-		return fmt.Errorf("migrations: application role %q is a superuser: privileges do not bind it; serve as an ordinary role", role)
+		return fmt.Errorf("migrations: %s role %q is a superuser: privileges do not bind it; use an ordinary role", what, role)
 	case owner:
-		return fmt.Errorf("migrations: application role %q owns the ledger's tables (or is a member of their owner): privileges do not bind it; migrate as the owner and serve as another role", role)
-	}
-
-	r := pgx.Identifier{role}.Sanitize()
-	s := pgx.Identifier{schema}.Sanitize()
-	ledger := ""
-	for i, t := range ledgerTables {
-		if i > 0 {
-			ledger += ", "
-		}
-		ledger += pgx.Identifier{t}.Sanitize()
-	}
-	stmts := []string{
-		fmt.Sprintf(`GRANT USAGE ON SCHEMA %s TO %s`, s, r),
-		fmt.Sprintf(`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA %s TO %s`, s, r),
-		fmt.Sprintf(`GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA %s TO %s`, s, r),
-		fmt.Sprintf(`GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA %s TO %s`, s, r),
-		// Revoking a table privilege revokes the column privileges too,
-		// so the column grant below is the only INSERT left.
-		fmt.Sprintf(`REVOKE INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER ON %s FROM %s`, ledger, r),
-		fmt.Sprintf(`GRANT INSERT (%s) ON ledger_accounts TO %s`, accountIdentityColumns, r),
-		fmt.Sprintf(`REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON goose_db_version, river_migration FROM %s`, r),
+		return fmt.Errorf("migrations: %s role %q owns the ledger's tables (or is a member of their owner): privileges do not bind it; migrate as the owner and connect as another role", what, role)
 	}
 	tx, err := conn.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("migrations: application role: %w", err)
+		return fmt.Errorf("migrations: %s role: %w", what, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
-	for _, q := range stmts {
+	for _, q := range stmts(pgx.Identifier{schema}.Sanitize(), pgx.Identifier{role}.Sanitize()) {
 		if _, err := tx.Exec(ctx, q); err != nil {
-			return fmt.Errorf("migrations: application role %q: %s: %w", role, q, err)
+			return fmt.Errorf("migrations: %s role %q: %s: %w", what, role, q, err)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("migrations: application role %q: commit: %w", role, err)
+		return fmt.Errorf("migrations: %s role %q: commit: %w", what, role, err)
 	}
 	return nil
 }

@@ -25,6 +25,9 @@ func runMigrate(ctx context.Context, args []string) error {
 		"after migrating, grant this existing role what 'saldo serve' needs and no write on the ledger's tables "+
 			"(it writes them only through the ledger's functions); run migrate as the tables' owner and serve as this role "+
 			"(default $SALDO_APP_ROLE; see docs/runbook.md)")
+	readRole := fs.String("read-only-role", os.Getenv("SALDO_READ_ONLY_ROLE"),
+		"after migrating, grant this existing role SELECT on every table and nothing else, for auditors and reporting "+
+			"(saldo audit verify needs no more) (default $SALDO_READ_ONLY_ROLE)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -47,6 +50,12 @@ func runMigrate(ctx context.Context, args []string) error {
 			return err
 		}
 		fmt.Printf("granted %s: the ledger's tables read-only, written through its functions\n", *appRole)
+	}
+	if *readRole != "" {
+		if err := migrations.GrantReadOnlyRole(ctx, u, *readRole); err != nil {
+			return err
+		}
+		fmt.Printf("granted %s: every table read-only, no ledger function that writes\n", *readRole)
 	}
 	return nil
 }

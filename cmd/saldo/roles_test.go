@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/shopspring/decimal"
 	"github.com/stretchr/testify/require"
 
 	"github.com/saldo/saldo/internal/testdb"
@@ -43,9 +44,12 @@ func TestMigrateGrantsTheServingRoleNoWriteOnTheLedger(t *testing.T) {
 	_, _ = rand.Read(b)
 	suffix := hex.EncodeToString(b)
 	owner, app, db := "saldo_owner_"+suffix, "saldo_app_"+suffix, "saldo_roles_"+suffix
+	reader, nobody := "saldo_reader_"+suffix, "saldo_nobody_"+suffix
 	for _, q := range []string{
 		"CREATE ROLE " + owner + " LOGIN PASSWORD 'o'",
 		"CREATE ROLE " + app + " LOGIN PASSWORD 'a'",
+		"CREATE ROLE " + reader + " LOGIN PASSWORD 'r'",
+		"CREATE ROLE " + nobody + " LOGIN PASSWORD 'n'",
 		"CREATE DATABASE " + db + " OWNER " + owner,
 	} {
 		_, err := admin.Exec(ctx, q)
@@ -53,8 +57,9 @@ func TestMigrateGrantsTheServingRoleNoWriteOnTheLedger(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		_, _ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)")
-		_, _ = admin.Exec(context.Background(), "DROP ROLE IF EXISTS "+app)
-		_, _ = admin.Exec(context.Background(), "DROP ROLE IF EXISTS "+owner)
+		for _, r := range []string{app, reader, nobody, owner} {
+			_, _ = admin.Exec(context.Background(), "DROP ROLE IF EXISTS "+r)
+		}
 	})
 	as := func(role, password string) string {
 		u, err := url.Parse(adminURL)
@@ -65,30 +70,33 @@ func TestMigrateGrantsTheServingRoleNoWriteOnTheLedger(t *testing.T) {
 	}
 	ownerURL, appURL := as(owner, "o"), as(app, "a")
 
-	migrate := func(role string) (string, error) {
-		cmd := exec.Command(bin, "migrate", "--app-role", role)
-		cmd.Env = append(os.Environ(), "SALDO_DATABASE_URL="+ownerURL, "SALDO_APP_ROLE=")
+	migrate := func(flag, role string) (string, error) {
+		cmd := exec.Command(bin, "migrate", flag, role)
+		cmd.Env = append(os.Environ(), "SALDO_DATABASE_URL="+ownerURL, "SALDO_APP_ROLE=", "SALDO_READ_ONLY_ROLE=")
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	out, err := migrate(app)
+	out, err := migrate("--app-role", app)
 	require.NoError(t, err, out)
 	require.Contains(t, out, "granted "+app)
-	out, err = migrate(app) // again, as after an upgrade
+	out, err = migrate("--read-only-role", reader)
 	require.NoError(t, err, out)
-	for role, want := range map[string]string{
-		"saldo_nobody_" + suffix: "does not exist",
-		owner:                    "owns the ledger's tables",
-	} {
-		out, err := migrate(role)
-		require.Error(t, err, role)
-		require.Contains(t, out, want, role)
-	}
+	require.Contains(t, out, "granted "+reader)
+	out, err = migrate("--app-role", app) // again, as after an upgrade
+	require.NoError(t, err, out)
 	var super string
 	require.NoError(t, admin.QueryRow(ctx, "SELECT current_user").Scan(&super))
-	out, err = migrate(super)
-	require.Error(t, err)
-	require.Contains(t, out, "is a superuser")
+	for _, flag := range []string{"--app-role", "--read-only-role"} {
+		for role, want := range map[string]string{
+			"saldo_missing_" + suffix: "does not exist",
+			owner:                     "owns the ledger's tables",
+			super:                     "is a superuser",
+		} {
+			out, err := migrate(flag, role)
+			require.Error(t, err, role)
+			require.Contains(t, out, want, role)
+		}
+	}
 
 	// The serving role: no direct write on the ledger; writes through it.
 	conn, err := pgx.Connect(ctx, appURL)
@@ -100,6 +108,44 @@ func TestMigrateGrantsTheServingRoleNoWriteOnTheLedger(t *testing.T) {
 	var pgErr *pgconn.PgError
 	require.ErrorAs(t, err, &pgErr)
 	require.Equal(t, pgerrcode.InsufficientPrivilege, pgErr.Code)
+
+	_, err = ledger.Post(ctx, conn, ledger.TransactionInput{IdempotencyKey: "t1", CauseKind: "test", CauseID: "t1",
+		Postings: []ledger.PostingInput{
+			{AccountCode: funding.Code, Amount: decimal.RequireFromString("-1"), Currency: money.BRL},
+			{AccountCode: funding.Code, Amount: decimal.RequireFromString("1"), Currency: money.BRL}}})
+	require.NoError(t, err)
+
+	// A role granted nothing may not move money through the write
+	// functions (they are not PUBLIC's); the read-only role reads every
+	// table, audits, and may neither write nor call them.
+	callPost := `SELECT outcome FROM ledger_post('x1', 'test', 'x', '', NULL, NULL, NULL,
+		ARRAY[$1, $1]::bigint[], ARRAY['', '']::text[], ARRAY[-1, 1]::numeric[], ARRAY['BRL', 'BRL'])`
+	for _, c := range []struct{ role, password string }{{nobody, "n"}, {reader, "r"}} {
+		rc, err := pgx.Connect(ctx, as(c.role, c.password))
+		require.NoError(t, err)
+		for _, q := range []string{callPost, `SELECT ledger_lock_accounts(ARRAY[$1]::bigint[], NULL)`} {
+			var s string
+			err = rc.QueryRow(ctx, q, funding.ID).Scan(&s)
+			require.ErrorAs(t, err, &pgErr, "%s: %s", c.role, q)
+			require.Equal(t, pgerrcode.InsufficientPrivilege, pgErr.Code, "%s: %s", c.role, q)
+		}
+		var n int
+		err = rc.QueryRow(ctx, `SELECT count(*) FROM ledger_postings`).Scan(&n)
+		if c.role == reader {
+			require.NoError(t, err)
+			require.Equal(t, 2, n)
+			_, err = rc.Exec(ctx, `DELETE FROM payouts`)
+			require.ErrorAs(t, err, &pgErr)
+			require.Equal(t, pgerrcode.InsufficientPrivilege, pgErr.Code)
+		} else {
+			require.ErrorAs(t, err, &pgErr)
+		}
+		require.NoError(t, rc.Close(ctx))
+	}
+	audit := exec.Command(bin, "audit", "verify")
+	audit.Env = append(os.Environ(), "SALDO_DATABASE_URL="+as(reader, "r"))
+	auditOut, err := audit.CombinedOutput()
+	require.NoError(t, err, "saldo audit verify as the read-only role: %s", auditOut)
 
 	srv := sim.NewServer(sim.Config{}).Start()
 	defer srv.Close()
