@@ -198,10 +198,11 @@ func New(cfg Config) (*Provider, error) {
 	p.tokens = &tokenCache{
 		cc: clientcredentials.Config{ClientID: cfg.ClientID, ClientSecret: string(cfg.ClientSecret), TokenURL: cfg.TokenURL,
 			Scopes: cfg.Scopes, AuthStyle: oauth2.AuthStyleInHeader},
-		http:   tokenHTTPClient(settings),
-		early:  cfg.TokenRefreshBefore,
-		budget: settings.ConnectTimeout + settings.TLSHandshakeTimeout + settings.ReadTimeout,
-		now:    cfg.Now,
+		http:     tokenHTTPClient(settings),
+		early:    cfg.TokenRefreshBefore,
+		budget:   settings.ConnectTimeout + settings.TLSHandshakeTimeout + settings.ReadTimeout,
+		now:      cfg.Now,
+		fetching: make(chan struct{}, 1),
 	}
 	return p, nil
 }
@@ -257,23 +258,51 @@ type tokenCache struct {
 	budget time.Duration
 	now    func() time.Time
 
-	mu      sync.Mutex
-	tok     *oauth2.Token
-	fetches int
+	// fetching is held by the one caller fetching a token; the others
+	// wait for it or for their context, whichever ends first. A mutex held
+	// across the fetch made every call wait, past its own deadline, behind
+	// a token endpoint that hangs (each fetch up to connect + TLS + read):
+	// during its outage, every River worker calling this PSP.
+	fetching chan struct{}
+	mu       sync.Mutex // tok and fetches
+	tok      *oauth2.Token
+	fetches  int
 }
 
-// token returns a valid access token, fetching one when none is cached or
-// the cached one expires within the refresh margin.
-func (c *tokenCache) token(ctx context.Context) (string, error) {
+// cached returns the cached access token if it is still good for the
+// refresh margin.
+func (c *tokenCache) cached() (string, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.tok != nil && c.tok.AccessToken != "" && (c.tok.Expiry.IsZero() || c.now().Add(c.early).Before(c.tok.Expiry)) {
-		return c.tok.AccessToken, nil
+		return c.tok.AccessToken, true
+	}
+	return "", false
+}
+
+// token returns a valid access token, fetching one when none is cached or
+// the cached one expires within the refresh margin. One caller fetches at
+// a time; a caller whose context ends while it waits returns its error
+// (nothing was sent: the classifier reads it as not sent, R2).
+func (c *tokenCache) token(ctx context.Context) (string, error) {
+	if tok, ok := c.cached(); ok {
+		return tok, nil
+	}
+	select {
+	case c.fetching <- struct{}{}:
+	case <-ctx.Done():
+		return "", fmt.Errorf("pix: OAuth2 token: waiting for another caller's fetch: %w", ctx.Err())
+	}
+	defer func() { <-c.fetching }()
+	if tok, ok := c.cached(); ok { // fetched while this one waited
+		return tok, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.budget)
 	defer cancel()
 	ctx = context.WithValue(ctx, oauth2.HTTPClient, c.http)
+	c.mu.Lock()
 	c.fetches++
+	c.mu.Unlock()
 	tok, err := c.cc.Token(ctx)
 	if err != nil {
 		return "", fmt.Errorf("pix: OAuth2 token: %w", err)
@@ -281,7 +310,9 @@ func (c *tokenCache) token(ctx context.Context) (string, error) {
 	if tok.AccessToken == "" {
 		return "", errors.New("pix: OAuth2 token: empty access token")
 	}
+	c.mu.Lock()
 	c.tok = tok
+	c.mu.Unlock()
 	return tok.AccessToken, nil
 }
 
