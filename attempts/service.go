@@ -166,8 +166,11 @@ type Config struct {
 	// goes to review (R18). Default 24h.
 	UnansweredReviewAfter time.Duration
 	// StaleCallAfter: a pending attempt whose call started this long ago and
-	// recorded nothing is turned unknown by the sweeper. Must exceed every
-	// provider's connect + read timeout. Default 5m.
+	// recorded nothing is turned unknown by the sweeper, and a lookup's
+	// "not found" proves nothing before it has passed. Must exceed the
+	// longest provider call: connect + TLS handshake + read per exchange,
+	// and a Pix call may be up to four exchanges (saldo serve refuses
+	// less). Default 5m.
 	StaleCallAfter time.Duration
 	// SweepInterval of the periodic sweeper. Default 1m.
 	SweepInterval time.Duration
