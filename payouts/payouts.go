@@ -260,23 +260,31 @@ func (s *Service) CreatePayout(ctx context.Context, req PayoutRequest) (Payout, 
 		if r.hash == nil {
 			return Payout{}, err // refused by its shape, which no repeat of an accepted request has
 		}
-		// Refused before its transaction for something that may have
-		// changed since a first request with this key was accepted (the
-		// balance its own reserve took, the routes, a provider's
-		// encoding): the key's payout, if any, is the answer. Asked only
-		// on this path, so an accepted request costs no extra statement; a
-		// repeat that passes the checks is answered by the claim in the
-		// opening transaction.
-		existing, rerr := s.replayClientKey(ctx, s.pool, req.MerchantID, req.ClientKey, r.hash, "payout")
-		if rerr != nil {
-			return Payout{}, rerr
-		}
-		if existing != "" {
-			return s.get(ctx, s.pool, req.MerchantID, existing)
-		}
-		return Payout{}, err
+		// The balance its own reserve took, the routes or a provider's
+		// encoding may have changed since a first request with this key.
+		return answerFromKey(ctx, s, req.MerchantID, req.ClientKey, r.hash, "payout", err, s.get)
 	}
 	return s.creator.Do(ctx, r)
+}
+
+// answerFromKey answers a create refused before its transaction (refusal)
+// for something that may have changed since a first request with the same
+// client key was accepted (R4): what that request created, read by get,
+// when the key holds the same request; ErrIdempotencyConflict when it holds
+// another; else the refusal. Asked only on a refusal, so an accepted
+// request costs no extra statement; a repeat that passes the checks is
+// answered by the claim, the first statement of the opening transaction.
+func answerFromKey[T any](ctx context.Context, s *Service, merchantID, key string, hash []byte, kind string, refusal error,
+	get func(context.Context, dbtx, string, string) (T, error)) (T, error) {
+	var zero T
+	existing, err := s.replayClientKey(ctx, s.pool, merchantID, key, hash, kind)
+	if err != nil {
+		return zero, err
+	}
+	if existing != "" {
+		return get(ctx, s.pool, merchantID, existing)
+	}
+	return zero, refusal
 }
 
 // prepareCreate validates a CreatePayout request (its shape, route and

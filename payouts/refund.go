@@ -80,21 +80,9 @@ func (s *Service) CreateRefund(ctx context.Context, req RefundRequest) (Payout, 
 	}
 	hash := intent.RequestHash("refund", req.ChargeID, amountPart, req.Description, req.Metadata)
 	if err := s.prepareRefund(ctx, req, full); err != nil {
-		// Refused before its transaction for something that may have
-		// changed since a first request with this key was accepted (the
-		// balance its own reserve took, on a process whose account cache
-		// is empty): the key's refund, if any, is the answer. Asked only
-		// on this path, so an accepted refund costs no extra statement; a
-		// repeat that passes the checks is answered by the claim, the
-		// first statement of the opening transaction (R4).
-		existing, rerr := s.replayClientKey(ctx, s.pool, req.MerchantID, req.ClientKey, hash, "refund")
-		if rerr != nil {
-			return Payout{}, rerr
-		}
-		if existing != "" {
-			return s.get(ctx, s.pool, req.MerchantID, existing)
-		}
-		return Payout{}, err
+		// The balance its own reserve took (on a process whose account
+		// cache is empty) or the charge may have changed since.
+		return answerFromKey(ctx, s, req.MerchantID, req.ClientKey, hash, "refund", err, s.get)
 	}
 
 	var out Payout

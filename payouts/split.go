@@ -142,22 +142,11 @@ func (s *Service) CreateSplit(ctx context.Context, req SplitRequest) (Split, err
 		return Split{}, invalid("client_key", "longer than 255 characters")
 	}
 	hash := intent.RequestHash(hashParts...)
-	// Refused before its transaction for something that may have changed
-	// since a first request with this key was accepted (the routes, a
-	// provider's encoding, the balance its own reserves took on a process
-	// whose account cache is empty): the key's split, if any, is the
-	// answer. Asked only on this path, so an accepted split costs no extra
-	// statement; a repeat that passes the checks is answered by the claim,
-	// the first statement of the opening transaction (R4).
+	// The routes, a provider's encoding or the balance its own reserves
+	// took (on a process whose account cache is empty) may have changed
+	// since a first request with this key.
 	refused := func(err error) (Split, error) {
-		existing, rerr := s.replayClientKey(ctx, s.pool, req.MerchantID, req.ClientKey, hash, "split")
-		if rerr != nil {
-			return Split{}, rerr
-		}
-		if existing != "" {
-			return s.getSplit(ctx, s.pool, req.MerchantID, existing)
-		}
-		return Split{}, err
+		return answerFromKey(ctx, s, req.MerchantID, req.ClientKey, hash, "split", err, s.getSplit)
 	}
 	for i, l := range req.Legs {
 		field := fmt.Sprintf("legs[%d]", i)
