@@ -3,6 +3,7 @@ package migrations
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -29,13 +30,7 @@ const accountIdentityColumns = "code, owner_kind, owner_id, purpose, currency, a
 // superuser (privileges do not bind either). Roles belong to the cluster,
 // not the database: whoever runs the cluster creates it (docs/runbook.md).
 func GrantApplicationRole(ctx context.Context, databaseURL, role string) error {
-	ledger := ""
-	for i, t := range ledgerTables {
-		if i > 0 {
-			ledger += ", "
-		}
-		ledger += pgx.Identifier{t}.Sanitize()
-	}
+	ledger := strings.Join(ledgerTables, ", ")
 	return grant(ctx, databaseURL, role, "application", func(s, r string) []string {
 		return []string{
 			fmt.Sprintf(`GRANT USAGE ON SCHEMA %s TO %s`, s, r),
@@ -118,22 +113,33 @@ func grant(ctx context.Context, databaseURL, role, what string, stmts func(schem
 	return nil
 }
 
-// LedgerWritableByCaller says whether the role connected at db may write
-// the ledger's postings or transactions directly, bypassing the write
-// functions' checks (it owns them, is a superuser, or was granted the
-// right): `saldo serve` warns at start when it may.
-func LedgerWritableByCaller(ctx context.Context, db interface {
+// Privileges are what the role connected to a database may do that saldo
+// serve cares about at start.
+type Privileges struct {
+	Role string
+	// LedgerWritable: it may write the ledger's postings or transactions
+	// directly, around the write functions' checks (it owns them, is a
+	// superuser, or was granted the right): saldo serve warns.
+	LedgerWritable bool
+	// OwnsRiver: it may reindex River's job indexes (River's daily
+	// reindexer is turned off otherwise).
+	OwnsRiver bool
+}
+
+// CallerPrivileges reads the connected role's Privileges in one query.
+func CallerPrivileges(ctx context.Context, db interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
-}) (bool, string, error) {
-	var writable bool
-	var role string
+}) (Privileges, error) {
+	var p Privileges
 	err := db.QueryRow(ctx, `SELECT current_user,
 		has_table_privilege('ledger_postings', 'INSERT') OR has_table_privilege('ledger_transactions', 'INSERT')
 		OR has_table_privilege('ledger_postings', 'UPDATE') OR has_table_privilege('ledger_accounts', 'UPDATE')
-		OR pg_has_role((SELECT tableowner FROM pg_tables WHERE tablename = 'ledger_postings'
-		                AND schemaname = current_schema()), 'USAGE')`).Scan(&role, &writable)
+		OR coalesce(pg_has_role((SELECT tableowner FROM pg_tables WHERE tablename = 'ledger_postings'
+		                         AND schemaname = current_schema()), 'USAGE'), false),
+		coalesce(pg_has_role((SELECT tableowner FROM pg_tables WHERE tablename = 'river_job'
+		                      AND schemaname = current_schema()), 'USAGE'), false)`).Scan(&p.Role, &p.LedgerWritable, &p.OwnsRiver)
 	if err != nil {
-		return false, "", fmt.Errorf("migrations: ledger privileges: %w", err)
+		return Privileges{}, fmt.Errorf("migrations: privileges: %w", err)
 	}
-	return writable, role, nil
+	return p, nil
 }

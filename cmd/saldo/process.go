@@ -137,23 +137,19 @@ func runProcess(ctx context.Context, pc processConfig) error {
 	if err != nil {
 		return fmt.Errorf("database unreachable: %w", err)
 	}
-	if !pc.OwnsDatabase {
-		// The ledger's balance and shape are checked by its write functions
-		// (migration 00100); only privileges keep other writers out.
-		if writable, role, err := migrations.LedgerWritableByCaller(ctx, pool); err != nil {
-			log.Warn("could not read the ledger's privileges", "err", err)
-		} else if writable {
-			log.Warn("saldo connects as a role that may write the ledger's tables directly, around the checks of its write functions: "+
-				"run 'saldo migrate --app-role ROLE' as the tables' owner and serve as ROLE (docs/runbook.md, \"Two database roles\")",
-				"role", role)
-		}
+	// The ledger's balance and shape are checked by its write functions
+	// (migration 00100); only privileges keep other writers out. River
+	// reindexes its job indexes daily, which only their owner may.
+	privs, err := migrations.CallerPrivileges(ctx, pool)
+	if err != nil {
+		log.Warn("could not read the database role's privileges", "err", err)
 	}
-	// River reindexes its job indexes daily, which only their owner may.
-	var ownsRiver bool
-	if err := pool.QueryRow(ctx, `SELECT coalesce(pg_has_role((SELECT tableowner FROM pg_tables
-		WHERE tablename = 'river_job' AND schemaname = current_schema()), 'USAGE'), false)`).Scan(&ownsRiver); err != nil {
-		log.Warn("could not read River's table owner", "err", err)
-	} else if !ownsRiver {
+	if privs.LedgerWritable && !pc.OwnsDatabase {
+		log.Warn("saldo connects as a role that may write the ledger's tables directly, around the checks of its write functions: "+
+			"run 'saldo migrate --app-role ROLE' as the tables' owner and serve as ROLE (docs/runbook.md, \"Two database roles\")",
+			"role", privs.Role)
+	}
+	if err == nil && !privs.OwnsRiver {
 		log.Info("River's daily reindex is left to the owner of its tables (docs/runbook.md, \"Two database roles\")")
 	}
 
@@ -180,7 +176,7 @@ func runProcess(ctx context.Context, pc processConfig) error {
 		Logger: log, RunWorkers: pc.RunWorkers, MaxWorkers: pc.MaxWorkers, CompletedJobsKept: pc.CompletedJobsKept,
 		Attempts: pc.Attempts, Metrics: metrics,
 		Notifications: api.NotifierConfig{HTTP: providers.HTTPSettings{DenyPrivateNetworks: pc.NotifyDenyPrivate}},
-		Reconcile:     rcfg, NoRiverReindex: !ownsRiver,
+		Reconcile:     rcfg, NoRiverReindex: !privs.OwnsRiver,
 	})
 	if err != nil {
 		return err
