@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
@@ -236,5 +237,166 @@ func TestWriteFunctionsKeepTheCauseKindRule(t *testing.T) {
 		require.ErrorContains(t, err, "is invalid", "%q", kind)
 		require.ErrorIs(t, ledger.MapCommitError(err), ledger.ErrInvalidInput, "%q", kind)
 	}
+	requireClean(t, ctx, f.pool)
+}
+
+// TestPlainTransferIsOneStatement: ledger_post writes a transfer of two
+// legs on two different accounts, named by id or by code, in one statement
+// (migration 00102), and leaves everything else to ledger_post_general:
+// three legs, one account twice, a reversal, and every transfer that
+// statement would refuse or that finds its key used, which then get
+// ledger_post_general's exact answer. Counted with track_functions in the
+// caller's transaction.
+func TestPlainTransferIsOneStatement(t *testing.T) {
+	t.Parallel()
+	ctx, f := setup(t)
+	a := f.merchant(t, ctx, "a", "10.00")
+	b := f.merchant(t, ctx, "b", "")
+	c := f.merchant(t, ctx, "c", "")
+	admin, err := pgxpool.New(ctx, testdb.AdminURL(t, f.pool))
+	require.NoError(t, err)
+	t.Cleanup(admin.Close)
+
+	byID := func(key string, from, to ledger.Account, amount string) ledger.TransactionInput {
+		in := transfer(key, "", "", amount)
+		in.Postings[0].AccountID, in.Postings[1].AccountID = from.ID, to.ID
+		return in
+	}
+	const generalCalls = `SELECT coalesce(pg_stat_get_xact_function_calls('ledger_post_general'::regproc), 0)`
+	// general posts in through Post in a transaction of its own and says
+	// how often ledger_post_general ran.
+	general := func(in ledger.TransactionInput) (ledger.Transaction, int, error) {
+		var (
+			posted  ledger.Transaction
+			calls   int
+			postErr error
+		)
+		require.NoError(t, pgx.BeginFunc(ctx, admin, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SET LOCAL track_functions = 'pl'`); err != nil {
+				return err
+			}
+			// The backend's counts not yet reported include earlier
+			// transactions': count the difference.
+			var before int
+			if err := tx.QueryRow(ctx, generalCalls).Scan(&before); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `SAVEPOINT post`); err != nil {
+				return err
+			}
+			posted, postErr = ledger.Post(ctx, tx, in)
+			if postErr != nil {
+				// A refusal leaves the transaction usable; an error
+				// raised in the database does not.
+				if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT post`); err != nil {
+					return err
+				}
+			}
+			if err := tx.QueryRow(ctx, generalCalls).Scan(&calls); err != nil {
+				return err
+			}
+			calls -= before
+			return nil
+		}))
+		return posted, calls, postErr
+	}
+
+	for name, in := range map[string]ledger.TransactionInput{
+		"by id":   byID("one-id", a, b, "1.00"),
+		"by code": transfer("one-code", a.Code, b.Code, "1.00"),
+		"mixed":   {IdempotencyKey: "one-mixed", CauseKind: "test", CauseID: "m", Postings: []ledger.PostingInput{{AccountID: a.ID, Amount: dec("-0.50"), Currency: money.BRL}, {AccountCode: c.Code, Amount: dec("0.50"), Currency: money.BRL}}},
+	} {
+		tx, calls, err := general(in)
+		require.NoError(t, err, name)
+		require.Zero(t, calls, "%s: one statement", name)
+		require.Len(t, tx.Postings, 2, name)
+		require.False(t, tx.Replayed, name)
+	}
+
+	first, _, err := general(byID("twice", a, b, "2.00"))
+	require.NoError(t, err)
+	three := byID("three", a, b, "1.00")
+	three.Postings = append(three.Postings, ledger.PostingInput{AccountID: c.ID, Amount: dec("0.25"), Currency: money.BRL})
+	three.Postings[1].Amount = dec("0.75")
+	sameTwice := byID("same", a, a, "1.00")
+	for name, c := range map[string]struct {
+		in   ledger.TransactionInput
+		want error
+	}{
+		"replay":             {byID("twice", a, b, "2.00"), nil},
+		"key reused":         {byID("twice", a, b, "2.01"), ledger.ErrIdempotencyConflict},
+		"insufficient funds": {byID("short", b, a, "1000.00"), ledger.ErrInsufficientFunds},
+		"unknown account":    {transfer("nobody", a.Code, "merchant/nobody/available/BRL", "1.00"), ledger.ErrAccountNotFound},
+		"three legs":         {three, nil},
+		"one account twice":  {sameTwice, nil},
+	} {
+		tx, calls, err := general(c.in)
+		require.Equal(t, 1, calls, "%s: ledger_post_general", name)
+		if c.want != nil {
+			require.ErrorIs(t, err, c.want, name)
+			continue
+		}
+		require.NoError(t, err, name)
+		if name == "replay" {
+			require.True(t, tx.Replayed)
+			require.Equal(t, first.ID, tx.ID)
+		}
+	}
+	var ie *ledger.InsufficientFundsError
+	_, _, err = general(byID("short-2", b, a, "1000.00"))
+	require.ErrorAs(t, err, &ie)
+	require.Equal(t, b.Code, ie.AccountCode)
+	requireClean(t, ctx, f.pool)
+}
+
+// TestPlainTransferAgreesWithTheGeneralFunction: the same transfers posted
+// through ledger_post's one statement on two accounts and through
+// ledger_post_general on two twins give the same balances after, sequence
+// numbers, refusals and posting times in order; Verify (which recomputes
+// every hash chain) is clean, and the answers are what the rows hold.
+func TestPlainTransferAgreesWithTheGeneralFunction(t *testing.T) {
+	t.Parallel()
+	ctx, f := setup(t)
+	pair := func(name string) [2]ledger.Account {
+		return [2]ledger.Account{f.merchant(t, ctx, name+"x", "7.00"), f.merchant(t, ctx, name+"y", "0.30")}
+	}
+	one, gen := pair("one"), pair("gen")
+	type answer struct {
+		outcome        string
+		balances, seqs []string
+	}
+	call := func(fn, key string, accs [2]ledger.Account, from int, amount string) answer {
+		rows, err := f.pool.Query(ctx, `SELECT outcome, balance_after::text, seq::text, hash, posted_at
+			FROM `+fn+`($1, 'test', 'c', NULL, NULL, NULL, NULL, $2, ARRAY['', ''], $3::numeric[], ARRAY['BRL', 'BRL'])`,
+			key, []int64{accs[from].ID, accs[1-from].ID}, []string{"-" + amount, amount})
+		require.NoError(t, err)
+		var ans answer
+		for rows.Next() {
+			var bal, seq *string
+			var hash []byte
+			var at *time.Time
+			require.NoError(t, rows.Scan(&ans.outcome, &bal, &seq, &hash, &at))
+			if ans.outcome == "posted" {
+				require.Len(t, hash, 32)
+				require.NotNil(t, at)
+				ans.balances, ans.seqs = append(ans.balances, *bal), append(ans.seqs, *seq)
+			}
+		}
+		require.NoError(t, rows.Err())
+		return ans
+	}
+	amounts := []string{"1.00", "0.01", "6.50", "0.30", "12.00", "0.29", "3.33", "0.01", "7.00"}
+	for i, amount := range amounts {
+		from := i % 2
+		key := fmt.Sprintf("k%d", i)
+		want := call("ledger_post_general", "gen-"+key, gen, from, amount)
+		got := call("ledger_post", "one-"+key, one, from, amount)
+		require.Equal(t, want, got, "transfer %d of %s from leg %d", i, amount, from)
+	}
+	var disorder int
+	require.NoError(t, f.pool.QueryRow(ctx, `SELECT count(*) FROM (
+		SELECT posted_at < lag(posted_at) OVER (PARTITION BY account_id ORDER BY seq) AS back FROM ledger_postings) s
+		WHERE back`).Scan(&disorder))
+	require.Zero(t, disorder, "posted_at never goes back on an account")
 	requireClean(t, ctx, f.pool)
 }

@@ -17,6 +17,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
 	"github.com/shopspring/decimal"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -126,8 +128,8 @@ func TestLedgerFunctionsKeepTheirSettings(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := testdb.New(t)
-	generic := []string{"ledger_post", "ledger_post_batch", "ledger_statement_page"}
-	writers := []string{"ledger_post", "ledger_post_batch", "ledger_lock_accounts"}
+	generic := []string{"ledger_post", "ledger_post_general", "ledger_post_batch", "ledger_statement_page"}
+	writers := []string{"ledger_post", "ledger_post_general", "ledger_post_batch", "ledger_lock_accounts"}
 	indexOnly := append([]string{"ledger_request_text", "ledger_lock_accounts"}, generic...)
 	settings := map[string][]string{}
 	definer := map[string]bool{}
@@ -152,7 +154,8 @@ func TestLedgerFunctionsKeepTheirSettings(t *testing.T) {
 		require.Contains(t, settings[f], "plan_cache_mode=force_generic_plan", f)
 	}
 	// The writers run as the ledger's owner with their search path pinned
-	// (migration 00100): the application role may not write the tables.
+	// (migrations 00100, 00102): the application role may not write the
+	// tables.
 	for _, f := range writers {
 		require.True(t, definer[f], "%s must be SECURITY DEFINER", f)
 		require.Contains(t, settings[f], "search_path=public, pg_temp", f)
@@ -170,6 +173,75 @@ func TestLedgerFunctionsKeepTheirSettings(t *testing.T) {
 		WHERE p.proname = ANY ($1) AND p.pronamespace = current_schema()::regnamespace
 		  AND a.grantee = 0 AND a.privilege_type = 'EXECUTE'`, writers).Scan(&public))
 	require.Empty(t, public, "writers executable by PUBLIC")
+}
+
+// TestUpgradeTo00102KeepsTheApplicationRolePosting: 00102 renames 00100's
+// ledger_post to ledger_post_general and creates a new ledger_post, whose
+// EXECUTE right is not the one `saldo migrate --app-role` granted before.
+// A deployment upgraded without granting again must keep posting: the
+// migration gives the new function to whoever could call the old one, and
+// to nobody else.
+func TestUpgradeTo00102KeepsTheApplicationRolePosting(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := emptyDatabase(t)
+
+	before := fstest.MapFS{}
+	names, err := fs.Glob(migrations.FS(), "*.sql")
+	require.NoError(t, err)
+	for _, n := range names {
+		if n >= "00102" {
+			continue
+		}
+		b, err := fs.ReadFile(migrations.FS(), n)
+		require.NoError(t, err)
+		before[n] = &fstest.MapFile{Data: b}
+	}
+	owner, err := pgxpool.New(ctx, dbURL)
+	require.NoError(t, err)
+	defer owner.Close()
+	rm, err := rivermigrate.New(riverpgxv5.New(owner), nil)
+	require.NoError(t, err)
+	_, err = rm.Migrate(ctx, rivermigrate.DirectionUp, nil)
+	require.NoError(t, err)
+	sqlDB, err := sql.Open("pgx", dbURL)
+	require.NoError(t, err)
+	defer sqlDB.Close()
+	gp, err := goose.NewProvider(goose.DialectPostgres, sqlDB, before,
+		goose.WithDisableGlobalRegistry(true), goose.WithAllowOutofOrder(true))
+	require.NoError(t, err)
+	_, err = gp.Up(ctx)
+	require.NoError(t, err)
+	appURL := testdb.AppURL(t, dbURL)
+	require.NoError(t, migrations.GrantApplicationRole(ctx, dbURL, testdb.AppRole))
+
+	res, err := migrations.Up(ctx, dbURL, nil)
+	require.NoError(t, err)
+	require.Contains(t, res.SaldoApplied, "00102_ledger_post_one_statement.sql")
+
+	var callers []string
+	require.NoError(t, owner.QueryRow(ctx, `SELECT coalesce(array_agg(CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END ORDER BY 1), '{}')
+		FROM pg_proc p, aclexplode(p.proacl) a
+		WHERE p.proname = 'ledger_post' AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner`).Scan(&callers))
+	require.Equal(t, []string{testdb.AppRole}, callers)
+
+	funding, err := ledger.EnsureAccount(ctx, owner, ledger.PlatformFunding(money.BRL))
+	require.NoError(t, err)
+	a, err := ledger.EnsureAccount(ctx, owner, ledger.MerchantAvailable("a", money.BRL))
+	require.NoError(t, err)
+	app, err := pgxpool.New(ctx, appURL)
+	require.NoError(t, err)
+	defer app.Close()
+	tx, err := ledger.Post(ctx, app, ledger.TransactionInput{IdempotencyKey: "after-upgrade", CauseKind: "test", CauseID: "u",
+		Postings: []ledger.PostingInput{
+			{AccountID: funding.ID, Amount: decimal.RequireFromString("-5"), Currency: money.BRL},
+			{AccountID: a.ID, Amount: decimal.RequireFromString("5"), Currency: money.BRL},
+		}})
+	require.NoError(t, err)
+	require.Len(t, tx.Postings, 2)
+	rep, err := ledger.Verify(ctx, app)
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "verify: %v", rep.Violations)
 }
 
 // TestLedgerUpgradeKeepsReplays: a ledger written before migrations 00018

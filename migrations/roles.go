@@ -20,8 +20,8 @@ const accountIdentityColumns = "code, owner_kind, owner_id, purpose, currency, a
 // GrantApplicationRole gives role what `saldo serve` needs on the database
 // at databaseURL, migrated by Up, and no more on the ledger: read and write
 // every table of the schema except the ledger's, which it may only read,
-// write through ledger_post, ledger_post_batch and ledger_lock_accounts
-// (they run as the owner), and open accounts in (their identity columns
+// write through ledger_post (and ledger_post_general, which it calls),
+// ledger_post_batch and ledger_lock_accounts (they run as the owner), and open accounts in (their identity columns
 // only); read, not write, the migration tables. Run it connected as the
 // tables' owner (the role that ran Up), after every Up: it grants on the
 // tables that exist when it runs. It is idempotent.
@@ -60,7 +60,7 @@ func GrantReadOnlyRole(ctx context.Context, databaseURL, role string) error {
 			fmt.Sprintf(`GRANT SELECT ON ALL TABLES IN SCHEMA %s TO %s`, s, r),
 			fmt.Sprintf(`REVOKE INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER ON ALL TABLES IN SCHEMA %s FROM %s`, s, r),
 			fmt.Sprintf(`REVOKE USAGE, UPDATE ON ALL SEQUENCES IN SCHEMA %s FROM %s`, s, r),
-			fmt.Sprintf(`REVOKE EXECUTE ON FUNCTION ledger_post, ledger_post_batch, ledger_lock_accounts FROM %s`, r),
+			fmt.Sprintf(`REVOKE EXECUTE ON FUNCTION ledger_post, ledger_post_general, ledger_post_batch, ledger_lock_accounts FROM %s`, r),
 		}
 	})
 }

@@ -247,6 +247,22 @@ func OwnerURL(t testing.TB, pool *pgxpool.Pool) string {
 	return u.String()
 }
 
+// AppURL returns databaseURL with AppRole as its user (created on the
+// server if missing): for tests that migrate a database of their own and
+// grant AppRole on it (migrations.GrantApplicationRole) themselves.
+func AppURL(t testing.TB, databaseURL string) string {
+	t.Helper()
+	if err := ensureAppRole(context.Background()); err != nil {
+		t.Fatalf("%v", err)
+	}
+	u, err := url.Parse(databaseURL)
+	if err != nil {
+		t.Fatalf("testdb: parse %q: %v", databaseURL, err)
+	}
+	u.User = url.UserPassword(AppRole, appRolePassword)
+	return u.String()
+}
+
 // New creates a fresh migrated database for t and returns a pool on it,
 // closed when t ends.
 func New(t testing.TB) *pgxpool.Pool {
