@@ -153,6 +153,11 @@ func TestLedgerFunctionsKeepTheirSettings(t *testing.T) {
 	for _, f := range generic {
 		require.Contains(t, settings[f], "plan_cache_mode=force_generic_plan", f)
 	}
+	// ledger_post's one statement joins two legs with two accounts: no hash
+	// table allocated per call, no bitmap (00102, docs/pitfalls.md).
+	for _, set := range []string{"enable_hashjoin=off", "enable_mergejoin=off", "enable_bitmapscan=off"} {
+		require.Contains(t, settings["ledger_post"], set)
+	}
 	// The writers run as the ledger's owner with their search path pinned
 	// (migrations 00100, 00102): the application role may not write the
 	// tables.
