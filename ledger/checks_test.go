@@ -263,9 +263,9 @@ func TestPlainTransferIsOneStatement(t *testing.T) {
 		return in
 	}
 	const generalCalls = `SELECT coalesce(pg_stat_get_xact_function_calls('ledger_post_general'::regproc), 0)`
-	// general posts in through Post in a transaction of its own and says
-	// how often ledger_post_general ran.
-	general := func(in ledger.TransactionInput) (ledger.Transaction, int, error) {
+	// counted runs write (ledger.Post or ledger.Reverse) in a transaction
+	// of its own and says how often ledger_post_general ran in it.
+	counted := func(write func(tx pgx.Tx) (ledger.Transaction, error)) (ledger.Transaction, int, error) {
 		var (
 			posted  ledger.Transaction
 			calls   int
@@ -284,7 +284,7 @@ func TestPlainTransferIsOneStatement(t *testing.T) {
 			if _, err := tx.Exec(ctx, `SAVEPOINT post`); err != nil {
 				return err
 			}
-			posted, postErr = ledger.Post(ctx, tx, in)
+			posted, postErr = write(tx)
 			if postErr != nil {
 				// A refusal leaves the transaction usable; an error
 				// raised in the database does not.
@@ -300,26 +300,29 @@ func TestPlainTransferIsOneStatement(t *testing.T) {
 		}))
 		return posted, calls, postErr
 	}
+	post := func(in ledger.TransactionInput) (ledger.Transaction, int, error) {
+		return counted(func(tx pgx.Tx) (ledger.Transaction, error) { return ledger.Post(ctx, tx, in) })
+	}
 
 	for name, in := range map[string]ledger.TransactionInput{
 		"by id":   byID("one-id", a, b, "1.00"),
 		"by code": transfer("one-code", a.Code, b.Code, "1.00"),
 		"mixed":   {IdempotencyKey: "one-mixed", CauseKind: "test", CauseID: "m", Postings: []ledger.PostingInput{{AccountID: a.ID, Amount: dec("-0.50"), Currency: money.BRL}, {AccountCode: c.Code, Amount: dec("0.50"), Currency: money.BRL}}},
 	} {
-		tx, calls, err := general(in)
+		tx, calls, err := post(in)
 		require.NoError(t, err, name)
 		require.Zero(t, calls, "%s: one statement", name)
 		require.Len(t, tx.Postings, 2, name)
 		require.False(t, tx.Replayed, name)
 	}
 
-	first, _, err := general(byID("twice", a, b, "2.00"))
+	first, _, err := post(byID("twice", a, b, "2.00"))
 	require.NoError(t, err)
 	three := byID("three", a, b, "1.00")
 	three.Postings = append(three.Postings, ledger.PostingInput{AccountID: c.ID, Amount: dec("0.25"), Currency: money.BRL})
 	three.Postings[1].Amount = dec("0.75")
 	sameTwice := byID("same", a, a, "1.00")
-	for name, c := range map[string]struct {
+	for name, tc := range map[string]struct {
 		in   ledger.TransactionInput
 		want error
 	}{
@@ -330,10 +333,10 @@ func TestPlainTransferIsOneStatement(t *testing.T) {
 		"three legs":         {three, nil},
 		"one account twice":  {sameTwice, nil},
 	} {
-		tx, calls, err := general(c.in)
+		tx, calls, err := post(tc.in)
 		require.Equal(t, 1, calls, "%s: ledger_post_general", name)
-		if c.want != nil {
-			require.ErrorIs(t, err, c.want, name)
+		if tc.want != nil {
+			require.ErrorIs(t, err, tc.want, name)
 			continue
 		}
 		require.NoError(t, err, name)
@@ -343,9 +346,15 @@ func TestPlainTransferIsOneStatement(t *testing.T) {
 		}
 	}
 	var ie *ledger.InsufficientFundsError
-	_, _, err = general(byID("short-2", b, a, "1000.00"))
+	_, _, err = post(byID("short-2", b, a, "1000.00"))
 	require.ErrorAs(t, err, &ie)
 	require.Equal(t, b.Code, ie.AccountCode)
+	rev, calls, err := counted(func(tx pgx.Tx) (ledger.Transaction, error) {
+		return ledger.Reverse(ctx, tx, first.ID, "twice-rev", "")
+	})
+	require.NoError(t, err)
+	require.Equal(t, 1, calls, "a reversal: ledger_post_general")
+	require.Equal(t, first.ID, rev.ReversesID)
 	requireClean(t, ctx, f.pool)
 }
 
