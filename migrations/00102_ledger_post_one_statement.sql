@@ -5,11 +5,12 @@
 -- PL/pgSQL itself: a lock query, then loops over legs and accounts
 -- assigning array elements one expression at a time, a hashing loop, the
 -- write statement, and a RETURN NEXT loop. For the common transfer, two
--- legs on two different accounts named by id and no reversal, the same work
--- is now one statement: lock both accounts in id order, compute balances,
--- sequence numbers and the chained hashes from the locked rows, check
--- everything ledger_post checks, and only then insert the transaction and
--- the postings and update the accounts; its rows are the answer.
+-- legs on two different accounts (named by id, or by code) and no
+-- reversal, the same work is now the accounts' lock in id order and then
+-- one statement: compute balances, sequence numbers and the chained hashes
+-- from the locked rows, check everything ledger_post checked, and only
+-- then insert the transaction and the postings and update the accounts;
+-- its rows are the answer.
 --
 -- Anything else, and any transfer that statement would refuse or that
 -- finds its key already used, is left to the general function, which is
