@@ -21,8 +21,9 @@ const accountIdentityColumns = "code, owner_kind, owner_id, purpose, currency, a
 // at databaseURL, migrated by Up, and no more on the ledger: read and write
 // every table of the schema except the ledger's, which it may only read,
 // write through ledger_post (and ledger_post_general, which it calls),
-// ledger_post_batch and ledger_lock_accounts (they run as the owner), and open accounts in (their identity columns
-// only); read, not write, the migration tables. Run it connected as the
+// ledger_post_batch and ledger_lock_accounts (they run as the owner), and
+// open accounts in (their identity columns only); read, not write, the
+// migration tables. Run it connected as the
 // tables' owner (the role that ran Up), after every Up: it grants on the
 // tables that exist when it runs. It is idempotent.
 //
