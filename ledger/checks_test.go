@@ -245,8 +245,9 @@ func TestWriteFunctionsKeepTheCauseKindRule(t *testing.T) {
 // (migration 00102), and leaves everything else to ledger_post_general:
 // three legs, one account twice, a reversal, and every transfer that
 // statement would refuse or that finds its key used, which then get
-// ledger_post_general's exact answer. Counted with track_functions in the
-// caller's transaction.
+// ledger_post_general's exact answer: an overdraft refused (R23), a replay
+// answered with the original and a reused key refused (R4). Counted with
+// track_functions in the caller's transaction.
 func TestPlainTransferIsOneStatement(t *testing.T) {
 	t.Parallel()
 	ctx, f := setup(t)
@@ -361,8 +362,9 @@ func TestPlainTransferIsOneStatement(t *testing.T) {
 // TestPlainTransferAgreesWithTheGeneralFunction: the same transfers posted
 // through ledger_post's one statement on two accounts and through
 // ledger_post_general on two twins give the same balances after, sequence
-// numbers, refusals and posting times in order; Verify (which recomputes
-// every hash chain) is clean, and the answers are what the rows hold.
+// numbers, refusals for insufficient funds (R23) and posting times in
+// order; Verify (which recomputes every hash chain) is clean, and the
+// answers are what the rows hold.
 func TestPlainTransferAgreesWithTheGeneralFunction(t *testing.T) {
 	t.Parallel()
 	ctx, f := setup(t)
