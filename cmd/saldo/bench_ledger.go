@@ -95,6 +95,19 @@ func runBenchLedger(ctx context.Context, args []string) error {
 			}
 			fmt.Printf("ratio ledger.Post / pgbench-shaped baseline:   %.2fx   (target >= 1.0x at 8 workers; one commit per transfer, like the baseline)\n", cmp.Ledger.PerSecond/shaped)
 			fmt.Printf("ratio ledger.Post / pipelined baseline:        %.2fx   (same round trips and commits as Post)\n", cmp.Ledger.PerSecond/cmp.Pipelined.PerSecond)
+			// The same comparison in CPU per transfer (client and server),
+			// which a busy neighbour moves less than transfers/s.
+			cpu := func(r ledgerbench.Result) time.Duration { return r.ClientCPU + r.ServerCPU }
+			if base := cpu(cmp.PgbenchShaped); base > 0 {
+				if *group && cpu(cmp.Poster) > 0 {
+					fmt.Printf("CPU per transfer, pgbench-shaped / ledger.Poster: %.2fx   (client + server: %v against %v)\n",
+						float64(base)/float64(cpu(cmp.Poster)), base.Round(time.Microsecond), cpu(cmp.Poster).Round(time.Microsecond))
+				}
+				if cpu(cmp.Ledger) > 0 {
+					fmt.Printf("CPU per transfer, pgbench-shaped / ledger.Post:   %.2fx   (client + server: %v against %v)\n",
+						float64(base)/float64(cpu(cmp.Ledger)), base.Round(time.Microsecond), cpu(cmp.Ledger).Round(time.Microsecond))
+				}
+			}
 		}
 	} else {
 		res, err := ledgerbench.Ledger(ctx, pool, o)
