@@ -48,9 +48,8 @@ RETURNS TABLE (outcome text, detail text, transaction_id bigint, posted_at times
 LANGUAGE plpgsql
 -- As ledger_post_general, and for two rows neither a bitmap scan (the
 -- accounts are locked through a plain scan of the primary key, which
--- yields them in id order, no sort) nor a hash or merge join: a hash join
--- allocated its table on every call, about a tenth of the call's CPU in
--- malloc and page faults.
+-- yields them in id order, no sort) nor a hash or merge join (a hash join
+-- allocates its table on every call; docs/pitfalls.md).
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
 SET enable_bitmapscan = off
