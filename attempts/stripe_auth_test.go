@@ -90,7 +90,7 @@ func TestStripeWrongKeyAttemptWaitsThenSucceedsOnce_R5_R12_R14(t *testing.T) {
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	newStripe := func(key string) *stripe.Provider {
-		p, err := stripe.New(stripe.Config{APIKey: stripe.Secret(key), BaseURL: base, Logger: log,
+		p, err := stripe.New(stripe.Config{APIKey: providers.Secret(key), BaseURL: base, Logger: log,
 			HTTP: providers.HTTPSettings{ConnectTimeout: time.Second, ReadTimeout: 10 * time.Second}})
 		require.NoError(t, err)
 		return p

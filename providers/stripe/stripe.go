@@ -53,18 +53,14 @@ const DefaultConsistencyWindow = time.Hour
 // reference on every object saldo creates (R13).
 const MetadataReference = "saldo_reference"
 
-// Secret is a credential: providers.Secret, which never prints (fmt, slog
-// and JSON show "[redacted]"). The name stays for the adapter's callers.
-type Secret = providers.Secret
-
 // Config configures the adapter.
 type Config struct {
 	// APIKey is the secret key (sk_live_..., sk_test_... or a restricted
 	// rk_ key). Required. Sent only in the Authorization header.
-	APIKey Secret
+	APIKey providers.Secret
 	// WebhookSecret is the endpoint's signing secret (whsec_...). Without
 	// it every webhook is refused.
-	WebhookSecret Secret
+	WebhookSecret providers.Secret
 	// BaseURL of the API (default DefaultBaseURL); tests and staging point
 	// it at stripe-mock or a fake.
 	BaseURL string
