@@ -307,8 +307,8 @@ func (s *Service) prepareCreate(ctx context.Context, req PayoutRequest) (createR
 		return createReq{}, err
 	}
 	req.Destination = dest
-	if len(req.ClientKey) > 255 {
-		return createReq{}, invalid("client_key", "longer than 255 characters")
+	if err := checkClientKey(req.ClientKey); err != nil {
+		return createReq{}, err
 	}
 	if err := checkCurrency("currency", req.Operation, dest, req.Amount.Currency()); err != nil {
 		return createReq{}, err
@@ -457,6 +457,18 @@ func (s *Service) inTx(ctx context.Context, f func(pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, s.pool, f)
 }
 
+// maxClientKey is the longest client key (Idempotency-Key) a create takes.
+const maxClientKey = 255
+
+// checkClientKey refuses a client key longer than maxClientKey, before
+// anything is written or looked up.
+func checkClientKey(key string) error {
+	if len(key) > maxClientKey {
+		return invalid("client_key", "longer than %d characters", maxClientKey)
+	}
+	return nil
+}
+
 // claimClientKey records (merchant, key, hash) or finds what the key
 // created before. It returns the existing object id when the same request
 // was made before, ErrIdempotencyConflict for a different request, and ""
@@ -467,8 +479,8 @@ func (s *Service) claimClientKey(ctx context.Context, tx pgx.Tx, merchantID, key
 	if key == "" {
 		return "", nil
 	}
-	if len(key) > 255 {
-		return "", invalid("client_key", "longer than 255 characters")
+	if err := checkClientKey(key); err != nil {
+		return "", err
 	}
 	tag, err := tx.Exec(ctx, `INSERT INTO payout_requests (merchant_id, client_key, request_hash, object_kind, object_id, created_at)
 		VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`, merchantID, key, hash, kind, newID, s.clock.Now())
@@ -488,18 +500,18 @@ func (s *Service) claimClientKey(ctx context.Context, tx pgx.Tx, merchantID, key
 // replayClientKey finds what an earlier request with this client key
 // created: its object id when the request was the same, "" when the key
 // was never used, ErrIdempotencyConflict for another request. Create paths
-// ask it before anything that depends on the merchant's state or on
-// configuration (balance, routing): a repeat of a request that was
-// accepted must get what it created, even though the first request's own
-// reserve has since taken the balance it was checked against (a retry
-// after a 503 on another process, whose account cache is empty). The claim
-// in the opening transaction stays what settles races.
+// ask it (answerFromKey) when a check that depends on the merchant's state
+// or on configuration (balance, routing) refuses: a repeat of a request
+// that was accepted must get what it created, even though the first
+// request's own reserve has since taken the balance it was checked against
+// (a retry after a 503 on another process, whose account cache is empty).
+// The claim in the opening transaction stays what settles races.
 func (s *Service) replayClientKey(ctx context.Context, db dbtx, merchantID, key string, hash []byte, kind string) (string, error) {
 	if key == "" {
 		return "", nil
 	}
-	if len(key) > 255 {
-		return "", invalid("client_key", "longer than 255 characters")
+	if err := checkClientKey(key); err != nil {
+		return "", err
 	}
 	var prevHash []byte
 	var prevKind, objectID string

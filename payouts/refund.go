@@ -71,8 +71,8 @@ func (s *Service) CreateRefund(ctx context.Context, req RefundRequest) (Payout, 
 	} else if err := validateCommon(money.MustParse("1", "BRL"), req.Description, req.Metadata); err != nil {
 		return Payout{}, err
 	}
-	if len(req.ClientKey) > 255 {
-		return Payout{}, invalid("client_key", "longer than 255 characters")
+	if err := checkClientKey(req.ClientKey); err != nil {
+		return Payout{}, err
 	}
 	amountPart := "full"
 	if !full {

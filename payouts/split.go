@@ -138,8 +138,8 @@ func (s *Service) CreateSplit(ctx context.Context, req SplitRequest) (Split, err
 	if err != nil {
 		return Split{}, invalid("legs", "%v", err)
 	}
-	if len(req.ClientKey) > 255 {
-		return Split{}, invalid("client_key", "longer than 255 characters")
+	if err := checkClientKey(req.ClientKey); err != nil {
+		return Split{}, err
 	}
 	hash := intent.RequestHash(hashParts...)
 	// The routes, a provider's encoding or the balance its own reserves
