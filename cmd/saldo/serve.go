@@ -227,7 +227,7 @@ func runServe(ctx context.Context, args []string) error {
 	// A job outlives the longest exchange it makes, so River never cuts a
 	// one-exchange call off (which would only make it unknown, but costs a
 	// lookup).
-	jobTimeout := longestCall + 30*time.Second
+	jobTimeout := longestCall + jobTimeoutSlack
 	if problem := staleCallProblem(*staleCall, *connect, *read, jobTimeout, pixf.enabled(), *pixf.name); problem != "" {
 		problems = append(problems, problem)
 	}
@@ -331,6 +331,10 @@ func runServe(ctx context.Context, args []string) error {
 	})
 }
 
+// jobTimeoutSlack is how much an attempt job's timeout exceeds the longest
+// provider exchange.
+const jobTimeoutSlack = 30 * time.Second
+
 // staleCallMargin is how much --stale-call-after must exceed the longest
 // provider call by. call_started_at is stamped before the mark that lets
 // the call go out commits (a group commit: milliseconds), and the sweeper
@@ -362,8 +366,8 @@ func staleCallProblem(staleCall, connect, read, jobTimeout time.Duration, pixCon
 	longest := connect + providers.DefaultTLSHandshakeTimeout + read
 	what := fmt.Sprintf("connect %s + TLS handshake %s + read %s", connect, providers.DefaultTLSHandshakeTimeout, read)
 	if pixConfigured {
-		what = fmt.Sprintf("the attempt job timeout, %s + 30s: a call to the Pix PSP %q may fetch an OAuth2 token and, "+
-			"after a 401, a new token and send again, cut only by the job's timeout", longest, pixName)
+		what = fmt.Sprintf("the attempt job timeout, %s + %s: a call to the Pix PSP %q may fetch an OAuth2 token and, "+
+			"after a 401, a new token and send again, cut only by the job's timeout", longest, jobTimeout-longest, pixName)
 		longest = jobTimeout
 	}
 	if least := longest + staleCallMargin; staleCall < least {
