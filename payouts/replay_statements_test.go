@@ -124,18 +124,31 @@ func TestAcceptedRefundAndSplitLookNoClientKeyUp_R4(t *testing.T) {
 	refund := func(key string) payouts.RefundRequest {
 		return payouts.RefundRequest{MerchantID: merchant, ChargeID: c.ID, Amount: brl("10.00"), ClientKey: key}
 	}
-	_, err := svc.CreateRefund(e.ctx, refund("")) // warms the service's caches
-	require.NoError(t, err)
+	// keyCostsItsClaimOnly: once create has warmed the service's caches,
+	// a new request with a key makes the statements of one without, plus
+	// the key's claim, and never looks the key up first.
+	keyCostsItsClaimOnly := func(what string, create func(key string) error) {
+		t.Helper()
+		require.NoError(t, create("")) // warms the service's caches
+		var err error
+		unkeyed := rec.during(func() { err = create("") })
+		require.NoError(t, err)
+		keyed := rec.during(func() { err = create(what + "-stmts") })
+		require.NoError(t, err)
+		require.Equal(t, []string{"INSERT INTO payout_requests (merchant_id, client_key, request_hash, object_kind, object_id, created_at) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING"},
+			clientKeyStatements(keyed), "a new %s's key is claimed, never looked up first", what)
+		require.Equal(t, len(unkeyed)+1, len(keyed), "the key costs its claim only; without a key:%s\nwith one:%s",
+			heads(unkeyed), heads(keyed))
+		t.Logf("%s: %d statements without a key, %d with one", what, len(unkeyed), len(keyed))
+	}
 	var r1 payouts.Payout
-	unkeyed := rec.during(func() { _, err = svc.CreateRefund(e.ctx, refund("")) })
-	require.NoError(t, err)
-	keyed := rec.during(func() { r1, err = svc.CreateRefund(e.ctx, refund("refund-stmts")) })
-	require.NoError(t, err)
-	require.Equal(t, []string{"INSERT INTO payout_requests (merchant_id, client_key, request_hash, object_kind, object_id, created_at) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING"},
-		clientKeyStatements(keyed), "a new refund's key is claimed, never looked up first")
-	require.Equal(t, len(unkeyed)+1, len(keyed), "the key costs its claim only; without a key:%s\nwith one:%s",
-		heads(unkeyed), heads(keyed))
-	t.Logf("refund: %d statements without a key, %d with one", len(unkeyed), len(keyed))
+	keyCostsItsClaimOnly("refund", func(key string) error {
+		p, err := svc.CreateRefund(e.ctx, refund(key))
+		if key != "" {
+			r1 = p
+		}
+		return err
+	})
 
 	again, err := svc.CreateRefund(e.ctx, refund("refund-stmts"))
 	require.NoError(t, err)
@@ -154,18 +167,14 @@ func TestAcceptedRefundAndSplitLookNoClientKeyUp_R4(t *testing.T) {
 		return payouts.SplitRequest{MerchantID: merchant, ClientKey: key,
 			Legs: []payouts.SplitLeg{leg("6.00", "a@example.com"), leg("4.00", "b@example.com")}}
 	}
-	_, err = svc.CreateSplit(e.ctx, split("")) // warms the caches of the legs' accounts
-	require.NoError(t, err)
 	var sp payouts.Split
-	unkeyed = rec.during(func() { _, err = svc.CreateSplit(e.ctx, split("")) })
-	require.NoError(t, err)
-	keyed = rec.during(func() { sp, err = svc.CreateSplit(e.ctx, split("split-stmts")) })
-	require.NoError(t, err)
-	require.Equal(t, []string{"INSERT INTO payout_requests (merchant_id, client_key, request_hash, object_kind, object_id, created_at) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING"},
-		clientKeyStatements(keyed), "a new split's key is claimed, never looked up first")
-	require.Equal(t, len(unkeyed)+1, len(keyed), "the key costs its claim only; without a key:%s\nwith one:%s",
-		heads(unkeyed), heads(keyed))
-	t.Logf("split: %d statements without a key, %d with one", len(unkeyed), len(keyed))
+	keyCostsItsClaimOnly("split", func(key string) error {
+		p, err := svc.CreateSplit(e.ctx, split(key))
+		if key != "" {
+			sp = p
+		}
+		return err
+	})
 
 	againSp, err := svc.CreateSplit(e.ctx, split("split-stmts"))
 	require.NoError(t, err)
