@@ -94,8 +94,11 @@ func TestReportByReferenceMustMatch_R17(t *testing.T) {
 			require.True(t, got.Review)
 			require.Zero(t, h.owner.count(a.ID), "no ledger move")
 			require.Equal(t, float64(1), testCounter(h.metrics.Mismatches))
-			// A mismatching late report on a final attempt is no divergence
-			// either: it is not the provider's word about our operation.
+			// A late success report on an attempt resolved failed is a
+			// divergence whatever amount, currency or operation it names
+			// (its provider says money left under our reference after the
+			// reserve was released: R19, R22), and still a mismatch that
+			// moves nothing; another provider's report is neither.
 			b := unknownAttempt(t, h)
 			h.clock.Advance(3 * time.Minute)
 			h.psp.mu.Lock()
@@ -105,10 +108,26 @@ func TestReportByReferenceMustMatch_R17(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, StatusFailed, h.get(b.ID).Status)
 			in.Reference = b.Reference
+			finals := h.owner.count(b.ID) // its failure, told once
 			_, err = h.svc.ResolveByReference(h.ctx, in)
 			require.ErrorIs(t, err, ErrReportMismatch)
-			require.Nil(t, h.get(b.ID).DivergedAt)
-			h.requireNoViolations()
+			got = h.get(b.ID)
+			require.Equal(t, StatusFailed, got.Status, "final status kept (R9)")
+			if tc.name == "provider" {
+				require.Nil(t, got.DivergedAt)
+			} else {
+				require.NotNil(t, got.DivergedAt)
+				require.True(t, got.Review)
+			}
+			require.Equal(t, finals, h.owner.count(b.ID), "the owner is told nothing more: no ledger move")
+			vs, err := Verify(h.ctx, h.pool)
+			require.NoError(t, err)
+			if tc.name == "provider" {
+				require.Empty(t, vs)
+			} else {
+				require.Len(t, vs, 1)
+				require.Equal(t, "diverged", vs[0].Code, "audit verify reports it until a human settles it")
+			}
 		})
 	}
 	// Everything matching (amounts compared as numbers): it resolves.

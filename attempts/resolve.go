@@ -208,6 +208,17 @@ func (s *Service) applyReport(ctx context.Context, tx pgx.Tx, after *afterCommit
 		// A report about another provider's, operation's or amount's
 		// operation is not the provider's word about ours (finding 4).
 		if na, err := s.checkReport(ctx, tx, after, a, actor, r); err != nil {
+			if errors.Is(err, ErrReportMismatch) && a.Status == StatusFailed && r.State == providers.StateSucceeded &&
+				(r.Provider == "" || r.Provider == a.Provider) {
+				// But the provider we sent it to says money left under
+				// our reference after the attempt was failed and its
+				// reserve released: whatever amount or operation it
+				// names, the divergence is recorded as well (review,
+				// audit verify, no retry: R6, R19, R22); nothing moves.
+				if cerr := s.lateConflict(ctx, tx, after, na, actor, string(r.State)); cerr != nil {
+					return na, false, cerr
+				}
+			}
 			return na, false, err
 		}
 	}
@@ -931,12 +942,28 @@ type manualVerdict struct {
 // failed now (ResolveManually's rules). fresh is a lookup just made for this
 // decision (nil when none was), sent at freshAsked. A "not found" counts
 // only if the provider was asked past the consistency window (R16): the
-// time it was asked, not the time its answer came, is compared.
+// time it was asked, not the time its answer came, is compared. A call
+// whose answer is not recorded refuses it until StaleCallAfter after the
+// call started, and the window then counts from there.
 func (s *Service) manualFailVerdict(ctx context.Context, db DB, a Attempt, fresh *providers.LookupResult, freshAsked time.Time) (manualVerdict, error) {
+	now := s.clock.Now()
+	// Counted from the latest moment the request could still have been on
+	// its way, as notFoundFailure counts it (R16).
+	ref := absenceFrom(a)
 	if a.CallInFlight() {
-		return manualVerdict{manualRefuse, fmt.Sprintf("call %d started at %s and its answer is not recorded: it is in flight "+
-			"and the provider may be paying it; wait for its answer (or for the sweeper to make the attempt unknown and a lookup to decide)",
-			a.CallCount, fmtTime(a.CallStartedAt))}, nil
+		// A call whose answer is not recorded may still be on its way
+		// until it has lasted as long as any call can (StaleCallAfter,
+		// R11). After that it is over, answered or not: a process that
+		// died mid-call never records it, and refusing for ever would
+		// leave the reserve to no one's decision (R18, R25).
+		if a.CallStartedAt == nil || now.Before(a.CallStartedAt.Add(s.cfg.StaleCallAfter)) {
+			return manualVerdict{manualRefuse, fmt.Sprintf("call %d started at %s and its answer is not recorded: it is in flight "+
+				"and the provider may be paying it until %s after it started; wait for its answer (or for the sweeper to make "+
+				"the attempt unknown and a lookup to decide)", a.CallCount, fmtTime(a.CallStartedAt), s.cfg.StaleCallAfter)}, nil
+		}
+		if end := a.CallStartedAt.Add(s.cfg.StaleCallAfter); end.After(ref) {
+			ref = end
+		}
 	}
 	if a.CallCount == 0 && !a.Acknowledged() {
 		return manualVerdict{decision: manualAllow}, nil
@@ -946,9 +973,7 @@ func (s *Service) manualFailVerdict(ctx context.Context, db DB, a Attempt, fresh
 		return manualVerdict{manualRefuse, fmt.Sprintf("provider %q is not configured in this process: its consistency window is unknown", a.Provider)}, nil
 	}
 	caps := prov.Capabilities()
-	ref := absenceFrom(a)
 	ready := ref.Add(caps.ConsistencyWindow)
-	now := s.clock.Now()
 	if now.Before(ready) {
 		return manualVerdict{manualRefuse, fmt.Sprintf("the provider's consistency window (%s) since the last call or since the attempt became "+
 			"unknown ends at %s: before it, no lookup can prove the operation absent (R16); record the decision again after it",

@@ -831,12 +831,38 @@ func (s *Service) matchGroup(ctx context.Context, st *runState, ls []line, a, ot
 	if len(moved) > 0 {
 		l = moved[0]
 	}
-	if field, said, want := mismatch(l, *a); field != "" {
+	field, said, want := mismatch(l, *a)
+	if field != "" {
 		out = append(out, finding{kind: KindAmountMismatch, day: d, fingerprint: key, reference: a.Reference,
 			providerID: l.ProviderID, attempt: a, currency: a.Currency,
 			detail: fmt.Sprintf("the statement says %s %q for %s %s (reference %s), saldo says %q", field, said,
 				a.Kind, a.SubjectID, a.Reference, want),
 			provider: linesSide(ls), our: our})
+	}
+	if a.Status == attempts.StatusFailed && len(moved) > 0 {
+		// Money moved under the reference of an attempt saldo failed,
+		// whatever amount or operation the line names: the reserve went
+		// back (or the charge was never credited) while the money left.
+		// A mismatch found above does not make it any less critical.
+		out = append(out, finding{kind: KindPaidButFailed, day: d, fingerprint: opFingerprint(ref, l), reference: a.Reference,
+			providerID: l.ProviderID, attempt: a, currency: a.Currency,
+			detail: fmt.Sprintf("the provider moved %s %s for %s %s (operation %s) but saldo resolved its attempt failed "+
+				"(by %s) and released or never credited the money: a human settles it; nothing moves automatically",
+				l.Amount, l.Currency, a.Kind, a.SubjectID, l.ProviderID, a.ResolvedBy),
+			provider: linesSide(ls), our: our})
+		if !a.Diverged {
+			// The attempts core records the divergence on the attempt and
+			// puts it in the review queue, also when the line's amount or
+			// operation differs; its final status and the ledger stay as
+			// they are (R9).
+			if _, err := s.report(ctx, st, *a, l); err != nil && !errors.Is(err, attempts.ErrReportMismatch) &&
+				!errors.Is(err, attempts.ErrProviderIDMismatch) {
+				return nil, false, err
+			}
+		}
+		return out, false, nil
+	}
+	if field != "" {
 		if a.Status.Open() && !a.Review {
 			// The attempts core checks the report too: it flags the
 			// attempt for review and moves nothing.
@@ -876,22 +902,6 @@ func (s *Service) matchGroup(ctx context.Context, st *runState, ls []line, a, ot
 				resolvedReason: fmt.Sprintf("resolved %s through the attempts core by run %s (statement of %s)",
 					res.Attempt.Status, st.run.ID, d.Format(time.DateOnly))})
 			return out, true, nil
-		}
-	case a.Status == attempts.StatusFailed && len(moved) > 0:
-		out = append(out, finding{kind: KindPaidButFailed, day: d, fingerprint: opFingerprint(ref, l), reference: a.Reference,
-			providerID: l.ProviderID, attempt: a, currency: a.Currency,
-			detail: fmt.Sprintf("the provider moved %s %s for %s %s (operation %s) but saldo resolved its attempt failed "+
-				"(by %s) and released or never credited the money: a human settles it; nothing moves automatically",
-				l.Amount, l.Currency, a.Kind, a.SubjectID, l.ProviderID, a.ResolvedBy),
-			provider: linesSide(ls), our: our})
-		if !a.Diverged {
-			// The attempts core records the divergence on the attempt and
-			// puts it in the review queue; its final status and the
-			// ledger stay as they are (R9).
-			if _, err := s.report(ctx, st, *a, l); err != nil && !errors.Is(err, attempts.ErrReportMismatch) &&
-				!errors.Is(err, attempts.ErrProviderIDMismatch) {
-				return nil, false, err
-			}
 		}
 	case a.Status == attempts.StatusSucceeded && len(moved) == 0:
 		out = append(out, finding{kind: KindMissingAtProvider, day: d, fingerprint: "att:" + a.ID.String(),
