@@ -95,7 +95,9 @@ func (o Outcome) Status() Status {
 //     409, in_flight or duplicate: in flight;
 //   - 2xx: by the reported state (succeeded, processing, failed), unknown
 //     when the body named no state;
-//   - 4xx (except 408 and 425, which are unknown): failed;
+//   - an unknown refinement of a non-2xx (the answer says nothing about
+//     the operation): unknown;
+//   - 4xx (except 408, 424 and 425, which are unknown): failed;
 //   - 5xx and anything else: unknown.
 func Classify(r providers.SubmitResult) Outcome {
 	ex := r.Exchange
@@ -132,6 +134,8 @@ func Classify(r providers.SubmitResult) Outcome {
 		return OutcomeRateLimited
 	case code == 409 || r.Refinement == providers.RefineInFlight || r.Refinement == providers.RefineDuplicate:
 		return OutcomeInFlight
+	case r.Refinement == providers.RefineUnknown && !is2xx:
+		return OutcomeUnknown
 	}
 	if is2xx {
 		if r.Refinement == providers.RefineDeclined {
@@ -148,7 +152,10 @@ func Classify(r providers.SubmitResult) Outcome {
 		return OutcomeUnknown
 	}
 	if code >= 400 && code < 500 {
-		if code == 408 || code == 425 {
+		// 408 Request Timeout, 424 Failed Dependency (Stripe: "a failure
+		// in a dependency external to Stripe") and 425 Too Early say
+		// nothing about what the provider did.
+		if code == 408 || code == 424 || code == 425 {
 			return OutcomeUnknown
 		}
 		return OutcomeFailed

@@ -43,6 +43,9 @@ func TestClassifyTable(t *testing.T) {
 		{"404", res(true, nil, 404, "", ""), OutcomeFailed},
 		{"408 request timeout", res(true, nil, 408, "", ""), OutcomeUnknown},
 		{"425 too early", res(true, nil, 425, "", ""), OutcomeUnknown},
+		{"424 failed dependency", res(true, nil, 424, "", ""), OutcomeUnknown},
+		{"400 unknown refinement (Stripe api_error)", res(true, nil, 400, providers.RefineUnknown, ""), OutcomeUnknown},
+		{"402 unknown refinement", res(true, nil, 402, providers.RefineUnknown, ""), OutcomeUnknown},
 		{"409 in flight", res(true, nil, 409, "", ""), OutcomeInFlight},
 		{"409 duplicate (Pix PUT)", res(true, nil, 409, providers.RefineDuplicate, ""), OutcomeInFlight},
 		{"400 in_flight refinement", res(true, nil, 400, providers.RefineInFlight, ""), OutcomeInFlight},
@@ -78,9 +81,9 @@ func TestClassifyTable(t *testing.T) {
 // rules that keep money safe, whatever the table says.
 func TestClassifyExhaustive(t *testing.T) {
 	t.Parallel()
-	codes := []int{0, 100, 200, 201, 202, 204, 301, 302, 400, 401, 402, 403, 404, 408, 409, 410, 422, 425, 429, 500, 501, 502, 503, 504, 599}
+	codes := []int{0, 100, 200, 201, 202, 204, 301, 302, 400, 401, 402, 403, 404, 408, 409, 410, 422, 424, 425, 429, 500, 501, 502, 503, 504, 599}
 	refs := []providers.Refinement{providers.RefineNone, providers.RefineDeclined, providers.RefineInFlight,
-		providers.RefineDuplicate, providers.RefineKeyMisuse, providers.RefineRateLimited, providers.RefineAuthRefused}
+		providers.RefineDuplicate, providers.RefineKeyMisuse, providers.RefineRateLimited, providers.RefineAuthRefused, providers.RefineUnknown}
 	states := []providers.State{"", providers.StateSucceeded, providers.StateProcessing, providers.StateFailed, "weird"}
 	seen := map[Outcome]bool{}
 	for _, wrote := range []bool{false, true} {
@@ -124,6 +127,11 @@ func TestClassifyExhaustive(t *testing.T) {
 						if wrote && err == nil && code >= 500 && ref != providers.RefineKeyMisuse &&
 							ref != providers.RefineRateLimited && ref != providers.RefineInFlight && ref != providers.RefineDuplicate {
 							require.Equal(t, OutcomeUnknown, o, name)
+						}
+						// An answer that says nothing about the operation is never final (R1).
+						if (ref == providers.RefineUnknown && !is2xx) || code == 408 || code == 424 || code == 425 {
+							require.NotEqual(t, OutcomeFailed, o, name)
+							require.NotEqual(t, OutcomeSucceeded, o, name)
 						}
 						if ref == providers.RefineKeyMisuse && wrote && err == nil && code != 0 {
 							require.Equal(t, OutcomeKeyMisuse, o, name)

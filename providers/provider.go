@@ -355,6 +355,11 @@ const (
 	// operator must fix the configuration, then the same request (same key,
 	// same bytes) may go out again.
 	RefineAuthRefused Refinement = "auth_refused"
+	// RefineUnknown: an error answer that does not say what happened to
+	// the operation (Stripe's api_error, "any other type of problem",
+	// whatever its status): never a definitive failure, whatever the
+	// status code; resolved by lookup like a 5xx.
+	RefineUnknown Refinement = "unknown"
 )
 
 // SubmitResult is the outcome of one Submit: the raw exchange plus what the

@@ -44,10 +44,10 @@ const listLimit = 100
 // again) report the one that moved money first, as the sim does.
 func (p *Provider) Lookup(ctx context.Context, op providers.Operation, reference string) (providers.LookupResult, error) {
 	q := url.Values{}
-	var path string
+	path, want := "", objectList
 	switch op {
 	case providers.OpCardCharge:
-		path = "/v1/payment_intents/search"
+		path, want = "/v1/payment_intents/search", objectSearch
 		q.Set("query", fmt.Sprintf("metadata['%s']:'%s'", MetadataReference, searchEscape(reference)))
 		q.Set("limit", strconv.Itoa(listLimit))
 	case providers.OpAccountTransfer:
@@ -84,7 +84,7 @@ func (p *Provider) Lookup(ctx context.Context, op providers.Operation, reference
 		res.Exchange.Err = fmt.Errorf("%w: %s: HTTP %d is not a list", ErrInconclusive, path, ex.StatusCode)
 		return res, nil
 	}
-	views, hasMore, err := parseList(op, ex.Body)
+	views, hasMore, err := parseList(op, want, ex.Body)
 	if err != nil {
 		res.Exchange.Err = fmt.Errorf("%w: %s: %w", ErrInconclusive, path, err)
 		return res, nil
@@ -127,31 +127,47 @@ func searchEscape(s string) string {
 	return strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s)
 }
 
-// list is a Stripe list or search result with raw objects.
+// list is a Stripe list or search result with raw objects. Data and
+// HasMore are pointers so that an answer without them (or with them null)
+// is told from an empty, complete list.
 type list struct {
-	Object  string            `json:"object"`
-	Data    []json.RawMessage `json:"data"`
-	HasMore bool              `json:"has_more"`
+	Object  string             `json:"object"`
+	Data    *[]json.RawMessage `json:"data"`
+	HasMore *bool              `json:"has_more"`
 }
 
-// parseList reads a list (or search result) of op's objects.
-func parseList(op providers.Operation, body []byte) ([]view, bool, error) {
+// The object names of Stripe's list and search answers.
+const (
+	objectList   = "list"
+	objectSearch = "search_result"
+)
+
+// parseList reads a list (object "list") or search result (object
+// "search_result"), as want says, of op's objects. An answer of the other
+// kind, or without its data array or has_more, is an error: only a
+// readable, complete answer may say an object is absent (R16).
+func parseList(op providers.Operation, want string, body []byte) ([]view, bool, error) {
 	var l list
 	if err := json.Unmarshal(body, &l); err != nil {
 		return nil, false, err
 	}
-	if l.Object != "list" && l.Object != "search_result" {
-		return nil, false, fmt.Errorf("not a list (object %q)", l.Object)
+	switch {
+	case l.Object != want:
+		return nil, false, fmt.Errorf("not a %s (object %q)", want, l.Object)
+	case l.Data == nil:
+		return nil, false, fmt.Errorf("a %s without its data array", want)
+	case l.HasMore == nil:
+		return nil, false, fmt.Errorf("a %s without has_more", want)
 	}
-	out := make([]view, 0, len(l.Data))
-	for _, raw := range l.Data {
+	out := make([]view, 0, len(*l.Data))
+	for _, raw := range *l.Data {
 		v, ok := parseObject(op, raw)
 		if !ok {
 			return nil, false, fmt.Errorf("unreadable %s in list", op)
 		}
 		out = append(out, v)
 	}
-	return out, l.HasMore, nil
+	return out, *l.HasMore, nil
 }
 
 // lastID is the id of the last object of a list, for starting_after.

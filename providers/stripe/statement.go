@@ -72,7 +72,7 @@ func (p *Provider) Statement(ctx context.Context, day time.Time) ([]providers.St
 			if ex.StatusCode != http.StatusOK {
 				return nil, fmt.Errorf("%w: %s %s: status %d", ErrStatement, start.Format(time.DateOnly), path, ex.StatusCode)
 			}
-			views, more, err := parseList(op, ex.Body)
+			views, more, err := parseList(op, objectList, ex.Body)
 			if err != nil {
 				return nil, fmt.Errorf("%w: %s %s: %w", ErrStatement, start.Format(time.DateOnly), path, err)
 			}

@@ -47,8 +47,9 @@ const (
 //   - any other 4xx with Stripe-Should-Retry: true: Stripe kept nothing for
 //     the key and says the same request may succeed, so it is not a
 //     definitive failure: RefineRateLimited (same key, after backoff);
-//   - 5xx, api_error, a cut connection after the write: no refinement; the
-//     classifier says unknown and the resolver looks it up (R14). A 500 is
+//   - 5xx, a cut connection after the write: no refinement; api_error at
+//     any status and 424: RefineUnknown; the classifier says unknown and
+//     the resolver looks it up (R14). A 500 is
 //     stored under the key and replayed, so re-sending would not help;
 //     Stripe-Should-Retry does not change that;
 //   - Idempotent-Replayed: true is read like the first answer.
@@ -118,6 +119,11 @@ func (p *Provider) refine(ex providers.Exchange, e *stripego.Error) providers.Re
 		return providers.RefineAuthRefused
 	case status >= 500:
 		return providers.RefineNone
+	case typ == stripego.ErrorTypeAPI || status == http.StatusFailedDependency:
+		// "Any other type of problem" and "a failure in a dependency
+		// external to Stripe" say nothing about the operation, whatever
+		// the status: never failed (R1, R2).
+		return providers.RefineUnknown
 	case typ == stripego.ErrorTypeCard:
 		return providers.RefineDeclined
 	case status >= 400 && ex.Header.Get(ShouldRetryHeader) == "true":
