@@ -57,11 +57,12 @@ type payoutViewJSON struct {
 }
 
 func payoutViewJSONOf(v payouts.View) payoutViewJSON {
-	// payouts.View.NeedsAttention follows the attempt's review flag, which
-	// stays set after an operator resolved it: only an open payout needs
-	// attention.
+	// payouts.View.NeedsAttention is the current attempt open and in
+	// review, or an attempt the provider reported paid after it was
+	// resolved failed (an unsettled divergence: a failed payout whose
+	// money left needs a human as much as an open one).
 	out := payoutViewJSON{PayoutJSON: payoutJSON(v.Payout), Attempts: []attemptJSON{},
-		NeedsAttention: v.NeedsAttention && v.Status == payouts.StatusProcessing}
+		NeedsAttention: v.NeedsAttention}
 	for _, a := range v.Attempts {
 		aj := attemptJSON{ID: a.ID.String(), Kind: string(v.Kind), SubjectID: v.ID, Provider: v.Provider,
 			Operation: string(v.Operation), Reference: a.Reference, Status: string(a.Status), ProviderID: a.ProviderID,

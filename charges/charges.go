@@ -459,7 +459,7 @@ func (s *Service) Create(ctx context.Context, req ChargeRequest) (Charge, error)
 	cur := req.Amount.Currency()
 	hash := intent.RequestHash(req.Kind, req.Amount.Format(), cur.Code(), req.CardToken, int64(req.PixExpiresIn/time.Second),
 		req.PayerName, req.PayerTaxID, req.Description, req.Metadata, req.Splits)
-	rule, b, err := s.prepareCreate(ctx, req)
+	rule, b, err := s.prepareCreate(ctx, req, hash)
 	if err != nil {
 		// Refused before its transaction for something that may have
 		// changed since a first request with this key was accepted (the
@@ -624,8 +624,12 @@ func (s *Service) claimClientKey(ctx context.Context, tx pgx.Tx, merchantID, key
 // transaction (a provider that takes it, the merchant and split recipients,
 // the fee rule and breakdown, the provider's encoding) and makes the
 // accounts a credit touches. Nothing it refuses leaves a row (nor a ledger
-// account) behind.
-func (s *Service) prepareCreate(ctx context.Context, req ChargeRequest) (FeeRule, Breakdown, error) {
+// account) behind: before it creates an account it asks whether the
+// request's client key (whose request hash is hash) was used, and a used
+// key is an error, which Create answers from the key (a repeat, or a
+// conflict that must not open accounts for another request's currency or
+// recipients). Only a request that creates an account pays that statement.
+func (s *Service) prepareCreate(ctx context.Context, req ChargeRequest, hash []byte) (FeeRule, Breakdown, error) {
 	cur := req.Amount.Currency()
 	provider := s.providerFor(req.Kind)
 	if provider == "" {
@@ -654,8 +658,19 @@ func (s *Service) prepareCreate(ctx context.Context, req ChargeRequest) (FeeRule
 	if err := s.checkEncodable(req); err != nil {
 		return FeeRule{}, Breakdown{}, err
 	}
-	return rule, b, s.prepareAccounts(ctx, req.MerchantID, provider, cur, req.Splits)
+	keyUnused := func() error {
+		id, err := s.replayClientKey(ctx, s.pool, req.MerchantID, req.ClientKey, hash)
+		if err == nil && id != "" {
+			err = errClientKeyUsed
+		}
+		return err
+	}
+	return rule, b, s.prepareAccounts(ctx, req.MerchantID, provider, cur, req.Splits, keyUnused)
 }
+
+// errClientKeyUsed: prepareCreate found the request's client key used by
+// an earlier request; Create answers from the key.
+var errClientKeyUsed = errors.New("charges: client key used before")
 
 // replayClientKey finds the charge an earlier request with this client key
 // created: its id when the request was the same, "" when the key was never
@@ -699,16 +714,25 @@ func (s *Service) requireMerchant(ctx context.Context, field, merchantID string)
 
 // prepareAccounts makes sure every account a credit of this charge touches
 // exists, committed on its own BEFORE the opening transaction, and caches
-// the ids: no transaction ever waits for a second pool connection.
-func (s *Service) prepareAccounts(ctx context.Context, merchantID, provider string, cur money.Currency, splits []SplitRule) error {
+// the ids: no transaction ever waits for a second pool connection. Before
+// it creates the first one it calls mayCreate, whose error it returns.
+func (s *Service) prepareAccounts(ctx context.Context, merchantID, provider string, cur money.Currency, splits []SplitRule,
+	mayCreate func() error) error {
 	specs := []ledger.AccountSpec{ledger.MerchantAvailable(merchantID, cur), ledger.ProviderClearing(provider, cur),
 		ledger.PlatformFees(cur)}
 	for _, sp := range splits {
 		specs = append(specs, ledger.MerchantAvailable(sp.RecipientID, cur))
 	}
+	asked := false
 	for _, spec := range specs {
 		if _, ok := s.accounts.Load(spec.Code()); ok {
 			continue
+		}
+		if !asked {
+			asked = true
+			if err := mayCreate(); err != nil {
+				return err
+			}
 		}
 		a, err := ledger.EnsureAccount(ctx, s.pool, spec)
 		if err != nil {

@@ -137,7 +137,20 @@ func Fund(ctx context.Context, db ledger.DBTX, f Funding) (ledger.Transaction, e
 		return ledger.Transaction{}, err
 	}
 	cur := f.Amount.Currency()
-	avail, err := ledger.EnsureAccount(ctx, db, ledger.MerchantAvailable(f.MerchantID, cur))
+	spec := ledger.MerchantAvailable(f.MerchantID, cur)
+	if f.Amount.Decimal().IsNegative() {
+		// Nothing can be taken from an account that was never opened (and
+		// no funding of this key was posted to it): refused before the
+		// account is created, so a refused request writes nothing.
+		_, err := ledger.AccountByCode(ctx, db, spec.Code())
+		if errors.Is(err, ledger.ErrAccountNotFound) {
+			return ledger.Transaction{}, &ledger.InsufficientFundsError{AccountCode: spec.Code()}
+		}
+		if err != nil {
+			return ledger.Transaction{}, err
+		}
+	}
+	avail, err := ledger.EnsureAccount(ctx, db, spec)
 	if err != nil {
 		return ledger.Transaction{}, err
 	}

@@ -31,7 +31,8 @@ type RefundRequest struct {
 }
 
 // ErrRefundExceedsCharge: the refund would take the sum of succeeded,
-// pending and unknown refunds of the charge past the charged amount. It
+// pending and unknown refunds of the charge (and of failed ones the
+// provider later reported paid) past the charged amount. It
 // matches ErrInvalid (the field is "amount").
 var ErrRefundExceedsCharge = errors.New("payouts: refund exceeds what is still refundable")
 
@@ -40,12 +41,17 @@ var ErrRefundsUnavailable = errors.New("payouts: refunds need Config.Charges")
 
 // refundable is how much of charge c may still be refunded: its amount
 // minus every refund that is processing (pending or unknown at the
-// provider) or succeeded. Called with the charge row locked, so concurrent
-// refunds of one charge serialise on the lock and see each other's rows.
+// provider) or succeeded, or that failed but has an attempt the provider
+// reported paid after it was resolved failed (a divergence, settled or not:
+// the money left, as Retry holds). Called with the charge row locked, so
+// concurrent refunds of one charge serialise on the lock and see each
+// other's rows.
 func (s *Service) refundable(ctx context.Context, tx pgx.Tx, c charges.Charge) (decimal.Decimal, error) {
 	var taken decimal.Decimal
-	if err := tx.QueryRow(ctx, `SELECT coalesce(sum(amount), 0) FROM payouts
-		WHERE charge_id = $1 AND kind = 'refund' AND status IN ('processing', 'succeeded')`, c.ID).Scan(&taken); err != nil {
+	if err := tx.QueryRow(ctx, `SELECT coalesce(sum(p.amount), 0) FROM payouts p
+		WHERE p.charge_id = $1 AND p.kind = 'refund' AND (p.status IN ('processing', 'succeeded')
+			OR EXISTS (SELECT 1 FROM attempts a WHERE a.direction = 'out' AND a.subject_id = p.id
+				AND a.diverged_at IS NOT NULL))`, c.ID).Scan(&taken); err != nil {
 		return decimal.Zero, err
 	}
 	return c.Amount.Decimal().Sub(taken), nil
