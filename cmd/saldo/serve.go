@@ -101,9 +101,11 @@ func runServe(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	env := &envDefaults{}
 	dbURL := databaseURL(fs)
-	readURL := fs.String("read-database-url", os.Getenv("SALDO_READ_DATABASE_URL"),
+	// Its default is read after parsing, never shown by -h: the URL may
+	// carry a password.
+	readURL := fs.String("read-database-url", "",
 		"PostgreSQL URL of a streaming replica of --database-url: balance, statement, ledger, export and console "+
-			"book reads go to it while it is within --read-max-lag ($SALDO_READ_DATABASE_URL)")
+			"book reads go to it while it is within --read-max-lag (default $SALDO_READ_DATABASE_URL)")
 	readMaxLag := fs.Duration("read-max-lag", env.duration("SALDO_READ_MAX_LAG", replica.DefaultMaxLag),
 		"reads go to the primary while the replica may be further behind than this ($SALDO_READ_MAX_LAG)")
 	listen := fs.String("listen", envOr("SALDO_LISTEN", "127.0.0.1:8080"),
@@ -164,6 +166,9 @@ func runServe(ctx context.Context, args []string) error {
 	logLevel := fs.String("log-level", envOr("SALDO_LOG_LEVEL", "info"), "debug, info, warn or error ($SALDO_LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *readURL == "" {
+		*readURL = os.Getenv("SALDO_READ_DATABASE_URL")
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %v", fs.Args())
