@@ -189,8 +189,7 @@ type slotOutcome struct {
 func mixedRun(t *testing.T, batch bool) ([]slotOutcome, *batchRecorder, *ownerRecorder) {
 	ctx := context.Background()
 	pool := testdb.New(t)
-	_, err := pool.Exec(ctx, `CREATE TABLE test_owner_effects (attempt_id uuid NOT NULL, status text NOT NULL, UNIQUE (attempt_id))`)
-	require.NoError(t, err)
+	createOwnerEffects(t, pool)
 	clock := newFakeClock()
 
 	fast := sim.NewServer(sim.Config{Seed: 3, HangFor: 2 * time.Second}).Start()
@@ -488,8 +487,7 @@ func TestConcurrentExecuteSameAttemptSendsOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := testdb.New(t)
-	_, err := pool.Exec(ctx, `CREATE TABLE test_owner_effects (attempt_id uuid NOT NULL, status text NOT NULL, UNIQUE (attempt_id))`)
-	require.NoError(t, err)
+	createOwnerEffects(t, pool)
 	server := sim.NewServer(sim.Config{Seed: 5, NoIdempotency: true}).Start()
 	t.Cleanup(server.Close)
 	prov := server.NewProvider(sim.WithHTTPSettings(providers.HTTPSettings{ConnectTimeout: time.Second, ReadTimeout: time.Second}))

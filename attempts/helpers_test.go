@@ -404,13 +404,19 @@ type harnessOpts struct {
 	tune        func(*Config)
 }
 
+// createOwnerEffects makes the table the test owners record their
+// effects in.
+func createOwnerEffects(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	testdb.CreateTables(t, pool, `CREATE TABLE test_owner_effects (attempt_id uuid NOT NULL, status text NOT NULL,
+		UNIQUE (attempt_id))`, "test_owner_effects")
+}
+
 func setup(t *testing.T, o harnessOpts) *harness {
 	t.Helper()
 	ctx := context.Background()
 	pool := testdb.New(t)
-	_, err := pool.Exec(ctx, `CREATE TABLE test_owner_effects (attempt_id uuid NOT NULL, status text NOT NULL,
-		UNIQUE (attempt_id))`)
-	require.NoError(t, err)
+	createOwnerEffects(t, pool)
 	h := &harness{t: t, ctx: ctx, pool: pool, clock: newFakeClock(), owner: &ownerRecorder{calls: map[uuid.UUID][]Status{}},
 		metrics: NewMetrics()}
 	h.psp = newFakePSP(t, o.plan...)
@@ -429,6 +435,7 @@ func setup(t *testing.T, o harnessOpts) *harness {
 	if o.tune != nil {
 		o.tune(&cfg)
 	}
+	var err error
 	h.svc, err = New(cfg)
 	require.NoError(t, err)
 	for _, k := range Kinds {

@@ -44,8 +44,7 @@ func TestSimSoak(t *testing.T) {
 func simSoak(t *testing.T, noKeys bool) {
 	ctx := context.Background()
 	pool := testdb.New(t)
-	_, err := pool.Exec(ctx, `CREATE TABLE test_owner_effects (attempt_id uuid NOT NULL, status text NOT NULL, UNIQUE (attempt_id))`)
-	require.NoError(t, err)
+	createOwnerEffects(t, pool)
 	clock := newFakeClock()
 	owner := &ownerRecorder{calls: map[uuid.UUID][]Status{}}
 
@@ -84,6 +83,7 @@ func simSoak(t *testing.T, noKeys bool) {
 	prov = server.NewProvider(sim.WithHTTPSettings(providers.HTTPSettings{ConnectTimeout: time.Second,
 		ReadTimeout: 300 * time.Millisecond}))
 
+	var err error
 	svc, err = New(Config{Pool: pool, Providers: map[string]providers.Provider{"sim": prov}, Clock: clock,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), MaxLookups: 500})
 	require.NoError(t, err)

@@ -96,9 +96,7 @@ func TestStripeWrongKeyAttemptWaitsThenSucceedsOnce_R5_R12_R14(t *testing.T) {
 		return p
 	}
 	pool := testdb.New(t)
-	_, err := pool.Exec(ctx, `CREATE TABLE test_owner_effects (attempt_id uuid NOT NULL, status text NOT NULL,
-		UNIQUE (attempt_id))`)
-	require.NoError(t, err)
+	createOwnerEffects(t, pool)
 	clock := newFakeClock()
 	owner := &ownerRecorder{calls: map[uuid.UUID][]Status{}}
 	const wait, openFor = 10 * time.Minute, time.Minute
@@ -117,6 +115,7 @@ func TestStripeWrongKeyAttemptWaitsThenSucceedsOnce_R5_R12_R14(t *testing.T) {
 
 	var a Attempt
 	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var err error
 		a, err = wrong.Open(ctx, tx, OpenParams{Kind: KindCardCharge, SubjectID: newSubject(), Provider: "stripe",
 			Input: providers.OperationInput{Operation: providers.OpCardCharge, Amount: "12.34", Currency: "BRL",
 				CardToken: stripefake.PMVisa}})

@@ -160,6 +160,12 @@ func Verify(ctx context.Context, db DBTX) (Report, error) {
 	return rep, nil
 }
 
+// The checks compare numerics with numeric literals (0::numeric, not 0):
+// pg_catalog has no numeric-integer operator, and an operator with that
+// exact signature created in a schema on the auditor's search path would
+// be chosen over pg_catalog's numeric one reached through a cast, and could
+// call an unbalanced transaction balanced (TestVerifyIgnoresPlantedOperators_R23).
+
 // verifyPostings walks every account's history in sequence order once.
 func verifyPostings(ctx context.Context, db DBTX, rep *Report) error {
 	rows, err := db.Query(ctx, `
@@ -172,7 +178,7 @@ func verifyPostings(ctx context.Context, db DBTX, rep *Report) error {
 			       p.seq <> coalesce(lag(p.seq) OVER w, 0) + 1 AS gap,
 			       coalesce(p.posted_at < lag(p.posted_at) OVER w, false) AS backwards,
 			       p.balance_after <> coalesce(lag(p.balance_after) OVER w, 0) + p.amount AS bad_after,
-			       coalesce(NOT a.allow_negative AND p.balance_after < 0, false) AS negative,
+			       coalesce(NOT a.allow_negative AND p.balance_after < 0::numeric, false) AS negative,
 			       p.hash <> sha256(convert_to(concat_ws('|', 'saldo-ledger-posting-v1',
 			           p.account_id, p.seq, p.transaction_id, p.leg,
 			           trim_scale(p.amount)::text, p.currency, trim_scale(p.balance_after)::text,
@@ -253,7 +259,7 @@ func verifyAccounts(ctx context.Context, db DBTX, rep *Report) error {
 		           OR (a.last_seq > 0 AND lp.balance_after IS DISTINCT FROM a.balance) AS bad_balance,
 		       a.last_seq <> coalesce(s.max_seq, 0)
 		           OR a.last_hash IS DISTINCT FROM coalesce(lp.hash, '\x'::bytea) AS bad_head,
-		       NOT a.allow_negative AND a.balance < 0 AS negative
+		       NOT a.allow_negative AND a.balance < 0::numeric AS negative
 		FROM ledger_accounts a
 		LEFT JOIN (SELECT account_id, sum(amount) AS total, max(seq) AS max_seq
 		           FROM ledger_postings GROUP BY account_id) s ON s.account_id = a.id
@@ -262,7 +268,7 @@ func verifyAccounts(ctx context.Context, db DBTX, rep *Report) error {
 		   OR (a.last_seq > 0 AND lp.balance_after IS DISTINCT FROM a.balance)
 		   OR a.last_seq <> coalesce(s.max_seq, 0)
 		   OR a.last_hash IS DISTINCT FROM coalesce(lp.hash, '\x'::bytea)
-		   OR (NOT a.allow_negative AND a.balance < 0)`)
+		   OR (NOT a.allow_negative AND a.balance < 0::numeric)`)
 	if err != nil {
 		return fmt.Errorf("ledger: verify: accounts: %w", err)
 	}
@@ -300,12 +306,12 @@ func verifyTransactions(ctx context.Context, db DBTX, rep *Report) error {
 	rows, err := db.Query(ctx, `
 		SELECT t.id, coalesce(sum(x.n), 0),
 		       coalesce(string_agg(x.currency || ' ' || x.total::text, ', ' ORDER BY x.currency)
-		                FILTER (WHERE x.total <> 0), '')
+		                FILTER (WHERE x.total <> 0::numeric), '')
 		FROM ledger_transactions t
 		LEFT JOIN (SELECT transaction_id, currency, sum(amount) AS total, count(*) AS n
 		           FROM ledger_postings GROUP BY transaction_id, currency) x ON x.transaction_id = t.id
 		GROUP BY t.id
-		HAVING coalesce(sum(x.n), 0) < 2 OR bool_or(x.total <> 0)
+		HAVING coalesce(sum(x.n), 0::numeric) < 2::numeric OR bool_or(x.total <> 0::numeric)
 		ORDER BY t.id`)
 	if err != nil {
 		return fmt.Errorf("ledger: verify: transactions: %w", err)

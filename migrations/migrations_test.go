@@ -364,3 +364,40 @@ func TestLedgerUpgradeKeepsReplays(t *testing.T) {
 	require.True(t, rep.OK(), "verify: %v", rep.Violations)
 	pool.Close()
 }
+
+// R23, decision 0003: a role that may create objects in the ledger's schema
+// could plant an operator the ledger's SECURITY DEFINER functions would run
+// as the tables' owner (ledger TestApplicationRoleCannotPlantObjectsInTheLedgersSchema_R23).
+// GrantApplicationRole and GrantReadOnlyRole revoke a direct grant, and
+// refuse, naming the fix, a role that may still create there through
+// PUBLIC (PostgreSQL 14 and older granted CREATE on public to PUBLIC, and
+// pg_upgrade keeps it); once PUBLIC's grant is revoked they succeed.
+func TestGrantRefusesARoleThatMayCreateInTheSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := emptyDatabase(t)
+	_, err := migrations.Up(ctx, dbURL, nil)
+	require.NoError(t, err)
+	testdb.AppURL(t, dbURL) // the application role exists
+	conn, err := pgx.Connect(ctx, dbURL)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+
+	_, err = conn.Exec(ctx, `GRANT CREATE ON SCHEMA public TO `+testdb.AppRole)
+	require.NoError(t, err)
+	require.NoError(t, migrations.GrantApplicationRole(ctx, dbURL, testdb.AppRole), "a direct grant is revoked")
+	var create bool
+	require.NoError(t, conn.QueryRow(ctx, `SELECT has_schema_privilege($1, 'public', 'CREATE')`, testdb.AppRole).Scan(&create))
+	require.False(t, create)
+
+	_, err = conn.Exec(ctx, `GRANT CREATE ON SCHEMA public TO PUBLIC`)
+	require.NoError(t, err)
+	err = migrations.GrantApplicationRole(ctx, dbURL, testdb.AppRole)
+	require.ErrorContains(t, err, "may create objects in schema public")
+	require.ErrorContains(t, err, `REVOKE CREATE ON SCHEMA "public" FROM PUBLIC`)
+	require.ErrorContains(t, migrations.GrantReadOnlyRole(ctx, dbURL, testdb.AppRole), "may create objects in schema public")
+
+	_, err = conn.Exec(ctx, `REVOKE CREATE ON SCHEMA public FROM PUBLIC`)
+	require.NoError(t, err)
+	require.NoError(t, migrations.GrantApplicationRole(ctx, dbURL, testdb.AppRole))
+}

@@ -44,6 +44,7 @@ func GrantApplicationRole(ctx context.Context, databaseURL, role string) error {
 			fmt.Sprintf(`REVOKE INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER ON %s FROM %s`, ledger, r),
 			fmt.Sprintf(`GRANT INSERT (%s) ON ledger_accounts TO %s`, accountIdentityColumns, r),
 			fmt.Sprintf(`REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON goose_db_version, river_migration FROM %s`, r),
+			fmt.Sprintf(`REVOKE CREATE ON SCHEMA %s FROM %s`, s, r),
 		}
 	})
 }
@@ -62,6 +63,7 @@ func GrantReadOnlyRole(ctx context.Context, databaseURL, role string) error {
 			fmt.Sprintf(`REVOKE INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER ON ALL TABLES IN SCHEMA %s FROM %s`, s, r),
 			fmt.Sprintf(`REVOKE USAGE, UPDATE ON ALL SEQUENCES IN SCHEMA %s FROM %s`, s, r),
 			fmt.Sprintf(`REVOKE EXECUTE ON FUNCTION ledger_post, ledger_post_general, ledger_post_batch, ledger_lock_accounts FROM %s`, r),
+			fmt.Sprintf(`REVOKE CREATE ON SCHEMA %s FROM %s`, s, r),
 		}
 	})
 }
@@ -108,6 +110,24 @@ func grant(ctx context.Context, databaseURL, role, what string, stmts func(schem
 			return fmt.Errorf("migrations: %s role %q: %s: %w", what, role, q, err)
 		}
 	}
+	// A role that may create objects in the schema can plant an operator
+	// or function there with an exact argument-type match (numeric =
+	// integer has none in pg_catalog), which the ledger's SECURITY DEFINER
+	// functions (their search path pinned to this schema) and the audit's
+	// queries would then resolve and run: an unbalanced posting, run as
+	// the tables' owner. Revoked from the role above; it may still come
+	// from PUBLIC (PostgreSQL 14 and older granted CREATE on public to
+	// PUBLIC, and pg_upgrade keeps it) or from a role it belongs to.
+	var create bool
+	if err := tx.QueryRow(ctx, `SELECT has_schema_privilege($1, $2, 'CREATE')`, role, schema).Scan(&create); err != nil {
+		return fmt.Errorf("migrations: %s role %q: %w", what, role, err)
+	}
+	if create {
+		return fmt.Errorf("migrations: %s role %q may create objects in schema %s (through PUBLIC, as PostgreSQL 14 and "+
+			"older granted on public, or a role it belongs to): an operator or function it created there would run inside "+
+			"the ledger's functions as their owner; revoke it, e.g. REVOKE CREATE ON SCHEMA %s FROM PUBLIC (see docs/runbook.md)",
+			what, role, schema, pgx.Identifier{schema}.Sanitize())
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("migrations: %s role %q: commit: %w", what, role, err)
 	}
@@ -120,7 +140,8 @@ type Privileges struct {
 	Role string
 	// LedgerWritable: it may write the ledger's postings or transactions
 	// directly, around the write functions' checks (it owns them, is a
-	// superuser, or was granted the right): saldo serve warns.
+	// superuser, or was granted the right), or subvert those functions by
+	// creating objects in their schema: saldo serve warns.
 	LedgerWritable bool
 	// OwnsRiver: it may reindex River's job indexes (River's daily
 	// reindexer is turned off otherwise).
@@ -136,7 +157,8 @@ func CallerPrivileges(ctx context.Context, db interface {
 		has_table_privilege('ledger_postings', 'INSERT') OR has_table_privilege('ledger_transactions', 'INSERT')
 		OR has_table_privilege('ledger_postings', 'UPDATE') OR has_table_privilege('ledger_accounts', 'UPDATE')
 		OR coalesce(pg_has_role((SELECT tableowner FROM pg_tables WHERE tablename = 'ledger_postings'
-		                         AND schemaname = current_schema()), 'USAGE'), false),
+		                         AND schemaname = current_schema()), 'USAGE'), false)
+		OR has_schema_privilege((SELECT relnamespace FROM pg_class WHERE oid = 'ledger_postings'::regclass), 'CREATE'),
 		coalesce(pg_has_role((SELECT tableowner FROM pg_tables WHERE tablename = 'river_job'
 		                      AND schemaname = current_schema()), 'USAGE'), false)`).Scan(&p.Role, &p.LedgerWritable, &p.OwnsRiver)
 	if err != nil {

@@ -37,9 +37,7 @@ func TestPerCallPlansForTheTableAsItIsNow(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if _, err := pool.Exec(ctx, `CREATE TABLE `+table+` (id text PRIMARY KEY, v int NOT NULL, filler text NOT NULL)`); err != nil {
-				t.Fatal(err)
-			}
+			testdb.CreateTables(t, pool, `CREATE TABLE `+table+` (id text PRIMARY KEY, v int NOT NULL, filler text NOT NULL)`, table)
 			fill(1, 200)
 			conn, err := pool.Acquire(ctx)
 			if err != nil {

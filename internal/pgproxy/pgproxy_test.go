@@ -24,8 +24,7 @@ func setup(t *testing.T) (direct, proxied *pgxpool.Pool, p *pgproxy.Proxy) {
 	proxied, err = pgxpool.New(ctx, p.URL(url))
 	require.NoError(t, err)
 	t.Cleanup(proxied.Close)
-	_, err = direct.Exec(ctx, `CREATE TABLE proxied (id int PRIMARY KEY)`)
-	require.NoError(t, err)
+	testdb.CreateTables(t, direct, `CREATE TABLE proxied (id int PRIMARY KEY)`, "proxied")
 	return direct, proxied, p
 }
 

@@ -177,7 +177,7 @@ func ensureAppRole(ctx context.Context) error {
 type migrator struct{}
 
 // Hash names the template: the schema's hash, and this helper's grants.
-func (migrator) Hash() (string, error) { return migrations.Hash() + "-app2", nil }
+func (migrator) Hash() (string, error) { return migrations.Hash() + "-app3", nil }
 
 func (migrator) Migrate(ctx context.Context, _ *sql.DB, conf pgtestdb.Config) error {
 	if _, err := migrations.Up(ctx, conf.URL(), nil); err != nil {
@@ -186,18 +186,36 @@ func (migrator) Migrate(ctx context.Context, _ *sql.DB, conf pgtestdb.Config) er
 	if err := ensureAppRole(ctx); err != nil {
 		return err
 	}
-	if err := migrations.GrantApplicationRole(ctx, conf.URL(), AppRole); err != nil {
-		return err
+	// Exactly saldo serve's rights: no CREATE on the schema either (tests
+	// make their own tables with CreateTables).
+	return migrations.GrantApplicationRole(ctx, conf.URL(), AppRole)
+}
+
+// CreateTables runs ddl, which creates tables of a test's own (fixtures,
+// probes), as the server's admin in pool's database, then makes pool's
+// role the owner of each named table. The application role may not create
+// objects in the ledger's schema (migrations.GrantApplicationRole), so
+// tests connected as it make their tables this way.
+func CreateTables(t testing.TB, pool *pgxpool.Pool, ddl string, tables ...string) {
+	t.Helper()
+	ctx := context.Background()
+	var role string
+	if err := pool.QueryRow(ctx, `SELECT current_user`).Scan(&role); err != nil {
+		t.Fatalf("testdb: create tables: %v", err)
 	}
-	// One right beyond saldo serve's: tests make tables of their own
-	// (fixtures, probes), which they then own. None of saldo's.
-	c, err := pgx.Connect(ctx, conf.URL())
+	c, err := pgx.Connect(ctx, AdminURL(t, pool))
 	if err != nil {
-		return fmt.Errorf("testdb: connect to grant %s: %w", AppRole, err)
+		t.Fatalf("testdb: create tables: %v", err)
 	}
-	defer c.Close(context.WithoutCancel(ctx))
-	_, err = c.Exec(ctx, `GRANT CREATE ON SCHEMA public TO `+AppRole)
-	return err
+	defer c.Close(ctx)
+	if _, err := c.Exec(ctx, ddl); err != nil {
+		t.Fatalf("testdb: create tables: %v", err)
+	}
+	for _, table := range tables {
+		if _, err := c.Exec(ctx, `ALTER TABLE `+pgx.Identifier{table}.Sanitize()+` OWNER TO `+pgx.Identifier{role}.Sanitize()); err != nil {
+			t.Fatalf("testdb: create tables: %s: %v", table, err)
+		}
+	}
 }
 
 func config(t testing.TB) pgtestdb.Config {
