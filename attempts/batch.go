@@ -248,31 +248,40 @@ const startSQL = `UPDATE attempts a SET call_count = u.call_no, call_started_at 
 	WHERE a.id = ANY ($1::uuid[]) AND a.id = u.uid AND (a.status = 'pending') IS TRUE AND a.call_count = u.call_no - 1
 		AND a.calls_recorded = u.call_no - 1 AND a.provider_state IS DISTINCT FROM 'processing'
 		AND ` + sendableSQL + `
-	RETURNING a.id`
+	RETURNING a.id, a.call_count`
 
 // startMany marks the calls of a batch in flight in one statement; each
-// answer says whether that attempt's mark took.
+// answer says whether that request's mark took: the attempt's and the
+// call's, so that of two executors of one attempt asking for different
+// calls (one of them read it before a call was recorded) the one whose
+// call number was applied is told so, as one at a time.
 func (s *Service) startMany(ctx context.Context, reqs []startReq) []groupcommit.Result[bool] {
 	out := make([]groupcommit.Result[bool], len(reqs))
 	ids, calls, started := make([]string, len(reqs)), make([]int32, len(reqs)), make([]time.Time, len(reqs))
 	for i, r := range reqs {
 		ids[i], calls[i], started[i] = r.id.String(), int32(r.callNo), r.started
 	}
+	type call struct {
+		id uuid.UUID
+		no int
+	}
 	rows, err := s.pool.Query(ctx, startSQL, pgplan.PerCall, ids, calls, started)
-	marked := map[uuid.UUID]bool{}
+	marked := map[call]bool{}
 	if err == nil {
 		var id uuid.UUID
-		_, err = pgx.ForEachRow(rows, []any{&id}, func() error { marked[id] = true; return nil })
+		var no int32
+		_, err = pgx.ForEachRow(rows, []any{&id, &no}, func() error { marked[call{id, int(no)}] = true; return nil })
 	}
 	for i, r := range reqs {
 		if err != nil {
 			out[i].Err = fmt.Errorf("attempts: mark call in flight: %w", err)
 			continue
 		}
-		// Named twice in a batch: the row was updated once, so only the
-		// first of its executors may call (R12).
-		out[i].Value = marked[r.id]
-		delete(marked, r.id)
+		// Named twice in a batch for the same call: the row was updated
+		// once, so only the first of its executors may call (R12).
+		k := call{r.id, r.callNo}
+		out[i].Value = marked[k]
+		delete(marked, k)
 	}
 	return out
 }

@@ -203,6 +203,15 @@ func (s *Service) executeToUnknown(ctx context.Context, a Attempt, reason string
 		if err != nil {
 			return err
 		}
+		if la.Status != StatusPending || la.CallCount != a.CallCount || la.CallInFlight() != a.CallInFlight() {
+			// Moved since a was read: another executor recorded its call
+			// (a 429 or a not-sent answer keeps it pending, to be sent
+			// again with the same key, R2) or made another. The reason
+			// read from a no longer holds; the row as it stands decides
+			// at the next run.
+			out.Attempt = la
+			return nil
+		}
 		out, err = s.transition(ctx, tx, after, la, change{To: StatusUnknown, Actor: ActorWorker, Reason: reason})
 		return err
 	})

@@ -75,7 +75,9 @@ func TestRiverEndToEnd(t *testing.T) {
 	live := h.psp.srv.URL
 	h.prov.setBase(deadURL(t))
 	refused := h.open(newSubject())
-	require.Eventually(t, func() bool { return h.get(refused.ID).CallCount >= 2 }, 30*time.Second, 10*time.Millisecond)
+	// Two refused calls recorded (call_count counts a call from its mark,
+	// before its dial: waiting on it let call 2 dial the live server).
+	require.Eventually(t, func() bool { return h.get(refused.ID).CallsRecorded >= 2 }, 30*time.Second, 10*time.Millisecond)
 	h.prov.setBase(live)
 	got = waitStatus(refused, StatusSucceeded)
 	require.Equal(t, 1, h.psp.seen(refused.IdempotencyKey))
