@@ -380,7 +380,17 @@ func (s *Service) AttemptsFinal(ctx context.Context, tx pgx.Tx, as []attempts.At
 			return fmt.Errorf("payouts: attempt %s names payout %s: %w", a.ID, a.SubjectID, ErrNotFound)
 		}
 		if p.Status == StatusFailed && p.CurrentAttemptID != nil && *p.CurrentAttemptID == a.ID {
-			if sendAfter, ok := s.next(p, a, now); ok {
+			sendAfter, ok := s.next(p, a, now)
+			if ok {
+				// Like Retry: no new key once an attempt of the payout
+				// is known to have paid (a divergence, settled or not).
+				diverged, err := anyDiverged(ctx, tx, p.ID)
+				if err != nil {
+					return err
+				}
+				ok = !diverged
+			}
+			if ok {
 				np, carry, opened, err := s.openNext(ctx, tx, p, a, sendAfter)
 				if err != nil {
 					return err

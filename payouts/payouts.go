@@ -339,6 +339,16 @@ func (s *Service) readyCreate(ctx context.Context, r createReq) error {
 	return s.prepareAccounts(ctx, r.req.MerchantID, r.provider, r.req.Amount.Currency())
 }
 
+// anyDiverged reports whether the provider reported any attempt of payout
+// id paid after it was resolved failed (a divergence, settled or not): the
+// money left, and no new attempt may be opened for it (R6, R9).
+func anyDiverged(ctx context.Context, tx pgx.Tx, id string) (bool, error) {
+	var diverged bool
+	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM attempts
+		WHERE direction = 'out' AND subject_id = $1 AND diverged_at IS NOT NULL)`, id).Scan(&diverged)
+	return diverged, err
+}
+
 // Retry opens a new attempt, with a NEW key, for a payout whose last attempt
 // failed definitively (R6), reserving the amount again in the same
 // transaction. It fails with ErrNotRetryable unless the payout is failed,
@@ -357,9 +367,8 @@ func (s *Service) Retry(ctx context.Context, merchantID, payoutID string) (Payou
 		// A failed attempt the provider later reported paid (a divergence,
 		// settled or not) is no definitive failure (R6): the money left.
 		// A new attempt would pay the recipient twice.
-		var diverged bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM attempts
-			WHERE direction = 'out' AND subject_id = $1 AND diverged_at IS NOT NULL)`, p.ID).Scan(&diverged); err != nil {
+		diverged, err := anyDiverged(ctx, tx, p.ID)
+		if err != nil {
 			return err
 		}
 		if diverged {
