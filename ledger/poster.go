@@ -158,6 +158,13 @@ func NewPoster(pool *pgxpool.Pool, o PosterOptions) *Poster {
 // If ctx ends before the batch holding the transaction commits, Post
 // returns ctx's error and the transaction may or may not be posted: post
 // the same input again (same idempotency key) to learn which.
+//
+// A batch whose COMMIT answer was lost (a cut connection) may have
+// committed; its transactions are then posted one by one, and a key that
+// batch wrote comes back as a replay of what it wrote: Replayed is set
+// although no earlier request posted the key. The transaction is the one
+// committed, once; only "someone posted this before" cannot be told from
+// "this request's own batch posted it" without a mark in the ledger.
 func (p *Poster) Post(ctx context.Context, in TransactionInput) (Transaction, error) {
 	if err := in.Validate(); err != nil {
 		return Transaction{}, err
