@@ -3,12 +3,9 @@ package api_test
 import (
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/saldo/saldo/attempts"
-	"github.com/saldo/saldo/providers"
 	"github.com/saldo/saldo/providers/sim"
 )
 
@@ -21,18 +18,7 @@ func TestOperatorSettlesADivergence_R19(t *testing.T) {
 	e := setup(t, sim.Config{})
 	p := e.createPix("10.00", "dv-1")
 	a := e.attemptOf(p)
-	require.NoError(t, e.srv.AddFault(sim.FaultRule{Kind: sim.FaultUnavailable, Reference: a.Reference}))
-	r, err := e.att.Execute(e.ctx, a.ID)
-	require.NoError(t, err)
-	require.Equal(t, attempts.StatusUnknown, r.Attempt.Status)
-	e.clock.Advance(time.Hour)
-	rr, err := e.att.Resolve(e.ctx, a.ID)
-	require.NoError(t, err)
-	require.Equal(t, attempts.StatusFailed, rr.Attempt.Status)
-	_, err = e.att.ResolveByReference(e.ctx, attempts.ResolveInput{Reference: a.Reference, Provider: a.Provider,
-		Operation: providers.OpPixTransfer, Amount: "10.00", Currency: "BRL", State: providers.StateSucceeded,
-		ProviderID: "op_late", Source: attempts.SourceWebhook, Actor: "evt_late"})
-	require.NoError(t, err)
+	e.failThenReportPaid(t, a, "10.00", "op_late")
 
 	path := "/v1/attempts/" + a.ID.String() + "/divergence-settlement"
 	res := e.post(path, e.auditor, "dv-s-0", map[string]any{"reason": "x"})

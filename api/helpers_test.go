@@ -334,6 +334,25 @@ func (e *env) createPix(amount, idem string) map[string]any {
 	return r.json(e.t)
 }
 
+// failThenReportPaid makes the Pix transfer's attempt a unknown (a 503),
+// fails it by "not found" past the window (the reserve is released), then
+// has the provider report it paid (a webhook's word): a divergence.
+func (e *env) failThenReportPaid(t *testing.T, a attempts.Attempt, amount, providerID string) {
+	t.Helper()
+	require.NoError(t, e.srv.AddFault(sim.FaultRule{Kind: sim.FaultUnavailable, Reference: a.Reference}))
+	r, err := e.att.Execute(e.ctx, a.ID)
+	require.NoError(t, err)
+	require.Equal(t, attempts.StatusUnknown, r.Attempt.Status)
+	e.clock.Advance(time.Hour)
+	rr, err := e.att.Resolve(e.ctx, a.ID)
+	require.NoError(t, err)
+	require.Equal(t, attempts.StatusFailed, rr.Attempt.Status)
+	_, err = e.att.ResolveByReference(e.ctx, attempts.ResolveInput{Reference: a.Reference, Provider: a.Provider,
+		Operation: providers.OpPixTransfer, Amount: amount, Currency: "BRL", State: providers.StateSucceeded,
+		ProviderID: providerID, Source: attempts.SourceWebhook, Actor: "evt_" + providerID})
+	require.NoError(t, err)
+}
+
 func (e *env) attemptOf(payout map[string]any) attempts.Attempt {
 	e.t.Helper()
 	v, err := e.pay.Get(e.ctx, payout["merchant_id"].(string), payout["id"].(string))

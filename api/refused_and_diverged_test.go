@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/saldo/saldo/attempts"
-	"github.com/saldo/saldo/providers"
 	"github.com/saldo/saldo/providers/sim"
 )
 
@@ -24,19 +23,7 @@ func TestDivergedFailedPayoutNeedsAttention_R9_R19(t *testing.T) {
 	e := setup(t, sim.Config{})
 	p := e.createPix("10.00", "rv-div-1")
 	a := e.attemptOf(p)
-	require.NoError(t, e.srv.AddFault(sim.FaultRule{Kind: sim.FaultUnavailable, Reference: a.Reference}))
-	res, err := e.att.Execute(e.ctx, a.ID)
-	require.NoError(t, err)
-	require.Equal(t, attempts.StatusUnknown, res.Attempt.Status)
-	e.clock.Advance(time.Hour)
-	rr, err := e.att.Resolve(e.ctx, a.ID)
-	require.NoError(t, err)
-	require.Equal(t, attempts.StatusFailed, rr.Attempt.Status)
-
-	_, err = e.att.ResolveByReference(e.ctx, attempts.ResolveInput{Reference: a.Reference, Provider: a.Provider,
-		Operation: providers.OpPixTransfer, Amount: "10.00", Currency: "BRL", State: providers.StateSucceeded,
-		ProviderID: "late_op_1", Source: attempts.SourceWebhook, Actor: "evt_late_1"})
-	require.NoError(t, err)
+	e.failThenReportPaid(t, a, "10.00", "late_op_1")
 
 	v, err := e.pay.Get(e.ctx, "m1", p["id"].(string))
 	require.NoError(t, err)
