@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -144,39 +145,76 @@ func (s *Server) exportDivergencesCSV(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, err)
 		return
 	}
-	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
-	w.Header().Set("Content-Disposition", `attachment; filename="saldo-divergences.csv"`)
-	w.WriteHeader(http.StatusOK)
 	cw := csv.NewWriter(w)
-	_ = cw.Write([]string{"id", "provider", "day", "kind", "severity", "status", "reference", "provider_id",
-		"attempt_id", "subject_id", "currency", "detail", "provider_side", "our_side", "seen_count", "created_at",
-		"last_seen_at", "resolved_at", "resolved_by", "resolution_reason"})
+	started := false
+	start := func() {
+		started = true
+		w.Header().Set("Content-Type", "text/csv; charset=utf-8")
+		w.Header().Set("Content-Disposition", `attachment; filename="saldo-divergences.csv"`)
+		w.WriteHeader(http.StatusOK)
+		_ = cw.Write([]string{"id", "provider", "day", "kind", "severity", "status", "reference", "provider_id",
+			"attempt_id", "subject_id", "currency", "detail", "provider_side", "our_side", "seen_count", "created_at",
+			"last_seen_at", "resolved_at", "resolved_by", "resolution_reason"})
+	}
 	n := 0
+	var clientGone error
 	err = reconcile.Stream(r.Context(), s.pool, f, func(d reconcile.Divergence) error {
+		if !started {
+			start()
+		}
 		j := divergenceJSONOf(d)
 		resolved := ""
 		if j.ResolvedAt != nil {
 			resolved = j.ResolvedAt.Format(time.RFC3339Nano)
 		}
-		if err := cw.Write([]string{j.ID, j.Provider, j.Day, j.Kind, j.Severity, j.Status, j.Reference, j.ProviderID,
-			j.AttemptID, j.SubjectID, j.Currency, j.Detail, string(j.ProviderSide), string(j.OurSide),
-			strconv.Itoa(j.SeenCount), j.CreatedAt.Format(time.RFC3339Nano), j.LastSeenAt.Format(time.RFC3339Nano),
-			resolved, j.ResolvedBy, j.ResolutionReason}); err != nil {
+		// The provider's statement (reference, provider id, what it said)
+		// and operators (the reason) write these texts: csvText keeps a
+		// spreadsheet from reading one as a formula.
+		if err := cw.Write([]string{j.ID, j.Provider, j.Day, j.Kind, j.Severity, j.Status, csvText(j.Reference),
+			csvText(j.ProviderID), j.AttemptID, csvText(j.SubjectID), j.Currency, csvText(j.Detail),
+			csvText(string(j.ProviderSide)), csvText(string(j.OurSide)), strconv.Itoa(j.SeenCount),
+			j.CreatedAt.Format(time.RFC3339Nano), j.LastSeenAt.Format(time.RFC3339Nano), resolved,
+			csvText(j.ResolvedBy), csvText(j.ResolutionReason)}); err != nil {
 			return err
 		}
 		if n++; n%reconcile.MaxPageSize == 0 {
 			cw.Flush()
-			return cw.Error()
+			clientGone = cw.Error()
+			return clientGone
 		}
 		return nil
 	})
-	cw.Flush()
-	if err == nil {
-		err = cw.Error()
-	}
-	if err != nil {
+	// Until the first row an error is a problem answer; after it the
+	// connection is aborted, so that a client cannot take a cut export for
+	// a whole one (as the ledger's exports do).
+	switch {
+	case err != nil && clientGone != nil: // the client went away
+		return
+	case err != nil && !started:
+		s.problem(w, r, err)
+		return
+	case err != nil:
 		s.log.ErrorContext(r.Context(), "api: divergences csv export aborted", "error", err, "rows", n)
+		panic(http.ErrAbortHandler)
 	}
+	if !started {
+		start()
+	}
+	cw.Flush()
+	if cw.Error() != nil {
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// csvText is s as a CSV cell no spreadsheet reads as a formula: a text
+// starting with =, +, -, @, a tab or a carriage return gets a leading
+// apostrophe (OWASP's advice for CSV injection). For text columns only:
+// amounts keep their sign.
+func csvText(s string) string {
+	if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) {
+		return "'" + s
+	}
+	return s
 }
 
 type divergenceResolutionRequest struct {

@@ -123,7 +123,9 @@ func ledgerFundingKey(merchantID, key string) string { return "funding:" + merch
 
 // Fund posts the adjustment as one balanced ledger transaction. A negative
 // adjustment larger than the available balance fails with
-// ledger.ErrInsufficientFunds and writes nothing.
+// ledger.ErrInsufficientFunds and writes nothing. A repeat of f.Key with the
+// same amount and reason returns the original (Replayed); with another
+// amount, currency or reason it is a *ledger.IdempotencyConflictError.
 func Fund(ctx context.Context, db ledger.DBTX, f Funding) (ledger.Transaction, error) {
 	switch {
 	case !f.Amount.IsValid() || f.Amount.IsZero():
@@ -159,8 +161,9 @@ func Fund(ctx context.Context, db ledger.DBTX, f Funding) (ledger.Transaction, e
 		return ledger.Transaction{}, err
 	}
 	amt := f.Amount.Decimal()
-	return ledger.Post(ctx, db, ledger.TransactionInput{
-		IdempotencyKey: ledgerFundingKey(f.MerchantID, f.Key),
+	key := ledgerFundingKey(f.MerchantID, f.Key)
+	tx, err := ledger.Post(ctx, db, ledger.TransactionInput{
+		IdempotencyKey: key,
 		CauseKind:      CauseFunding,
 		CauseID:        f.MerchantID,
 		Description:    f.Reason,
@@ -170,4 +173,12 @@ func Fund(ctx context.Context, db ledger.DBTX, f Funding) (ledger.Transaction, e
 			{AccountID: avail.ID, Amount: amt, Currency: cur},
 		},
 	})
+	if err == nil && tx.Replayed && tx.Description != f.Reason {
+		// The ledger tells a replay from a conflict by its cause and legs;
+		// a funding's reason is part of the request too: the same key
+		// with another reason is another adjustment, refused, never
+		// answered with the first one (R4).
+		return ledger.Transaction{}, &ledger.IdempotencyConflictError{Key: key, ExistingTransactionID: tx.ID}
+	}
+	return tx, err
 }
