@@ -232,6 +232,9 @@ func (s *Service) applyReport(ctx context.Context, tx pgx.Tx, after *afterCommit
 			if a.Status != to {
 				return a, false, s.lateConflict(ctx, tx, after, a, actor, string(r.State))
 			}
+			if a.ProviderID != "" && r.ProviderID != "" && r.ProviderID != a.ProviderID {
+				return a, false, s.secondOperation(ctx, tx, after, a, actor, r)
+			}
 			return a, false, nil
 		}
 		tr, err := s.transition(ctx, tx, after, a, change{To: to, Actor: actor, ActorID: r.ActorID, Reason: reason,
@@ -257,6 +260,29 @@ func (s *Service) applyReport(ctx context.Context, tx pgx.Tx, after *afterCommit
 		return na, false, err
 	}
 	return a, false, fmt.Errorf("%w: provider state %q", ErrInvalid, r.State)
+}
+
+// secondOperation keeps, as a note, a report naming another provider
+// operation (r.ProviderID) in the final status the attempt a already has
+// under its recorded one: a second operation under our reference (a cob
+// paid twice, a transfer made twice). Nothing moves (R9): the status and
+// the ledger stay; the note, an ERROR log and saldo_attempts_conflicts_total
+// say it now, and reconciliation reports it as double_payment.
+func (s *Service) secondOperation(ctx context.Context, tx pgx.Tx, after *afterCommit, a Attempt, actor Actor, r report) error {
+	reason := fmt.Sprintf("%s reported %s as provider operation %q for an attempt already %s as %q: a second operation "+
+		"under our reference; nothing moved, reconciliation reports it (double_payment)", actor, r.State, r.ProviderID,
+		a.Status, a.ProviderID)
+	if err := insertEvent(ctx, tx, Event{AttemptID: a.ID, At: s.clock.Now(), Type: EventNote, Actor: actor,
+		ActorID: r.ActorID, Reason: truncate(reason, maxErrorText)}); err != nil {
+		return err
+	}
+	after.add(func() {
+		s.log.ErrorContext(ctx, "provider reports a second operation for a final attempt", "attempt_id", a.ID, "kind", a.Kind,
+			"provider", a.Provider, "reference", a.Reference, "status", a.Status, "provider_id", a.ProviderID,
+			"reported_provider_id", r.ProviderID, "actor", actor)
+		s.metrics.conflict(a)
+	})
+	return nil
 }
 
 // ResolveResult says what a resolution did.
