@@ -163,12 +163,37 @@ func (s *Service) Execute(ctx context.Context, id uuid.UUID) (ExecuteResult, err
 	return s.call(ctx, prov, a, callNo)
 }
 
+// callDeadlineMargin is how long before its stamp's StaleCallAfter a call
+// must be over (callContext).
+const callDeadlineMargin = time.Second
+
+// callContext is ctx for the call of a, whose mark stamped it started at
+// a.CallStartedAt: it ends callDeadlineMargin before CallStartedAt +
+// StaleCallAfter. The sweeper counts the call as over at that instant and
+// R16's window for a lookup's "not found" counts from it; but the stamp
+// is taken before the mark waits for its batch, a pool connection and row
+// locks, so without this bound a call could leave (and reach the
+// provider) later than the stamp says, and be failed on a "not found" it
+// can still contradict. A call whose time is already up does not leave:
+// the request is never written (not sent: the attempt stays pending, and
+// goes out again with the same key).
+func (s *Service) callContext(ctx context.Context, a Attempt) (context.Context, context.CancelFunc) {
+	if a.CallStartedAt == nil {
+		return context.WithCancel(ctx)
+	}
+	left := a.CallStartedAt.Add(s.cfg.StaleCallAfter - callDeadlineMargin).Sub(s.clock.Now())
+	return context.WithTimeout(ctx, left)
+}
+
 // call makes call callNo of a (marked in flight) and records its result.
 func (s *Service) call(ctx context.Context, prov providers.Provider, a Attempt, callNo int) (ExecuteResult, error) {
 	res := ExecuteResult{Attempt: a}
-	// The call: no transaction open, exactly one exchange.
-	sr := prov.Submit(ctx, providers.SubmitRequest{Operation: providers.Operation(a.Operation),
+	// The call: no transaction open, exactly one exchange, over before its
+	// stamp's StaleCallAfter (callContext).
+	cctx, cancel := s.callContext(ctx, a)
+	sr := prov.Submit(cctx, providers.SubmitRequest{Operation: providers.Operation(a.Operation),
 		IdempotencyKey: a.IdempotencyKey, Reference: a.Reference, Payload: a.Payload})
+	cancel()
 	outcome := Classify(sr)
 	s.breakers.record(a.Provider, a.Operation, outcome)
 	if outcome == OutcomeSucceeded && providers.Operation(a.Operation) == providers.OpPixCharge {

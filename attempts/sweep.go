@@ -74,7 +74,11 @@ func (s *Service) Sweep(ctx context.Context) (SweepResult, error) {
 	if err != nil {
 		return res, err
 	}
-	unsent, err := queryIDs(ctx, s.pool, `SELECT id FROM attempts WHERE status = 'pending'
+	// Not the attempts in review: Execute sends nothing for them (a human
+	// decides, and review ends only with a final status), and each sweep
+	// would enqueue them again, first in updated_at order, filling the
+	// batch before a stranded attempt that needs a job.
+	unsent, err := queryIDs(ctx, s.pool, `SELECT id FROM attempts WHERE status = 'pending' AND NOT review
 		AND call_count = calls_recorded AND provider_state IS NULL
 		AND NOT `+fmt.Sprintf(liveJobSQL, "'"+SubmitAttemptKind+"'")+` ORDER BY updated_at LIMIT $1`, s.cfg.SweepBatch)
 	if err != nil {
