@@ -370,6 +370,10 @@ func parseAmount(amount, currency string) (money.Amount, error) {
 }
 
 func parsePositive(amount, currency, field string) (money.Amount, error) {
+	// parseAmount names the top-level fields; field may be a leg's.
+	if amount == "" && currency != "" {
+		return money.Amount{}, invalidField(field, `required, a decimal string such as "10.50"`)
+	}
 	a, err := parseAmount(amount, currency)
 	var pe *money.ParseError
 	if errors.As(err, &pe) && !errors.Is(err, money.ErrUnknownCurrency) {

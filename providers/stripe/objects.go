@@ -127,11 +127,24 @@ func viewRefund(r *stripego.Refund) view {
 func viewTransfer(t *stripego.Transfer) view {
 	v := base(providers.OpAccountTransfer, t.ID, t.Metadata, t.Amount, t.Currency, t.Created)
 	v.State = providers.StateSucceeded
-	if t.Reversed {
+	data := map[string]string{}
+	switch {
+	case t.Reversed:
 		v.State, v.FailureCode = providers.StateFailed, "transfer_reversed"
+	case t.AmountReversed > 0:
+		// Partly reversed (reversed turns true only once the whole amount
+		// is): the destination keeps what was not reversed. Reported as
+		// that amount, it contradicts the attempt's (R17: review, a note;
+		// reconciliation's amount_mismatch) instead of reading as the
+		// whole amount paid.
+		v.Amount = toMajor(t.Amount-t.AmountReversed, string(t.Currency))
+		data["amount_reversed"] = toMajor(t.AmountReversed, string(t.Currency))
 	}
 	if t.Destination != nil && t.Destination.ID != "" {
-		v.Data, _ = json.Marshal(map[string]string{"destination": t.Destination.ID, "transfer_group": t.TransferGroup})
+		data["destination"], data["transfer_group"] = t.Destination.ID, t.TransferGroup
+	}
+	if len(data) > 0 {
+		v.Data, _ = json.Marshal(data)
 	}
 	return v
 }
