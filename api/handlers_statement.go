@@ -87,6 +87,13 @@ func (s *Server) statement(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	pg, err := ledger.MerchantStatement(r.Context(), s.db(r), req)
+	if _, fromReplica := replica.FromReplica(r.Context()); fromReplica && errors.Is(err, ledger.ErrCursorAhead) {
+		// The cursor may come from the primary, ahead of this replica:
+		// a 5xx from a replica is dropped unsent and the primary answers
+		// (which refuses a forged cursor with a 400).
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
 	if err != nil {
 		s.problem(w, r, err)
 		return

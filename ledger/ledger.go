@@ -91,6 +91,11 @@ var (
 	ErrAlreadyReversed = errors.New("ledger: transaction already reversed")
 	// ErrInvalidCursor: a pagination cursor this package did not issue.
 	ErrInvalidCursor = errors.New("ledger: invalid cursor")
+	// ErrCursorAhead (with ErrInvalidCursor): a statement cursor names an
+	// account or a position this database does not have. Forged or
+	// foreign on the primary; on a replica that is behind, possibly a
+	// cursor the primary issued (api: the primary answers instead).
+	ErrCursorAhead = errors.New("ledger: cursor ahead of this database's history")
 )
 
 // InsufficientFundsError names the account that would have gone negative.

@@ -277,7 +277,7 @@ func checkPositions(pos map[int64]int64, accs []*statementAccount) error {
 	}
 	for id, bound := range pos {
 		if a := byID[id]; a == nil || bound > a.lastSeq+1 {
-			return fmt.Errorf("%w: bad position", ErrInvalidCursor)
+			return fmt.Errorf("%w: %w: account %d position %d", ErrInvalidCursor, ErrCursorAhead, id, bound)
 		}
 	}
 	return nil

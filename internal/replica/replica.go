@@ -43,6 +43,7 @@ package replica
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -287,14 +288,29 @@ func (rd *Reads) publish(st state) {
 // after a segment switch (archive_timeout, pg_switch_wal) an idle primary
 // stays there, and the replica would count as lagging until the next write
 // (TestIdlePrimaryAfterSegmentSwitch).
+// With it, the primary's cluster identity and current timeline (the first
+// eight hex digits of its current WAL file's name), which the replica must
+// share (followingSQL).
 const insertPositionSQL = `SELECT l - CASE WHEN l % pg_size_bytes(current_setting('wal_segment_size')) = 40 THEN 40
-	                     WHEN l % current_setting('wal_block_size')::bigint = 24 THEN 24 ELSE 0 END
+	                     WHEN l % current_setting('wal_block_size')::bigint = 24 THEN 24 ELSE 0 END,
+	       (SELECT system_identifier FROM pg_control_system()),
+	       ('x' || substr(pg_walfile_name(pg_current_wal_insert_lsn()), 1, 8))::bit(32)::bigint
 	FROM (SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint AS l) p`
+
+// followingSQL is what the replica says of itself: in recovery, how far it
+// replayed and when its last replayed commit was made, and its cluster
+// identity and the timeline of its latest restartpoint. A standby of
+// another cluster, or one left on an old timeline by a failover (it
+// followed the old primary and holds WAL the new one never had), does not
+// follow the primary, however far its replay position reaches.
+const followingSQL = `SELECT pg_is_in_recovery(), (pg_last_wal_replay_lsn() - '0/0'::pg_lsn)::bigint,
+	extract(epoch FROM clock_timestamp() - pg_last_xact_replay_timestamp())::float8,
+	(SELECT system_identifier FROM pg_control_system()), (SELECT timeline_id FROM pg_control_checkpoint())::bigint`
 
 func (rd *Reads) measure(ctx context.Context) state {
 	t0 := time.Now()
-	var insertLSN int64
-	if err := rd.cfg.Primary.QueryRow(ctx, insertPositionSQL).Scan(&insertLSN); err != nil {
+	var insertLSN, primarySystem, primaryTimeline int64
+	if err := rd.cfg.Primary.QueryRow(ctx, insertPositionSQL).Scan(&insertLSN, &primarySystem, &primaryTimeline); err != nil {
 		// Without the primary's position there is no horizon to measure
 		// against; the primary's own trouble is reported by the primary's
 		// requests, but the replica is not read without a measurement.
@@ -303,14 +319,20 @@ func (rd *Reads) measure(ctx context.Context) state {
 	var inRecovery bool
 	var replay *int64
 	var replayAge *float64
-	err := rd.cfg.Replica.QueryRow(ctx, `SELECT pg_is_in_recovery(), (pg_last_wal_replay_lsn() - '0/0'::pg_lsn)::bigint,
-		extract(epoch FROM clock_timestamp() - pg_last_xact_replay_timestamp())::float8`).Scan(&inRecovery, &replay, &replayAge)
+	var system, timeline int64
+	err := rd.cfg.Replica.QueryRow(ctx, followingSQL).Scan(&inRecovery, &replay, &replayAge, &system, &timeline)
 	t1 := time.Now()
 	if err != nil {
 		return state{measured: true, problem: err.Error()}
 	}
-	if !inRecovery || replay == nil {
+	switch {
+	case !inRecovery || replay == nil:
 		return state{measured: true, problem: "the server is not in recovery (not a standby, or promoted): it does not follow the primary"}
+	case system != primarySystem:
+		return state{measured: true, problem: "the server is a standby of another cluster (system identifier): it does not follow the primary"}
+	case timeline != primaryTimeline:
+		return state{measured: true, problem: fmt.Sprintf("the server is on timeline %d, the primary on %d (a failover, or a "+
+			"restartpoint still to come): it may hold WAL the primary does not have", timeline, primaryTimeline)}
 	}
 	rd.samples = append(rd.samples, sample{at: t0, lsn: insertLSN})
 	// Keep samples back to twice the bound: an older horizon means the
