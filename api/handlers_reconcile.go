@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 
@@ -236,7 +237,7 @@ func (s *Server) resolveDivergence(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, err)
 		return
 	}
-	if len(req.Reason) == 0 || len(req.Reason) > 2000 {
+	if len(req.Reason) == 0 || utf8.RuneCountInString(req.Reason) > 2000 {
 		s.problem(w, r, invalidField("reason", "required, up to 2000 characters"))
 		return
 	}

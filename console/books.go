@@ -176,6 +176,9 @@ type chargeData struct {
 	C       charges.Charge
 	Credit  *ledger.Transaction
 	Refunds []payouts.Payout
+	// Diverged: the provider reported the charge paid after saldo resolved
+	// it failed or expired, and no operator has settled it yet.
+	Diverged bool
 }
 
 func (c *Console) chargePage(w http.ResponseWriter, r *http.Request, s *Session) {
@@ -195,6 +198,17 @@ func (c *Console) chargePage(w http.ResponseWriter, r *http.Request, s *Session)
 		return
 	}
 	d := chargeData{C: ch}
+	if ch.AttemptID != nil {
+		// A report of payment after the charge was resolved failed or
+		// expired (an unsettled divergence): the payer's money arrived and
+		// the ledger does not show it; the page says so.
+		a, err := c.att.Get(ctx, c.pool, *ch.AttemptID)
+		if err != nil {
+			c.internal(w, r, s, err)
+			return
+		}
+		d.Diverged = a.DivergedAt != nil && a.DivergenceSettledAt == nil
+	}
 	if ch.CreditTransactionID != 0 && s.Can(RoleAuditor, RoleAdmin) {
 		t, err := ledger.TransactionByID(ctx, c.pool, ch.CreditTransactionID)
 		if err != nil {

@@ -260,6 +260,7 @@ func (c *Console) routes() {
 	m.Handle("GET "+Prefix+"/review", c.page(ops, c.reviewQueue))
 	m.Handle("GET "+Prefix+"/attempts/{id}", c.page(ops, c.attemptPage))
 	m.Handle("POST "+Prefix+"/attempts/{id}/resolve", c.form([]Role{RoleOperator}, c.resolve))
+	m.Handle("POST "+Prefix+"/attempts/{id}/settle-divergence", c.form([]Role{RoleOperator}, c.settleDivergence))
 
 	m.Handle("GET "+Prefix+"/merchants", stale(c.page(books, c.merchantsPage)))
 	m.Handle("GET "+Prefix+"/merchants/{mid}", stale(c.merchantPage(merchantRead, c.merchantView)))

@@ -243,6 +243,10 @@ type attemptView struct {
 	// Form: the resolve form's values when it is shown again.
 	Status, Reason, Evidence string
 	CanResolve               bool
+	// CanSettle: an operator, and the attempt has an unsettled divergence
+	// (the settle form; SettleReason its value when shown again).
+	CanSettle    bool
+	SettleReason string
 }
 
 func (c *Console) loadAttempt(ctx context.Context, s *Session, id uuid.UUID) (attemptView, error) {
@@ -257,6 +261,7 @@ func (c *Console) loadAttempt(ctx context.Context, s *Session, id uuid.UUID) (at
 	v := attemptView{A: a, Events: evs, Amount: c.amountOf(ctx, a)}
 	v.Subject, v.Merchant = c.subjectLink(ctx, a)
 	v.CanResolve = s.Can(RoleOperator) && a.Status.Open()
+	v.CanSettle = s.Can(RoleOperator) && a.DivergedAt != nil && a.DivergenceSettledAt == nil
 	if s.Can(RoleAuditor, RoleAdmin) {
 		if v.Txs, err = c.attemptTransactions(ctx, a); err != nil {
 			return v, err
@@ -302,6 +307,8 @@ func (c *Console) attemptPage(w http.ResponseWriter, r *http.Request, s *Session
 		flash = "Recorded: the attempt is now " + string(v.A.Status) + "."
 	case "unchanged":
 		flash = "The attempt was already " + string(v.A.Status) + "; nothing changed."
+	case "settled":
+		flash = "Recorded: the divergence is settled."
 	}
 	c.render(w, r, http.StatusOK, "attempt", view{S: s, Title: "Attempt " + v.A.Reference, Nav: "review", Flash: flash, Data: v})
 }
@@ -343,6 +350,9 @@ func (c *Console) resolve(w http.ResponseWriter, r *http.Request, s *Session) {
 		return
 	}
 	var ev json.RawMessage
+	if evidence == "null" {
+		evidence = "" // as the API reads it: no evidence
+	}
 	if evidence != "" {
 		if !json.Valid([]byte(evidence)) {
 			again(http.StatusUnprocessableEntity, "Evidence must be JSON (or left empty).")
@@ -380,4 +390,55 @@ func (c *Console) resolve(w http.ResponseWriter, r *http.Request, s *Session) {
 		done = "transitioned"
 	}
 	http.Redirect(w, r, Prefix+"/attempts/"+id.String()+"?done="+done, http.StatusSeeOther)
+}
+
+// settleDivergence is an operator recording that a divergence (the provider
+// paid an attempt saldo resolved failed) is booked, with a reason, as the
+// API's POST /v1/attempts/{id}/divergence-settlement does: nothing moves; the
+// review queue, the audit and needs_attention then leave it alone. A second
+// submit is refused (already settled), never recorded twice.
+func (c *Console) settleDivergence(w http.ResponseWriter, r *http.Request, s *Session) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		c.notFound(w, r, s)
+		return
+	}
+	reason := strings.TrimSpace(r.PostForm.Get("reason"))
+	again := func(status int, msg string) {
+		v, err := c.loadAttempt(r.Context(), s, id)
+		if errors.Is(err, attempts.ErrNotFound) {
+			c.notFound(w, r, s)
+			return
+		}
+		if err != nil {
+			c.internal(w, r, s, err)
+			return
+		}
+		v.SettleReason = reason
+		c.render(w, r, status, "attempt", view{S: s, Title: "Attempt " + v.A.Reference, Nav: "review", Error: msg, Data: v})
+	}
+	if reason == "" || utf8.RuneCountInString(reason) > maxReason {
+		again(http.StatusUnprocessableEntity, "A reason is required (up to 2000 characters): it is kept with the settlement.")
+		return
+	}
+	a, err := c.att.SettleDivergence(r.Context(), id, s.KeyID, reason)
+	switch {
+	case err == nil:
+	case errors.Is(err, attempts.ErrNotFound):
+		c.notFound(w, r, s)
+		return
+	case errors.Is(err, attempts.ErrNotDiverged):
+		again(http.StatusConflict, "Refused: the attempt has no unsettled divergence (already settled, or none).")
+		return
+	case errors.Is(err, attempts.ErrInvalid):
+		again(http.StatusUnprocessableEntity, "Refused: "+err.Error())
+		return
+	default:
+		c.log.ErrorContext(r.Context(), "console: settling a divergence failed", "attempt_id", id, "error", err)
+		again(http.StatusInternalServerError, "The settlement could not be recorded: an internal error, logged for the administrators. Reload the attempt to see whether it changed before trying again.")
+		return
+	}
+	c.log.InfoContext(r.Context(), "console: divergence settled", "attempt_id", id, "reference", a.Reference,
+		"provider", a.Provider, "operator", s.KeyID)
+	http.Redirect(w, r, Prefix+"/attempts/"+id.String()+"?done=settled", http.StatusSeeOther)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -292,7 +293,7 @@ func Get(ctx context.Context, db attempts.DB, id string) (Divergence, error) {
 // the divergence is closed. On a divergence already resolved it changes
 // nothing and reports changed == false.
 func Resolve(ctx context.Context, db attempts.DB, id, operatorID, reason string, now time.Time) (Divergence, bool, error) {
-	if strings.TrimSpace(operatorID) == "" || strings.TrimSpace(reason) == "" || len(reason) > 2000 {
+	if strings.TrimSpace(operatorID) == "" || strings.TrimSpace(reason) == "" || utf8.RuneCountInString(reason) > 2000 {
 		return Divergence{}, false, fmt.Errorf("%w: an operator id and a reason (up to 2000 characters) are required", ErrInvalid)
 	}
 	d, err := scanDivergence(db.QueryRow(ctx, `UPDATE reconcile_divergences SET status = 'resolved', resolved_at = $2,
