@@ -21,6 +21,14 @@ import (
 // pgproxy (e.pool, for the test's own reads and the audit, goes direct).
 func setupProxied(t *testing.T, balance string) (*env, *pgproxy.Proxy) {
 	t.Helper()
+	e, proxy, _ := setupProxiedPool(t, balance)
+	return e, proxy
+}
+
+// setupProxiedPool is setupProxied that also returns the proxied pool (for
+// services the test builds itself).
+func setupProxiedPool(t *testing.T, balance string) (*env, *pgproxy.Proxy, *pgxpool.Pool) {
+	t.Helper()
 	ctx := context.Background()
 	url := testdb.NewURL(t)
 	proxy := pgproxy.Start(t, url)
@@ -46,7 +54,7 @@ func setupProxied(t *testing.T, balance string) (*env, *pgproxy.Proxy) {
 		Key: "initial", Reason: "test funding", Actor: "test"})
 	require.NoError(t, err)
 	t.Cleanup(e.auditClean)
-	return e, proxy
+	return e, proxy, proxied
 }
 
 // Issue 13 finding 1 (R22, R4): the opening batch's COMMIT reaches the

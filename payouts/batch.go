@@ -165,6 +165,21 @@ func (s *Service) committed(ctx context.Context, r createReq) (Payout, bool) {
 	return p, err == nil
 }
 
+// committedAfterError looks, after the transaction that would have made
+// payout id failed with err (which may be a lost COMMIT answer, or the
+// caller's context ending during it), for that payout: when it committed,
+// it is the answer (logged), never an error that would make a caller
+// without a client key ask again and pay twice (issue 13, R22).
+func (s *Service) committedAfterError(ctx context.Context, merchantID, id string, err error) (Payout, bool) {
+	p, gerr := s.get(context.WithoutCancel(ctx), s.pool, merchantID, id)
+	if gerr != nil {
+		return Payout{}, false
+	}
+	s.log.WarnContext(ctx, "payouts: a transaction answered an error but committed; answering what it made",
+		"payout_id", id, "kind", p.Kind, "error", err)
+	return p, true
+}
+
 func newPayoutID() string { return intent.NewID("po_") }
 
 func newPayout(req PayoutRequest, provider, id string) Payout {

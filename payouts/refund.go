@@ -92,8 +92,11 @@ func (s *Service) CreateRefund(ctx context.Context, req RefundRequest) (Payout, 
 	}
 
 	var out Payout
+	// The refund's id is made once, before the transaction: after an error
+	// that may have committed (a lost COMMIT answer) it is looked for.
+	id := newPayoutID()
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		p := Payout{ID: intent.NewID("po_"), MerchantID: req.MerchantID, Kind: attempts.KindRefund,
+		p := Payout{ID: id, MerchantID: req.MerchantID, Kind: attempts.KindRefund,
 			Operation: providers.OpRefund, ChargeID: req.ChargeID, Description: req.Description,
 			Metadata: req.Metadata, Status: StatusProcessing}
 		existing, err := s.claimClientKey(ctx, tx, req.MerchantID, req.ClientKey, hash, "refund", p.ID)
@@ -139,6 +142,11 @@ func (s *Service) CreateRefund(ctx context.Context, req RefundRequest) (Payout, 
 		out = p
 		return nil
 	})
+	if err != nil {
+		if p, ok := s.committedAfterError(ctx, req.MerchantID, id, err); ok {
+			return p, nil
+		}
+	}
 	return out, err
 }
 

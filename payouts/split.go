@@ -166,8 +166,10 @@ func (s *Service) CreateSplit(ctx context.Context, req SplitRequest) (Split, err
 	}
 
 	var out Split
+	// The split's id is made once, before the transaction: after an error
+	// that may have committed (a lost COMMIT answer) it is looked for.
+	spID := intent.NewID("sp_")
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		spID := intent.NewID("sp_")
 		existing, err := s.claimClientKey(ctx, tx, req.MerchantID, req.ClientKey, hash, "split", spID)
 		if err != nil || existing != "" {
 			if err == nil {
@@ -196,6 +198,15 @@ func (s *Service) CreateSplit(ctx context.Context, req SplitRequest) (Split, err
 		out = sp
 		return nil
 	})
+	if err != nil {
+		// Committed after all: that split, all its legs reserved, is the
+		// answer (issue 13, R22), as for a payout (committedAfterError).
+		if sp, gerr := s.getSplit(context.WithoutCancel(ctx), s.pool, req.MerchantID, spID); gerr == nil {
+			s.log.WarnContext(ctx, "payouts: a split's transaction answered an error but committed; answering what it made",
+				"split_id", spID, "error", err)
+			return sp, nil
+		}
+	}
 	return out, err
 }
 
