@@ -888,7 +888,7 @@ func (s *Service) ResolveManually(ctx context.Context, attemptID uuid.UUID, stat
 		}
 		if status == StatusFailed {
 			if lr != nil {
-				if a, err = s.recordManualLookup(ctx, tx, a, *lr, asked); err != nil {
+				if a, err = s.recordManualLookup(ctx, tx, after, a, *lr, asked); err != nil {
 					return err
 				}
 			}
@@ -1070,15 +1070,36 @@ func absenceFrom(a Attempt) time.Time {
 	return ref
 }
 
-// recordManualLookup records a lookup ResolveManually made, sent at asked
-// (the event and the attempt's lookup counters) in tx.
-func (s *Service) recordManualLookup(ctx context.Context, tx pgx.Tx, a Attempt, lr providers.LookupResult, asked time.Time) (Attempt, error) {
+// recordManualLookup records a lookup ResolveManually made, sent at asked,
+// in tx as every other lookup is: the event and the lookup counters (an
+// unanswered lookup counted as one, starting or extending the unanswered
+// run; an answered one ending it: R18, R20). A found operation is kept as
+// the provider's acknowledgement, so that a later "not found" (a search
+// lagging) proves nothing (R16): a processing answer as the resolver's
+// lookup keeps it (applyProviderState), a final one as an acknowledgement
+// with its provider id, its state left for the resolver's or a webhook's
+// report to apply (manualFailVerdict refuses the operator's "failed").
+func (s *Service) recordManualLookup(ctx context.Context, tx pgx.Tx, after *afterCommit, a Attempt, lr providers.LookupResult,
+	asked time.Time) (Attempt, error) {
 	now := s.clock.Now()
-	if err := insertEvent(ctx, tx, lookupEvent(a, lr, classifyLookup(lr), ActorOperator, now, asked)); err != nil {
+	class := classifyLookup(lr)
+	if err := insertEvent(ctx, tx, lookupEvent(a, lr, class, ActorOperator, now, asked)); err != nil {
 		return a, err
 	}
-	return scanAttempt(tx.QueryRow(ctx, `UPDATE attempts SET lookup_count = lookup_count + 1, last_lookup_at = $2,
-		updated_at = $2 WHERE id = $1 RETURNING `+attemptColumns, a.ID, now))
+	var inRun int
+	la, err := scanAttemptAfter(tx.QueryRow(ctx, countResendLookupSQL, a.ID, now, class.answered()), &inRun)
+	if err != nil {
+		return a, fmt.Errorf("attempts: count the operator's lookup of %s: %w", a.ID, err)
+	}
+	after.add(func() { s.metrics.lookup(la, class) })
+	switch {
+	case class != lookupFound:
+		return la, nil
+	case lr.State == providers.StateProcessing:
+		return s.applyProviderState(ctx, tx, after, la, ActorOperator, lookupState(lr), "the operator's lookup")
+	}
+	return s.acknowledge(ctx, tx, after, la, ActorOperator, lr.ProviderID,
+		fmt.Sprintf("the operator's lookup found the operation %s", lr.State))
 }
 
 // ReviewQueueParams pages the review queue.
