@@ -138,7 +138,7 @@ func setup(t *testing.T, cfg sim.Config, tune ...func(*attempts.Config)) *env {
 	e.charges, err = charges.New(charges.Config{Pool: e.pool, Attempts: e.att, Provider: "sim", Clock: e.clock})
 	require.NoError(t, err)
 	e.pay, err = payouts.New(payouts.Config{Pool: e.pool, Attempts: e.att, Provider: "sim", Clock: e.clock,
-		Charges: e.charges, OnFinal: e.notif.PayoutFinal})
+		Charges: e.charges, OnFinal: e.notif.PayoutFinal, OnDiverged: e.notif.PayoutDiverged})
 	require.NoError(t, err)
 	for _, m := range []string{"m1", "m2"} {
 		_, err = merchants.Create(ctx, e.pool, m, "Loja "+m)

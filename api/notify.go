@@ -25,6 +25,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/saldo/saldo/attempts"
 	"github.com/saldo/saldo/charges"
 	"github.com/saldo/saldo/payouts"
 	"github.com/saldo/saldo/providers"
@@ -247,6 +248,36 @@ func payoutNotice(p payouts.Payout) notice {
 		dedupe += ":" + p.CurrentAttemptID.String()
 	}
 	return notice{merchantID: p.MerchantID, typ: "payout." + string(p.Status), objectID: p.ID, dedupe: dedupe, data: payoutJSON(p)}
+}
+
+// PayoutDiverged records a payout.diverged event: the provider reported
+// attempt a of payout p paid after saldo resolved it failed (its merchant
+// may have been told payout.failed, or a successor is held): the money
+// left; an operator settles it. It is payouts.Config.OnDiverged, called in
+// the divergence's transaction. Its data is the payout as it stands, with
+// the diverged attempt's id.
+func (n *Notifier) PayoutDiverged(ctx context.Context, tx pgx.Tx, p payouts.Payout, a attempts.Attempt) error {
+	return n.record(ctx, tx, []notice{{merchantID: p.MerchantID, typ: "payout.diverged", objectID: p.ID,
+		dedupe: "payout:" + p.ID + ":diverged:" + a.ID.String(),
+		data:   divergedJSON{Object: payoutJSON(p), AttemptID: a.ID.String(), DivergedAt: a.DivergedAt}}})
+}
+
+// ChargeDiverged records a charge.diverged event: the provider reported
+// charge c paid (attempt a) after saldo resolved it failed or expired: the
+// payer's money arrived and was not credited; an operator settles it. It is
+// charges.Config.OnDiverged.
+func (n *Notifier) ChargeDiverged(ctx context.Context, tx pgx.Tx, c charges.Charge, a attempts.Attempt) error {
+	return n.record(ctx, tx, []notice{{merchantID: c.MerchantID, typ: "charge.diverged", objectID: c.ID,
+		dedupe: "charge:" + c.ID + ":diverged:" + a.ID.String(),
+		data:   divergedJSON{Object: chargeJSONOf(c), AttemptID: a.ID.String(), DivergedAt: a.DivergedAt}}})
+}
+
+// divergedJSON is a *.diverged event's data: the payout or charge as it
+// stands, and the attempt the provider reported paid after it failed.
+type divergedJSON struct {
+	Object     any        `json:"object"`
+	AttemptID  string     `json:"attempt_id"`
+	DivergedAt *time.Time `json:"diverged_at"`
 }
 
 // ChargeFinal records a charge.<status> event (paid, failed, expired) like
@@ -520,7 +551,9 @@ func (s *Server) createNotificationEndpoint(w http.ResponseWriter, r *http.Reque
 			detail: fmt.Sprintf("at most %d active notification endpoints per merchant; disable one first", MaxNotificationEndpoints)})
 		return
 	}
-	ep := notificationEndpointJSON{ID: "we_" + randomHex(16), MerchantID: chi.URLParam(r, "merchant_id"), URL: req.URL,
+	// Stored as parsed: url.Parse lowercases the scheme (RFC 3986: schemes
+	// are case-insensitive), which the table's CHECK expects.
+	ep := notificationEndpointJSON{ID: "we_" + randomHex(16), MerchantID: chi.URLParam(r, "merchant_id"), URL: u.String(),
 		Secret: "whsec_" + randomHex(32), CreatedAt: s.clock.Now().UTC()}
 	if _, err := s.pool.Exec(r.Context(), `INSERT INTO notification_endpoints (id, merchant_id, url, secret, created_at)
 		VALUES ($1, $2, $3, $4, $5)`, ep.ID, ep.MerchantID, ep.URL, ep.Secret, ep.CreatedAt); err != nil {

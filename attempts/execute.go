@@ -696,6 +696,11 @@ func (s *Service) lateConflict(ctx context.Context, tx pgx.Tx, after *afterCommi
 			if err := s.holdSiblings(ctx, tx, after, na, actor); err != nil {
 				return err
 			}
+			if o, ok := s.owner(na.Kind).(DivergenceOwner); ok {
+				if err := o.AttemptDiverged(ctx, tx, na); err != nil {
+					return fmt.Errorf("attempts: owner of diverged %s: %w", na.ID, err)
+				}
+			}
 			after.add(func() {
 				s.log.ErrorContext(ctx, "provider reports success for a failed attempt: divergence, review", "attempt_id", na.ID,
 					"kind", na.Kind, "provider", na.Provider, "reference", na.Reference, "resolved_by", na.ResolvedBy,

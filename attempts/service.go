@@ -43,6 +43,17 @@ type Owner interface {
 	AttemptFinal(ctx context.Context, tx pgx.Tx, a Attempt) error
 }
 
+// DivergenceOwner is an Owner told, inside the transaction that records it,
+// that the provider reported one of its attempts succeeded after it was
+// resolved failed (a divergence: lateConflict): the money left although
+// its owner was told failed. The owner moves nothing (a human settles it,
+// R9, R19); it tells whoever it told "failed" (its notifications, R24).
+// Returning an error rolls the record back.
+type DivergenceOwner interface {
+	Owner
+	AttemptDiverged(ctx context.Context, tx pgx.Tx, a Attempt) error
+}
+
 // OwnerFunc adapts a function to Owner.
 type OwnerFunc func(ctx context.Context, tx pgx.Tx, a Attempt) error
 

@@ -206,6 +206,11 @@ type Config struct {
 	// once with them in the order of their attempts. When nil, OnFinal is
 	// called for each.
 	OnFinalMany func(ctx context.Context, tx pgx.Tx, cs []Charge) error
+	// OnDiverged, optional, is called inside the transaction that records
+	// that the provider reported charge c paid (attempt a) after saldo
+	// resolved it failed or expired: the payer's money arrived, uncredited;
+	// the notification hook says so. Returning an error rolls it back.
+	OnDiverged func(ctx context.Context, tx pgx.Tx, c Charge, a attempts.Attempt) error
 }
 
 // Service creates charges and owns their ledger effects.
@@ -224,6 +229,7 @@ type Service struct {
 	river        *river.Client[pgx.Tx]
 	onFinal      func(ctx context.Context, tx pgx.Tx, c Charge) error
 	onFinals     func(ctx context.Context, tx pgx.Tx, cs []Charge) error
+	onDiverged   func(ctx context.Context, tx pgx.Tx, c Charge, a attempts.Attempt) error
 	accounts     sync.Map // account code -> id, only accounts known committed
 }
 
@@ -271,7 +277,7 @@ func New(cfg Config) (*Service, error) {
 	s := &Service{pool: cfg.Pool, attempts: cfg.Attempts, provider: cfg.Provider, routes: cfg.Routes,
 		clock: cfg.Clock, log: cfg.Logger,
 		queue: cfg.Queue, defaultFee: FeeRule{Percent: cfg.DefaultFeePercent}, pixExpiry: cfg.PixExpiry,
-		pollInterval: cfg.PollInterval, inline: cfg.SubmitInline, river: rc, onFinal: cfg.OnFinal,
+		pollInterval: cfg.PollInterval, inline: cfg.SubmitInline, river: rc, onFinal: cfg.OnFinal, onDiverged: cfg.OnDiverged,
 		onFinals: cfg.OnFinalMany}
 	cfg.Attempts.RegisterOwner(attempts.KindCardCharge, s)
 	cfg.Attempts.RegisterOwner(attempts.KindPixCharge, s)

@@ -51,6 +51,22 @@ func parseCob(data []byte) (cobData, bool) {
 	return c, c.TxID != "" && c.CopyPaste != ""
 }
 
+// AttemptDiverged implements attempts.DivergenceOwner: the charge as it
+// stands (failed or expired, not credited) goes to OnDiverged (its
+// notification), in the divergence's transaction; nothing moves.
+func (s *Service) AttemptDiverged(ctx context.Context, tx pgx.Tx, a attempts.Attempt) error {
+	if s.onDiverged == nil {
+		return nil
+	}
+	c, err := s.get(ctx, tx, "", a.SubjectID)
+	if err != nil {
+		return fmt.Errorf("charges: charge %s of diverged attempt %s: %w", a.SubjectID, a.ID, err)
+	}
+	return s.onDiverged(ctx, tx, c, a)
+}
+
+var _ attempts.DivergenceOwner = (*Service)(nil)
+
 // AttemptFinal is called by the attempts core inside the transaction that
 // moves a charge's attempt to succeeded or failed (exactly once per
 // attempt: the transition is conditional).

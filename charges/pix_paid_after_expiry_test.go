@@ -1,11 +1,14 @@
 package charges_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/saldo/saldo/attempts"
 	"github.com/saldo/saldo/charges"
 	"github.com/saldo/saldo/money"
 	"github.com/saldo/saldo/providers"
@@ -19,7 +22,14 @@ import (
 // R19), and a repeat of the report changes nothing more.
 func TestPixPaidReportAfterExpiryIsADivergenceNotACredit_R9_R19(t *testing.T) {
 	t.Parallel()
-	e := setup(t, sim.Config{}, opts{tune: func(c *charges.Config) { c.PollInterval = time.Hour }})
+	var told []string // OnDiverged: the charge's notification hook
+	e := setup(t, sim.Config{}, opts{tune: func(c *charges.Config) {
+		c.PollInterval = time.Hour
+		c.OnDiverged = func(_ context.Context, _ pgx.Tx, ch charges.Charge, a attempts.Attempt) error {
+			told = append(told, ch.ID+" "+string(ch.Status)+" "+a.ID.String())
+			return nil
+		}
+	}})
 	req := e.pix("20.00")
 	req.PixExpiresIn = 10 * time.Minute
 	c := e.create(req)
@@ -46,6 +56,7 @@ func TestPixPaidReportAfterExpiryIsADivergenceNotACredit_R9_R19(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, a.DivergedAt, "the late payment is recorded as a divergence")
 	require.True(t, a.Review, "and is in front of a human")
+	require.Equal(t, []string{c.ID + " expired " + a.ID.String()}, told, "the merchant is told once (charge.diverged)")
 	// Settled so the audit after the test is clean.
 	_, err = e.att.SettleDivergence(e.ctx, a.ID, "op-1", "payer refunded outside saldo")
 	require.NoError(t, err)

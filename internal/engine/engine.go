@@ -183,14 +183,14 @@ func New(cfg Config) (*Engine, error) {
 	cc := cfg.Charges
 	cc.Pool, cc.Attempts, cc.Clock, cc.Logger = cfg.Pool, att, cfg.Clock, cfg.Logger
 	cc.Provider, cc.Routes = cmp.Or(cfg.ChargeProvider, cfg.PayoutProvider), cfg.Routes
-	cc.OnFinal, cc.OnFinalMany = notifier.ChargeFinal, notifier.ChargesFinal
+	cc.OnFinal, cc.OnFinalMany, cc.OnDiverged = notifier.ChargeFinal, notifier.ChargesFinal, notifier.ChargeDiverged
 	ch, err := charges.New(cc)
 	if err != nil {
 		return nil, err
 	}
 	po, err := payouts.New(payouts.Config{Pool: cfg.Pool, Attempts: att, Provider: cfg.PayoutProvider, Routes: cfg.Routes, Retry: cfg.PayoutRetry,
 		Clock: cfg.Clock, Logger: cfg.Logger, Charges: ch, OnFinal: notifier.PayoutFinal,
-		OnFinalMany: notifier.PayoutsFinal})
+		OnFinalMany: notifier.PayoutsFinal, OnDiverged: notifier.PayoutDiverged})
 	if err != nil {
 		return nil, err
 	}
