@@ -105,6 +105,12 @@ func grant(ctx context.Context, databaseURL, role, what string, stmts func(schem
 		return fmt.Errorf("migrations: %s role: %w", what, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
+	// Behind Up's lock and each other's: concurrent GRANTs on one object
+	// fail ("tuple concurrently updated"), and every instance of a
+	// deployment may run migrate --app-role at start.
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", advisoryLockKey); err != nil {
+		return fmt.Errorf("migrations: %s role: lock: %w", what, err)
+	}
 	for _, q := range stmts(pgx.Identifier{schema}.Sanitize(), pgx.Identifier{role}.Sanitize()) {
 		if _, err := tx.Exec(ctx, q); err != nil {
 			return fmt.Errorf("migrations: %s role %q: %s: %w", what, role, q, err)

@@ -64,6 +64,11 @@ func devDatabase(ctx context.Context, keep bool, log *slog.Logger) (string, func
 		}
 		return u, cleanup, nil
 	} else {
+		if ctx.Err() != nil {
+			// Interrupted (Ctrl-C, SIGTERM) while starting: not a missing
+			// PostgreSQL; nothing was left behind (pgcluster.Start).
+			return "", nil, fmt.Errorf("interrupted while starting PostgreSQL: %w", ctx.Err())
+		}
 		tried = append(tried, "local PostgreSQL binaries: "+err.Error())
 	}
 	if admin, terminate, err := pgcluster.StartContainer(ctx); err == nil {
@@ -115,6 +120,11 @@ func runDev(ctx context.Context, args []string) error {
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		// Flag parsing stops at the first argument that is not a flag:
+		// the flags after it would be ignored without a word.
+		return fmt.Errorf("unexpected arguments %v", fs.Args())
 	}
 	log, err := newLogger("text", *logLevel)
 	if err != nil {

@@ -31,6 +31,11 @@ func runMigrate(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if fs.NArg() > 0 {
+		// Flag parsing stops at the first argument that is not a flag:
+		// the flags after it would be ignored without a word.
+		return fmt.Errorf("unexpected arguments %v", fs.Args())
+	}
 	u, err := dbURL()
 	if err != nil {
 		return err

@@ -94,7 +94,7 @@ type Options struct {
 
 // Start initialises (if needed) and starts a cluster. The caller stops it
 // with Stop, or leaves it running for reuse (the test helper does).
-func Start(ctx context.Context, opts Options) (*Cluster, error) {
+func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	var extra []string
 	for _, s := range opts.Settings {
 		if strings.ContainsAny(s, " \t'\"") || !strings.Contains(s, "=") {
@@ -118,7 +118,19 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	} else if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	c := &Cluster{Dir: dir, bin: bin, cred: cred, extra: strings.Join(extra, " ")}
+	c = &Cluster{Dir: dir, bin: bin, cred: cred, extra: strings.Join(extra, " ")}
+	if opts.Dir == "" {
+		// A throwaway directory never outlives a failed start (an initdb
+		// or a start cut short by a signal): its server, if one came up,
+		// is stopped and the directory removed.
+		started := c
+		defer func() {
+			if err != nil {
+				_ = started.stopAfterFailedStart()
+				_ = os.RemoveAll(dir)
+			}
+		}()
+	}
 	if cred != nil {
 		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
 			return nil, err
@@ -189,6 +201,19 @@ func (c *Cluster) Stop() error {
 		return fmt.Errorf("pgcluster: pg_ctl stop: %w: %s", err, out)
 	}
 	return nil
+}
+
+// stopAfterFailedStart stops, without waiting for clients, a server a
+// failed start may have left running.
+func (c *Cluster) stopAfterFailedStart() error {
+	data := filepath.Join(c.Dir, "data")
+	if _, err := os.Stat(filepath.Join(data, "postmaster.pid")); err != nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := c.run(ctx, "pg_ctl", "-D", data, "-m", "immediate", "-w", "stop")
+	return err
 }
 
 // Remove stops the server and deletes its directory.
