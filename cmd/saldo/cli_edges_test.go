@@ -77,7 +77,7 @@ func TestDevSIGTERMDuringStartupLeavesNothingBehind(t *testing.T) {
 		{"during pg_ctl start", "postgres.log"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			tmp, err := os.MkdirTemp("", "saldo-review-dev-")
+			tmp, err := os.MkdirTemp("", "saldo-cli-dev-")
 			require.NoError(t, err)
 			require.NoError(t, os.Chmod(tmp, 0o755)) // the postgres user reaches the cluster dir through it
 			t.Cleanup(func() { devLeftovers(t, tmp); _ = os.RemoveAll(tmp) })
