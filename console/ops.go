@@ -329,17 +329,9 @@ func (c *Console) resolve(w http.ResponseWriter, r *http.Request, s *Session) {
 	reason := strings.TrimSpace(r.PostForm.Get("reason"))
 	evidence := strings.TrimSpace(r.PostForm.Get("evidence"))
 	again := func(status int, msg string) {
-		v, err := c.loadAttempt(r.Context(), s, id)
-		if errors.Is(err, attempts.ErrNotFound) {
-			c.notFound(w, r, s)
-			return
-		}
-		if err != nil {
-			c.internal(w, r, s, err)
-			return
-		}
-		v.Status, v.Reason, v.Evidence = string(st), reason, evidence
-		c.render(w, r, status, "attempt", view{S: s, Title: "Attempt " + v.A.Reference, Nav: "review", Error: msg, Data: v})
+		c.attemptAgain(w, r, s, id, status, msg, func(v *attemptView) {
+			v.Status, v.Reason, v.Evidence = string(st), reason, evidence
+		})
 	}
 	if !st.Final() {
 		again(http.StatusUnprocessableEntity, "Choose succeeded or failed.")
@@ -392,6 +384,23 @@ func (c *Console) resolve(w http.ResponseWriter, r *http.Request, s *Session) {
 	http.Redirect(w, r, Prefix+"/attempts/"+id.String()+"?done="+done, http.StatusSeeOther)
 }
 
+// attemptAgain shows the attempt page again with status and msg after a
+// refused form, the form's values put back by fill.
+func (c *Console) attemptAgain(w http.ResponseWriter, r *http.Request, s *Session, id uuid.UUID, status int, msg string,
+	fill func(*attemptView)) {
+	v, err := c.loadAttempt(r.Context(), s, id)
+	if errors.Is(err, attempts.ErrNotFound) {
+		c.notFound(w, r, s)
+		return
+	}
+	if err != nil {
+		c.internal(w, r, s, err)
+		return
+	}
+	fill(&v)
+	c.render(w, r, status, "attempt", view{S: s, Title: "Attempt " + v.A.Reference, Nav: "review", Error: msg, Data: v})
+}
+
 // settleDivergence is an operator recording that a divergence (the provider
 // paid an attempt saldo resolved failed) is booked, with a reason, as the
 // API's POST /v1/attempts/{id}/divergence-settlement does: nothing moves; the
@@ -405,17 +414,7 @@ func (c *Console) settleDivergence(w http.ResponseWriter, r *http.Request, s *Se
 	}
 	reason := strings.TrimSpace(r.PostForm.Get("reason"))
 	again := func(status int, msg string) {
-		v, err := c.loadAttempt(r.Context(), s, id)
-		if errors.Is(err, attempts.ErrNotFound) {
-			c.notFound(w, r, s)
-			return
-		}
-		if err != nil {
-			c.internal(w, r, s, err)
-			return
-		}
-		v.SettleReason = reason
-		c.render(w, r, status, "attempt", view{S: s, Title: "Attempt " + v.A.Reference, Nav: "review", Error: msg, Data: v})
+		c.attemptAgain(w, r, s, id, status, msg, func(v *attemptView) { v.SettleReason = reason })
 	}
 	if reason == "" || utf8.RuneCountInString(reason) > maxReason {
 		again(http.StatusUnprocessableEntity, "A reason is required (up to 2000 characters): it is kept with the settlement.")
