@@ -177,12 +177,16 @@ func uuidStrings(ids []uuid.UUID) []string {
 // sendableSQL is what every call-start mark (firstSendSQL, startSQL)
 // requires of the attempt a besides its call counts: it is not in review
 // (a human decides; nothing is sent meanwhile, R18), and no other attempt
-// of its subject has an unsettled divergence (diverged_at set,
-// divergence_settled_at not: the provider reported it succeeded after it
-// was resolved failed, R9, R19). A subject's next attempt exists only
-// because the previous one was proven failed (R6); once the provider says
-// that one paid, sending the next pays the recipient twice. Execute holds
-// such an attempt in review instead (holdIfSiblingDiverged).
+// of its subject has diverged, settled or not (diverged_at set: the
+// provider reported it succeeded after it was resolved failed, R9, R19). A
+// subject's next attempt exists only because the previous one was proven
+// failed (R6); once the provider says that one paid, sending the next pays
+// the recipient twice, and settling the divergence (booking what happened)
+// does not make it less so: as Retry and the retry policy open no attempt
+// after a divergence, settled or not (anyDiverged), none is sent after one.
+// Execute holds such an attempt in review instead (holdIfSiblingDiverged),
+// an attempt whose call was in flight when the divergence was recorded
+// included (holdSiblings skips it then).
 //
 // Diverged attempts are rare, so the NOT EXISTS costs one probe of the
 // subject's attempts (attempts_subject, a handful of rows) or of the tiny
@@ -194,7 +198,7 @@ func uuidStrings(ids []uuid.UUID) []string {
 // that transaction's row lock re-checks "NOT a.review" on the row as it
 // committed, so no call starts after a divergence is recorded.
 const sendableSQL = `NOT a.review AND NOT EXISTS (SELECT 1 FROM attempts d WHERE d.direction = a.direction
-			AND d.subject_id = a.subject_id AND d.diverged_at IS NOT NULL AND d.divergence_settled_at IS NULL OFFSET 0)`
+			AND d.subject_id = a.subject_id AND d.diverged_at IS NOT NULL OFFSET 0)`
 
 // firstSendSQL marks the first call of each attempt of a batch in flight
 // when it is due and nothing else needs checking: pending, never called,

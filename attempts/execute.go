@@ -243,17 +243,17 @@ func (s *Service) executeToUnknown(ctx context.Context, a Attempt, reason string
 	return ExecuteResult{Attempt: out.Attempt}, err
 }
 
-// siblingDivergedSQL names an unsettled divergence (R9, R19) of another
-// attempt of $1's subject (same direction and subject id), if any:
+// siblingDivergedSQL names a divergence, settled or not (R9, R19), of
+// another attempt of $1's subject (same direction and subject id), if any:
 // sendableSQL's condition, read on its own.
 const siblingDivergedSQL = `SELECT d.id FROM attempts a JOIN attempts d ON d.direction = a.direction
 		AND d.subject_id = a.subject_id AND d.id <> a.id
-	WHERE a.id = $1 AND d.diverged_at IS NOT NULL AND d.divergence_settled_at IS NULL
+	WHERE a.id = $1 AND d.diverged_at IS NOT NULL
 	ORDER BY d.diverged_at, d.id LIMIT 1`
 
 // holdIfSiblingDiverged holds the pending attempt a in review instead of
-// sending it when another attempt of its subject has an unsettled
-// divergence: the provider reported that attempt succeeded after it was
+// sending it when another attempt of its subject has diverged (settled or
+// not): the provider reported that attempt succeeded after it was
 // resolved failed, and a exists only because it was thought failed (R6):
 // sending a would pay twice. a stays open with its reserve (R22); an
 // operator decides (ResolveManually: failing an attempt never sent is
