@@ -66,8 +66,8 @@ func TestNotFoundWindowMeasuredWhenAsked_R16_R22(t *testing.T) {
 // fail the attempt without asking again, while the provider held a
 // success its search had not shown yet. The lookup event now keeps when
 // the provider was asked (started_at), and that is what is compared: this
-// lookup proves nothing, ResolveManually asks again, finds the success and
-// refuses.
+// lookup proves nothing, ResolveManually asks again, finds the success,
+// records it (the provider's word) and refuses the operator's "failed".
 func TestManualFailJudgesLookupWhenAsked_R16_R22(t *testing.T) {
 	t.Parallel()
 	caps := stdCaps() // ConsistencyWindow 2 m
@@ -93,8 +93,8 @@ func TestManualFailJudgesLookupWhenAsked_R16_R22(t *testing.T) {
 
 	_, err = h.svc.ResolveManually(h.ctx, a.ID, StatusFailed, "op_1", "the provider has nothing", nil)
 	require.ErrorIs(t, err, ErrManualFailRefused)
-	require.Equal(t, StatusUnknown, h.get(a.ID).Status)
-	require.Empty(t, h.ownerEffects(a.ID))
+	require.Equal(t, StatusSucceeded, h.get(a.ID).Status, "the lookup's success is applied")
+	require.Equal(t, []string{"succeeded"}, h.ownerEffects(a.ID))
 	var lookups int
 	for _, e := range h.events(a.ID) {
 		if e.Type == EventLookup {

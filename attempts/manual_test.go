@@ -69,13 +69,14 @@ func TestManualFailNeedsNotFoundPastWindow_R16_R22(t *testing.T) {
 		require.ErrorIs(t, err, ErrManualFailRefused)
 		require.Contains(t, err.Error(), "succeeded")
 		require.Equal(t, 1, h.psp.lookupCount())
-		require.Equal(t, StatusUnknown, h.get(a.ID).Status)
-		require.Empty(t, h.ownerEffects(a.ID))
+		// The lookup's answer is the provider's word: applied at once.
+		require.Equal(t, StatusSucceeded, h.get(a.ID).Status)
+		require.Equal(t, []string{"succeeded"}, h.ownerEffects(a.ID))
 
 		r, err := h.svc.Resolve(h.ctx, a.ID)
 		require.NoError(t, err)
 		require.Equal(t, StatusSucceeded, r.Attempt.Status)
-		require.Equal(t, []string{"succeeded"}, h.ownerEffects(a.ID))
+		require.Equal(t, []string{"succeeded"}, h.ownerEffects(a.ID), "told once")
 		h.requireNoViolations()
 	})
 	t.Run("acknowledged_never_found", func(t *testing.T) {

@@ -891,6 +891,16 @@ func (s *Service) ResolveManually(ctx context.Context, attemptID uuid.UUID, stat
 				if a, err = s.recordManualLookup(ctx, tx, after, a, *lr, asked); err != nil {
 					return err
 				}
+				if a.Status.Final() {
+					// The lookup found the provider's final answer and it
+					// was applied: the provider's word, not the operator's.
+					res = ResolveResult{Attempt: a, Transitioned: true}
+					if a.Status != status {
+						refused = &ManualFailRefusedError{AttemptID: a.ID, Reason: fmt.Sprintf("a lookup just found the "+
+							"operation at the provider, %s (provider id %q): recorded as the provider's word", a.Status, a.ProviderID)}
+					}
+					return nil
+				}
 			}
 			// Decided again under the row lock: a call may have started
 			// since the attempt was read.
@@ -1073,12 +1083,12 @@ func absenceFrom(a Attempt) time.Time {
 // recordManualLookup records a lookup ResolveManually made, sent at asked,
 // in tx as every other lookup is: the event and the lookup counters (an
 // unanswered lookup counted as one, starting or extending the unanswered
-// run; an answered one ending it: R18, R20). A found operation is kept as
-// the provider's acknowledgement, so that a later "not found" (a search
-// lagging) proves nothing (R16): a processing answer as the resolver's
-// lookup keeps it (applyProviderState), a final one as an acknowledgement
-// with its provider id, its state left for the resolver's or a webhook's
-// report to apply (manualFailVerdict refuses the operator's "failed").
+// run; an answered one ending it: R18, R20), and a found operation applied
+// as the resolver's lookup applies it (applyProviderState, with R17's
+// checks): processing kept as the provider's acknowledgement, so that a
+// later "not found" proves nothing (R16); succeeded or failed resolving
+// the attempt, the provider's word (an attempt in review is resolved by no
+// resolver, so the operator's lookup must).
 func (s *Service) recordManualLookup(ctx context.Context, tx pgx.Tx, after *afterCommit, a Attempt, lr providers.LookupResult,
 	asked time.Time) (Attempt, error) {
 	now := s.clock.Now()
@@ -1092,14 +1102,10 @@ func (s *Service) recordManualLookup(ctx context.Context, tx pgx.Tx, after *afte
 		return a, fmt.Errorf("attempts: count the operator's lookup of %s: %w", a.ID, err)
 	}
 	after.add(func() { s.metrics.lookup(la, class) })
-	switch {
-	case class != lookupFound:
+	if class != lookupFound {
 		return la, nil
-	case lr.State == providers.StateProcessing:
-		return s.applyProviderState(ctx, tx, after, la, ActorOperator, lookupState(lr), "the operator's lookup")
 	}
-	return s.acknowledge(ctx, tx, after, la, ActorOperator, lr.ProviderID,
-		fmt.Sprintf("the operator's lookup found the operation %s", lr.State))
+	return s.applyProviderState(ctx, tx, after, la, ActorOperator, lookupState(lr), "the operator's lookup")
 }
 
 // ReviewQueueParams pages the review queue.
