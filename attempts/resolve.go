@@ -651,6 +651,13 @@ func (s *Service) applyFound(ctx context.Context, tx pgx.Tx, after *afterCommit,
 // until then "not found" proves nothing, and the window counts from then.
 // applyFound and lookupFinals both decide by it.
 func (s *Service) notFoundFailure(la Attempt, lu lookedUp, now time.Time) (change, bool) {
+	if la.Review {
+		// Put in front of a human while the lookup was on its way (a
+		// report that contradicts the attempt, a statement line): as when
+		// the review came first (Resolve then looks nothing up), a human
+		// decides, and the reserve stays (R18, R22).
+		return change{}, false
+	}
 	if la.Status != StatusUnknown || la.Acknowledged() {
 		// The provider already named or acknowledged this operation (a
 		// provider id, a 2xx, a 409 "key in use", a processing report): a
