@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
@@ -19,11 +20,10 @@ import (
 	"github.com/saldo/saldo/providers/sim"
 )
 
-// The audit sees damage across areas: a payout whose status lies about its
-// attempt, and a reserve that no longer matches the open attempts (R22),
-// are both reported, next to the ledger's own balance check.
-func TestRunCatchesCrossAreaDamage(t *testing.T) {
-	t.Parallel()
+// openPayout makes a migrated database with merchant m1 funded 100.00 BRL
+// and one open 10.00 Pix transfer of it, against the simulated PSP.
+func openPayout(t *testing.T) (*pgxpool.Pool, *attempts.Service, payouts.Payout) {
+	t.Helper()
 	ctx := context.Background()
 	pool := testdb.New(t)
 	srv := sim.NewServer(sim.Config{}).Start()
@@ -42,6 +42,16 @@ func TestRunCatchesCrossAreaDamage(t *testing.T) {
 		Amount:      money.MustParse("10.00", "BRL"),
 		Destination: &providers.Destination{PixKey: &providers.PixKey{Type: "email", Value: "a@example.com"}}})
 	require.NoError(t, err)
+	return pool, att, p
+}
+
+// The audit sees damage across areas: a payout whose status lies about its
+// attempt, and a reserve that no longer matches the open attempts (R22),
+// are both reported, next to the ledger's own balance check.
+func TestRunCatchesCrossAreaDamage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _, p := openPayout(t)
 
 	res, err := audit.Run(ctx, pool)
 	require.NoError(t, err)

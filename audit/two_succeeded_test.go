@@ -3,7 +3,6 @@ package audit_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -11,11 +10,6 @@ import (
 	"github.com/saldo/saldo/attempts"
 	"github.com/saldo/saldo/audit"
 	"github.com/saldo/saldo/internal/testdb"
-	"github.com/saldo/saldo/merchants"
-	"github.com/saldo/saldo/money"
-	"github.com/saldo/saldo/payouts"
-	"github.com/saldo/saldo/providers"
-	"github.com/saldo/saldo/providers/sim"
 )
 
 // The audit reports an intent with two successful provider operations
@@ -25,23 +19,7 @@ import (
 func TestRunReportsTwoSucceededAttempts_R19(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testdb.New(t)
-	srv := sim.NewServer(sim.Config{}).Start()
-	t.Cleanup(srv.Close)
-	prov := srv.NewProvider(sim.WithHTTPSettings(providers.HTTPSettings{ReadTimeout: 5 * time.Second}))
-	att, err := attempts.New(attempts.Config{Pool: pool, Providers: map[string]providers.Provider{prov.Name(): prov}})
-	require.NoError(t, err)
-	po, err := payouts.New(payouts.Config{Pool: pool, Attempts: att, Provider: prov.Name()})
-	require.NoError(t, err)
-	_, err = merchants.Create(ctx, pool, "m1", "Loja")
-	require.NoError(t, err)
-	_, err = merchants.Fund(ctx, pool, merchants.Funding{MerchantID: "m1", Amount: money.MustParse("100.00", "BRL"),
-		Key: "k", Reason: "test", Actor: "test"})
-	require.NoError(t, err)
-	p, err := po.CreatePayout(ctx, payouts.PayoutRequest{MerchantID: "m1", Operation: providers.OpPixTransfer,
-		Amount:      money.MustParse("10.00", "BRL"),
-		Destination: &providers.Destination{PixKey: &providers.PixKey{Type: "email", Value: "a@example.com"}}})
-	require.NoError(t, err)
+	pool, att, p := openPayout(t)
 	r, err := att.Execute(ctx, *p.CurrentAttemptID)
 	require.NoError(t, err)
 	require.Equal(t, attempts.StatusSucceeded, r.Attempt.Status)
