@@ -3,11 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -130,42 +127,12 @@ func TestDevSIGTERMDuringStartupLeavesNothingBehind(t *testing.T) {
 func TestMigrateWithRolesConcurrently(t *testing.T) {
 	bin, err := buildSaldo()
 	require.NoError(t, err)
-	ctx := context.Background()
-	adminURL, err := testdb.ServerURL()
-	require.NoError(t, err)
-	admin, err := pgx.Connect(ctx, adminURL)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = admin.Close(context.Background()) })
-	b := make([]byte, 5)
-	_, _ = rand.Read(b)
-	suffix := hex.EncodeToString(b)
-	owner, app, reader, db := "rv_owner_"+suffix, "rv_app_"+suffix, "rv_reader_"+suffix, "rv_migrate_"+suffix
-	for _, q := range []string{
-		"CREATE ROLE " + owner + " LOGIN PASSWORD 'o'",
-		"CREATE ROLE " + app + " LOGIN PASSWORD 'a'",
-		"CREATE ROLE " + reader + " LOGIN PASSWORD 'r'",
-		"CREATE DATABASE " + db + " OWNER " + owner,
-	} {
-		_, err := admin.Exec(ctx, q)
-		require.NoError(t, err, q)
-	}
-	t.Cleanup(func() {
-		if _, err := admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)"); err != nil {
-			t.Errorf("drop database %s: %v", db, err)
-		}
-		for _, r := range []string{app, reader, owner} {
-			if _, err := admin.Exec(context.Background(), "DROP ROLE IF EXISTS "+r); err != nil {
-				t.Errorf("drop role %s: %v", r, err)
-			}
-		}
-	})
-	u, err := url.Parse(adminURL)
-	require.NoError(t, err)
-	u.User = url.UserPassword(owner, "o")
-	u.Path = "/" + db
+	d := newTestDeployment(t, "cli_migrate", "app", "reader")
+	app, reader := d.roles["app"], d.roles["reader"]
+	ownerURL := d.url(t, "owner")
 	migrate := func() (string, error) {
 		cmd := exec.Command(bin, "migrate")
-		cmd.Env = append(os.Environ(), "SALDO_DATABASE_URL="+u.String(), "SALDO_APP_ROLE="+app, "SALDO_READ_ONLY_ROLE="+reader)
+		cmd.Env = append(os.Environ(), "SALDO_DATABASE_URL="+ownerURL, "SALDO_APP_ROLE="+app, "SALDO_READ_ONLY_ROLE="+reader)
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
@@ -349,43 +316,14 @@ func TestMigrateRefusesAStrayArgument(t *testing.T) {
 	bin, err := buildSaldo()
 	require.NoError(t, err)
 	ctx := context.Background()
-	adminURL, err := testdb.ServerURL()
-	require.NoError(t, err)
-	admin, err := pgx.Connect(ctx, adminURL)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = admin.Close(context.Background()) })
-	b := make([]byte, 5)
-	_, _ = rand.Read(b)
-	suffix := hex.EncodeToString(b)
-	owner, app, db := "rv_owner_"+suffix, "rv_app_"+suffix, "rv_stray_"+suffix
-	for _, q := range []string{
-		"CREATE ROLE " + owner + " LOGIN PASSWORD 'o'",
-		"CREATE ROLE " + app + " LOGIN PASSWORD 'a'",
-		"CREATE DATABASE " + db + " OWNER " + owner,
-	} {
-		_, err := admin.Exec(ctx, q)
-		require.NoError(t, err, q)
-	}
-	t.Cleanup(func() {
-		if _, err := admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)"); err != nil {
-			t.Errorf("drop database %s: %v", db, err)
-		}
-		for _, r := range []string{app, owner} {
-			if _, err := admin.Exec(context.Background(), "DROP ROLE IF EXISTS "+r); err != nil {
-				t.Errorf("drop role %s: %v", r, err)
-			}
-		}
-	})
-	u, err := url.Parse(adminURL)
-	require.NoError(t, err)
-	u.User = url.UserPassword(owner, "o")
-	u.Path = "/" + db
+	d := newTestDeployment(t, "cli_stray", "app")
+	app := d.roles["app"]
 	cmd := exec.Command(bin, "migrate", "up", "--app-role", app)
-	cmd.Env = append(os.Environ(), "SALDO_DATABASE_URL="+u.String(), "SALDO_APP_ROLE=", "SALDO_READ_ONLY_ROLE=")
+	cmd.Env = append(os.Environ(), "SALDO_DATABASE_URL="+d.url(t, "owner"), "SALDO_APP_ROLE=", "SALDO_READ_ONLY_ROLE=")
 	outb, err := cmd.CombinedOutput()
 	out := string(outb)
 	if err == nil {
-		conn, cerr := pgx.Connect(ctx, strings.Replace(u.String(), owner+":o", app+":a", 1))
+		conn, cerr := pgx.Connect(ctx, d.url(t, "app"))
 		require.NoError(t, cerr)
 		defer conn.Close(ctx)
 		var n int

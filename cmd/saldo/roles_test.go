@@ -34,48 +34,10 @@ func TestMigrateGrantsTheServingRoleNoWriteOnTheLedger(t *testing.T) {
 	bin, err := buildSaldo()
 	require.NoError(t, err)
 	ctx := context.Background()
-	adminURL, err := testdb.ServerURL()
-	require.NoError(t, err)
-	admin, err := pgx.Connect(ctx, adminURL)
-	require.NoError(t, err)
-	// Closed after the cleanup below has dropped what the test made
-	// (cleanups run last registered first; a defer would close it before).
-	t.Cleanup(func() { _ = admin.Close(context.Background()) })
-
-	b := make([]byte, 5)
-	_, _ = rand.Read(b)
-	suffix := hex.EncodeToString(b)
-	owner, app, db := "saldo_owner_"+suffix, "saldo_app_"+suffix, "saldo_roles_"+suffix
-	reader, nobody := "saldo_reader_"+suffix, "saldo_nobody_"+suffix
-	for _, q := range []string{
-		"CREATE ROLE " + owner + " LOGIN PASSWORD 'o'",
-		"CREATE ROLE " + app + " LOGIN PASSWORD 'a'",
-		"CREATE ROLE " + reader + " LOGIN PASSWORD 'r'",
-		"CREATE ROLE " + nobody + " LOGIN PASSWORD 'n'",
-		"CREATE DATABASE " + db + " OWNER " + owner,
-	} {
-		_, err := admin.Exec(ctx, q)
-		require.NoError(t, err, q)
-	}
-	t.Cleanup(func() {
-		// Roles belong to the cluster: a role left behind outlives the run.
-		if _, err := admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)"); err != nil {
-			t.Errorf("drop database %s: %v", db, err)
-		}
-		for _, r := range []string{app, reader, nobody, owner} {
-			if _, err := admin.Exec(context.Background(), "DROP ROLE IF EXISTS "+r); err != nil {
-				t.Errorf("drop role %s: %v", r, err)
-			}
-		}
-	})
-	as := func(role, password string) string {
-		u, err := url.Parse(adminURL)
-		require.NoError(t, err)
-		u.User = url.UserPassword(role, password)
-		u.Path = "/" + db
-		return u.String()
-	}
-	ownerURL, appURL := as(owner, "o"), as(app, "a")
+	d := newTestDeployment(t, "saldo_roles", "app", "reader", "nobody")
+	admin := d.admin
+	owner, app, reader, nobody := d.roles["owner"], d.roles["app"], d.roles["reader"], d.roles["nobody"]
+	ownerURL, appURL := d.url(t, "owner"), d.url(t, "app")
 
 	migrate := func(flag, role string) (string, error) {
 		cmd := exec.Command(bin, "migrate", flag, role)
@@ -95,9 +57,9 @@ func TestMigrateGrantsTheServingRoleNoWriteOnTheLedger(t *testing.T) {
 	require.NoError(t, admin.QueryRow(ctx, "SELECT current_user").Scan(&super))
 	for _, flag := range []string{"--app-role", "--read-only-role"} {
 		for role, want := range map[string]string{
-			"saldo_missing_" + suffix: "does not exist",
-			owner:                     "owns the ledger's tables",
-			super:                     "is a superuser",
+			d.db + "_missing": "does not exist",
+			owner:             "owns the ledger's tables",
+			super:             "is a superuser",
 		} {
 			out, err := migrate(flag, role)
 			require.Error(t, err, role)
@@ -127,8 +89,8 @@ func TestMigrateGrantsTheServingRoleNoWriteOnTheLedger(t *testing.T) {
 	// table, audits, and may neither write nor call them.
 	callPost := `SELECT outcome FROM ledger_post('x1', 'test', 'x', '', NULL, NULL, NULL,
 		ARRAY[$1, $1]::bigint[], ARRAY['', '']::text[], ARRAY[-1, 1]::numeric[], ARRAY['BRL', 'BRL'])`
-	for _, c := range []struct{ role, password string }{{nobody, "n"}, {reader, "r"}} {
-		rc, err := pgx.Connect(ctx, as(c.role, c.password))
+	for _, c := range []struct{ role, label string }{{nobody, "nobody"}, {reader, "reader"}} {
+		rc, err := pgx.Connect(ctx, d.url(t, c.label))
 		require.NoError(t, err)
 		for _, q := range []string{callPost, `SELECT ledger_lock_accounts(ARRAY[$1]::bigint[], NULL)`} {
 			var s string
@@ -150,7 +112,7 @@ func TestMigrateGrantsTheServingRoleNoWriteOnTheLedger(t *testing.T) {
 		require.NoError(t, rc.Close(ctx))
 	}
 	audit := exec.Command(bin, "audit", "verify")
-	audit.Env = append(os.Environ(), "SALDO_DATABASE_URL="+as(reader, "r"))
+	audit.Env = append(os.Environ(), "SALDO_DATABASE_URL="+d.url(t, "reader"))
 	auditOut, err := audit.CombinedOutput()
 	require.NoError(t, err, "saldo audit verify as the read-only role: %s", auditOut)
 
@@ -180,4 +142,61 @@ func TestMigrateGrantsTheServingRoleNoWriteOnTheLedger(t *testing.T) {
 			t.Fatal("saldo serve did not stop")
 		}
 	}
+}
+
+// testDeployment is a database owned by a role of its own, with other login
+// roles, made for one test on the shared server; the database and the roles
+// (which belong to the cluster) are dropped when the test ends.
+type testDeployment struct {
+	adminURL string
+	admin    *pgx.Conn
+	db       string
+	roles    map[string]string // label -> role name; "owner" owns db
+}
+
+// newTestDeployment makes the roles "owner" and labels (each with the
+// label's first letter as its password) and a database owned by "owner".
+func newTestDeployment(t *testing.T, prefix string, labels ...string) *testDeployment {
+	t.Helper()
+	ctx := context.Background()
+	adminURL, err := testdb.ServerURL()
+	require.NoError(t, err)
+	admin, err := pgx.Connect(ctx, adminURL)
+	require.NoError(t, err)
+	// Closed after the cleanup below has dropped what the test made
+	// (cleanups run last registered first; a defer would close it before).
+	t.Cleanup(func() { _ = admin.Close(context.Background()) })
+	b := make([]byte, 5)
+	_, _ = rand.Read(b)
+	suffix := hex.EncodeToString(b)
+	d := &testDeployment{adminURL: adminURL, admin: admin, db: prefix + "_" + suffix, roles: map[string]string{}}
+	labels = append([]string{"owner"}, labels...)
+	for _, l := range labels {
+		d.roles[l] = prefix + "_" + l + "_" + suffix
+		_, err := admin.Exec(ctx, "CREATE ROLE "+d.roles[l]+" LOGIN PASSWORD '"+l[:1]+"'")
+		require.NoError(t, err)
+	}
+	_, err = admin.Exec(ctx, "CREATE DATABASE "+d.db+" OWNER "+d.roles["owner"])
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if _, err := admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+d.db+" WITH (FORCE)"); err != nil {
+			t.Errorf("drop database %s: %v", d.db, err)
+		}
+		for i := len(labels) - 1; i >= 0; i-- {
+			if _, err := admin.Exec(context.Background(), "DROP ROLE IF EXISTS "+d.roles[labels[i]]); err != nil {
+				t.Errorf("drop role %s: %v", d.roles[labels[i]], err)
+			}
+		}
+	})
+	return d
+}
+
+// url is the database's URL as the role of label.
+func (d *testDeployment) url(t *testing.T, label string) string {
+	t.Helper()
+	u, err := url.Parse(d.adminURL)
+	require.NoError(t, err)
+	u.User = url.UserPassword(d.roles[label], label[:1])
+	u.Path = "/" + d.db
+	return u.String()
 }
