@@ -96,7 +96,8 @@ func TestDevSIGTERMDuringStartupLeavesNothingBehind(t *testing.T) {
 						break
 					}
 					if _, err := os.Stat(filepath.Join(dirs[0], c.trigger)); err == nil {
-						time.Sleep(20 * time.Millisecond)
+						// at once: pg_ctl has opened its log and is forking
+						// the postmaster, which has not yet written its pid
 						break
 					}
 				}

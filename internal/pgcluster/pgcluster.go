@@ -175,8 +175,18 @@ func (c *Cluster) start(ctx context.Context) error {
 	if c.extra != "" {
 		pgOpts += " " + c.extra
 	}
-	if out, err := c.run(ctx, "pg_ctl", "-D", data, "-o", pgOpts, "-l", filepath.Join(c.Dir, "postgres.log"), "-w", "-t", "60", "start"); err != nil {
+	// pg_ctl is never killed half way: killed after it forked the
+	// postmaster but before postmaster.pid exists, it would leave a server
+	// nobody can find to stop (a start cut short by a signal must leave
+	// nothing behind). It runs to its own end (-t 60), and a cancelled ctx
+	// is answered once it is back, when the pid file names what to stop.
+	pgCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 90*time.Second)
+	defer cancel()
+	if out, err := c.run(pgCtx, "pg_ctl", "-D", data, "-o", pgOpts, "-l", filepath.Join(c.Dir, "postgres.log"), "-w", "-t", "60", "start"); err != nil {
 		return fmt.Errorf("pgcluster: pg_ctl start: %w: %s", err, out)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("pgcluster: start: %w", err)
 	}
 	if err := os.WriteFile(filepath.Join(c.Dir, "port"), []byte(strconv.Itoa(c.Port)), 0o644); err != nil {
 		return err
