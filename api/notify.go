@@ -252,32 +252,57 @@ func payoutNotice(p payouts.Payout) notice {
 
 // PayoutDiverged records a payout.diverged event: the provider reported
 // attempt a of payout p paid after saldo resolved it failed (its merchant
-// may have been told payout.failed, or a successor is held): the money
-// left; an operator settles it. It is payouts.Config.OnDiverged, called in
+// may have been told payout.failed, or a successor is held: the money
+// left), or failed after it succeeded (a reversal: the money came back);
+// an operator settles it. It is payouts.Config.OnDiverged, called in
 // the divergence's transaction. Its data is the payout as it stands, with
 // the diverged attempt's id.
 func (n *Notifier) PayoutDiverged(ctx context.Context, tx pgx.Tx, p payouts.Payout, a attempts.Attempt) error {
 	return n.record(ctx, tx, []notice{{merchantID: p.MerchantID, typ: "payout.diverged", objectID: p.ID,
 		dedupe: "payout:" + p.ID + ":diverged:" + a.ID.String(),
-		data:   divergedJSON{Object: payoutJSON(p), AttemptID: a.ID.String(), DivergedAt: a.DivergedAt}}})
+		data:   divergedOf(payoutJSON(p), a)}})
 }
 
 // ChargeDiverged records a charge.diverged event: the provider reported
-// charge c paid (attempt a) after saldo resolved it failed or expired: the
-// payer's money arrived and was not credited; an operator settles it. It is
+// charge c paid (attempt a) after saldo resolved it failed or expired (the
+// payer's money arrived and was not credited), or failed after it was paid
+// (a reversal: the merchant was credited with money that did not arrive);
+// an operator settles it. It is
 // charges.Config.OnDiverged.
 func (n *Notifier) ChargeDiverged(ctx context.Context, tx pgx.Tx, c charges.Charge, a attempts.Attempt) error {
 	return n.record(ctx, tx, []notice{{merchantID: c.MerchantID, typ: "charge.diverged", objectID: c.ID,
 		dedupe: "charge:" + c.ID + ":diverged:" + a.ID.String(),
-		data:   divergedJSON{Object: chargeJSONOf(c), AttemptID: a.ID.String(), DivergedAt: a.DivergedAt}}})
+		data:   divergedOf(chargeJSONOf(c), a)}})
 }
 
 // divergedJSON is a *.diverged event's data: the payout or charge as it
-// stands, and the attempt the provider reported paid after it failed.
+// stands, the attempt the provider contradicted and which way
+// (Divergence*).
 type divergedJSON struct {
 	Object     any        `json:"object"`
 	AttemptID  string     `json:"attempt_id"`
 	DivergedAt *time.Time `json:"diverged_at"`
+	Kind       string     `json:"divergence_kind"`
+}
+
+const (
+	// DivergencePaidAfterFailure: the provider reported the operation
+	// succeeded after saldo resolved it failed (money moved that the ledger
+	// released or never credited).
+	DivergencePaidAfterFailure = "paid_after_failure"
+	// DivergenceReversal: the provider reported the operation failed after
+	// it succeeded (a payout returned, a refund failed late, a charge that
+	// did not settle): the ledger shows money moved that came back or never
+	// arrived.
+	DivergenceReversal = "reversal"
+)
+
+func divergedOf(object any, a attempts.Attempt) divergedJSON {
+	kind := DivergencePaidAfterFailure
+	if a.Status == attempts.StatusSucceeded {
+		kind = DivergenceReversal
+	}
+	return divergedJSON{Object: object, AttemptID: a.ID.String(), DivergedAt: a.DivergedAt, Kind: kind}
 }
 
 // ChargeFinal records a charge.<status> event (paid, failed, expired) like

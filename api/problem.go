@@ -82,8 +82,11 @@ func problemFor(err error) Problem {
 	case errors.As(err, &ae):
 		return Problem{Status: ae.status, Code: ae.code, Title: ae.title, Detail: ae.detail, Field: ae.field}
 	case errors.Is(err, charges.ErrNotRefundable):
-		return Problem{Status: http.StatusConflict, Code: "not_refundable", Title: "Not refundable",
-			Detail: "only a paid charge can be refunded"}
+		detail := "only a paid charge can be refunded"
+		if nr, ok := errors.AsType[*charges.NotRefundableError](err); ok && nr.Reason != "" {
+			detail = "charge " + nr.ChargeID + " is not refundable: " + nr.Reason
+		}
+		return Problem{Status: http.StatusConflict, Code: "not_refundable", Title: "Not refundable", Detail: detail}
 	case errors.Is(err, payouts.ErrRefundExceedsCharge):
 		return Problem{Status: http.StatusUnprocessableEntity, Code: "refund_exceeds_charge", Title: "Refund exceeds the charge",
 			Detail: "succeeded and open refunds of this charge would exceed what was charged", Field: "amount"}

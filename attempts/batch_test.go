@@ -341,6 +341,13 @@ func mixedRun(t *testing.T, batch bool) ([]slotOutcome, *batchRecorder, *ownerRe
 				AND args->>'attempt_id' = $2`, kind, id.String()).Scan(dst))
 		}
 		out[i] = o
+		if slots[i] == scLateSuccess {
+			// The provider declined what the operator had called paid: a
+			// reversal, a divergence in review until settled (R9, R19).
+			require.NotNil(t, a.DivergedAt, "slot %d", i)
+			_, err := svc.SettleDivergence(ctx, id, "op_1", "the operator's success was wrong; booked")
+			require.NoError(t, err)
+		}
 	}
 	vs, err := Verify(ctx, pool)
 	require.NoError(t, err)

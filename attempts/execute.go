@@ -571,7 +571,8 @@ func (s *Service) applyOutcome(ctx context.Context, tx pgx.Tx, after *afterCommi
 	switch outcome {
 	case OutcomeSucceeded, OutcomeFailed:
 		if la.Status.Final() && la.Status != outcome.Status() {
-			return out, s.lateConflict(ctx, tx, after, la, ActorWorker, string(outcome))
+			out.a, err = s.lateConflict(ctx, tx, after, la, ActorWorker, string(outcome))
+			return out, err
 		}
 		tr, err := s.transition(ctx, tx, after, la, change{To: outcome.Status(), Actor: ActorWorker,
 			Reason: callReason(callNo, ex.StatusCode, outcome), ProviderID: sr.ProviderID,
@@ -667,44 +668,66 @@ func callReason(callNo, statusCode int, outcome Outcome) string {
 // change (R9); the conflict is kept as a note and logged as an error so
 // reconciliation (R19) and a human look at it.
 //
-// A success after failed is a divergence (issue 13 finding 5): the reserve
-// went back while the money left. Besides the note, the attempt is flagged
-// for review (the review queue lists it), diverged_at and divergence keep
-// what was said (audit verify reports it), saldo_attempts_divergences_total
-// counts it and an error is logged. Duplicates of the report add a note only.
-func (s *Service) lateConflict(ctx context.Context, tx pgx.Tx, after *afterCommit, a Attempt, actor Actor, said string) error {
+// Either way it is a divergence: the ledger and the provider disagree about
+// money. A success after failed (issue 13 finding 5): the reserve went back
+// (or the charge was never credited) while the money moved. A failure after
+// succeeded (a reversal: a payout the bank returned, a transfer reversed in
+// full, a refund that failed late, a charge that did not settle): the ledger
+// shows money moved that came back or never arrived. Besides the note, the
+// attempt is flagged for review (the review queue lists it), diverged_at and
+// divergence keep what was said (audit verify reports it until an operator
+// settles it), saldo_attempts_divergences_total counts it and an error is
+// logged. Duplicates of the report add a note only. It returns the attempt
+// as it now stands.
+func (s *Service) lateConflict(ctx context.Context, tx pgx.Tx, after *afterCommit, a Attempt, actor Actor, said string) (Attempt, error) {
 	reason := fmt.Sprintf("%s reported %s for an attempt already %s: final status kept, reconcile", actor, said, a.Status)
 	now := s.clock.Now()
 	if err := insertEvent(ctx, tx, Event{AttemptID: a.ID, At: now, Type: EventNote, Actor: actor, Reason: reason}); err != nil {
-		return err
+		return a, err
 	}
-	if a.Status == StatusFailed && said == string(StatusSucceeded) {
-		why := fmt.Sprintf("divergence: %s reported succeeded after the attempt was resolved failed by %s "+
+	var why string
+	switch {
+	case a.Status == StatusFailed && said == string(StatusSucceeded):
+		why = fmt.Sprintf("divergence: %s reported succeeded after the attempt was resolved failed by %s "+
 			"(the reserve was released): money may have left twice over; a human settles it (R19)", actor, a.ResolvedBy)
+		if a.Kind.direction() == "in" {
+			why = fmt.Sprintf("divergence: %s reported succeeded after the attempt was resolved failed by %s "+
+				"(nothing was credited): money arrived that the ledger does not show; a human settles it (R19)", actor, a.ResolvedBy)
+		}
+	case a.Status == StatusSucceeded && said == string(StatusFailed):
+		why = fmt.Sprintf("divergence (reversal): %s reported failed after the attempt succeeded (resolved by %s): "+
+			"the ledger shows money moved that came back or never left; a human books it and settles it (R19)", actor, a.ResolvedBy)
+		if a.Kind.direction() == "in" {
+			why = fmt.Sprintf("divergence (reversal): %s reported failed after the attempt succeeded (resolved by %s): "+
+				"the merchant was credited with money that did not arrive; a human books it and settles it (R19)", actor, a.ResolvedBy)
+		}
+	}
+	if why != "" {
 		na, err := scanAttempt(tx.QueryRow(ctx, `UPDATE attempts SET diverged_at = $2, divergence = $3,
 			review = true, review_reason = $3, review_at = $2, updated_at = $2
-			WHERE id = $1 AND status = 'failed' AND diverged_at IS NULL RETURNING `+attemptColumns, a.ID, now, why))
+			WHERE id = $1 AND status = $4 AND diverged_at IS NULL RETURNING `+attemptColumns, a.ID, now, why, a.Status))
 		switch {
 		case errors.Is(err, ErrNotFound):
 			// Already diverged: the note is enough.
 		case err != nil:
-			return fmt.Errorf("attempts: record divergence of %s: %w", a.ID, err)
+			return a, fmt.Errorf("attempts: record divergence of %s: %w", a.ID, err)
 		default:
+			a = na
 			if err := insertEvent(ctx, tx, Event{AttemptID: a.ID, At: now, Type: EventReview, Actor: actor, Reason: why}); err != nil {
-				return err
+				return a, err
 			}
 			if err := s.holdSiblings(ctx, tx, after, na, actor); err != nil {
-				return err
+				return a, err
 			}
 			if o, ok := s.owner(na.Kind).(DivergenceOwner); ok {
 				if err := o.AttemptDiverged(ctx, tx, na); err != nil {
-					return fmt.Errorf("attempts: owner of diverged %s: %w", na.ID, err)
+					return a, fmt.Errorf("attempts: owner of diverged %s: %w", na.ID, err)
 				}
 			}
 			after.add(func() {
-				s.log.ErrorContext(ctx, "provider reports success for a failed attempt: divergence, review", "attempt_id", na.ID,
-					"kind", na.Kind, "provider", na.Provider, "reference", na.Reference, "resolved_by", na.ResolvedBy,
-					"reported_by", actor)
+				s.log.ErrorContext(ctx, "provider contradicts a final attempt: divergence, review", "attempt_id", na.ID,
+					"kind", na.Kind, "provider", na.Provider, "reference", na.Reference, "status", na.Status,
+					"resolved_by", na.ResolvedBy, "reported", said, "reported_by", actor)
 				s.metrics.divergence(na)
 				s.metrics.reviewFlagged(na)
 				if s.cfg.OnReview != nil {
@@ -718,7 +741,7 @@ func (s *Service) lateConflict(ctx context.Context, tx pgx.Tx, after *afterCommi
 			"provider", a.Provider, "reference", a.Reference, "status", a.Status, "reported", said)
 		s.metrics.conflict(a)
 	})
-	return nil
+	return a, nil
 }
 
 // unsentSiblingsSQL locks the open attempts of $1's subject (same

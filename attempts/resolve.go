@@ -215,9 +215,11 @@ func (s *Service) applyReport(ctx context.Context, tx pgx.Tx, after *afterCommit
 				// reserve released: whatever amount or operation it
 				// names, the divergence is recorded as well (review,
 				// audit verify, no retry: R6, R19, R22); nothing moves.
-				if cerr := s.lateConflict(ctx, tx, after, na, actor, string(r.State)); cerr != nil {
+				na, cerr := s.lateConflict(ctx, tx, after, na, actor, string(r.State))
+				if cerr != nil {
 					return na, false, cerr
 				}
+				return na, false, err
 			}
 			return na, false, err
 		}
@@ -230,7 +232,8 @@ func (s *Service) applyReport(ctx context.Context, tx pgx.Tx, after *afterCommit
 		}
 		if a.Status.Final() {
 			if a.Status != to {
-				return a, false, s.lateConflict(ctx, tx, after, a, actor, string(r.State))
+				a, err := s.lateConflict(ctx, tx, after, a, actor, string(r.State))
+				return a, false, err
 			}
 			if a.ProviderID != "" && r.ProviderID != "" && r.ProviderID != a.ProviderID {
 				return a, false, s.secondOperation(ctx, tx, after, a, actor, r)

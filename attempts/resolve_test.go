@@ -415,8 +415,16 @@ func TestResolveByReference(t *testing.T) {
 	}
 	require.Equal(t, 1, h.owner.count(a.ID))
 	ev := h.events(a.ID)
-	require.Equal(t, EventNote, ev[len(ev)-1].Type, "a contradicting late event is kept as a note")
+	require.Equal(t, EventNote, ev[len(ev)-2].Type, "a contradicting late event is kept as a note")
+	// R9, R19: the late "failed" is a reversal: the status stays, the
+	// divergence is recorded and the attempt is in review until settled.
+	require.Equal(t, EventReview, ev[len(ev)-1].Type)
 	require.Equal(t, float64(1), testCounter(h.metrics.Conflicts))
+	got := h.get(a.ID)
+	require.NotNil(t, got.DivergedAt)
+	require.True(t, got.Review)
+	_, err = h.svc.SettleDivergence(h.ctx, a.ID, "op_1", "booked the reversal with the merchant")
+	require.NoError(t, err)
 	h.requireNoViolations()
 
 	// Provider id contradiction on an open attempt: review, no transition.

@@ -60,7 +60,7 @@ func Verify(ctx context.Context, db DB) ([]Violation, error) {
 			AND NOT EXISTS (SELECT 1 FROM river_job j WHERE j.kind = '` + ResolveAttemptKind + `'
 				AND j.state IN ('available', 'pending', 'running', 'retryable', 'scheduled')
 				AND j.args->>'attempt_id' = a.id::text)`},
-		{"diverged", `SELECT a.id::text, a.subject_id, 'resolved failed by ' || coalesce(a.resolved_by, '?') ||
+		{"diverged", `SELECT a.id::text, a.subject_id, 'resolved ' || a.status || ' by ' || coalesce(a.resolved_by, '?') ||
 				', then at ' || a.diverged_at || ' ' || a.divergence
 			FROM attempts a WHERE a.diverged_at IS NOT NULL AND a.divergence_settled_at IS NULL`},
 	}

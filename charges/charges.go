@@ -113,9 +113,14 @@ func invalid(field, format string, args ...any) error {
 type NotRefundableError struct {
 	ChargeID string
 	Status   Status
+	// Reason, when set, is why a paid charge is not refundable.
+	Reason string
 }
 
 func (e *NotRefundableError) Error() string {
+	if e.Reason != "" {
+		return fmt.Sprintf("charges: charge %s is not refundable: %s", e.ChargeID, e.Reason)
+	}
 	return fmt.Sprintf("charges: charge %s is %s; only a paid charge is refundable", e.ChargeID, e.Status)
 }
 
@@ -901,6 +906,20 @@ func (s *Service) LockForRefund(ctx context.Context, tx pgx.Tx, merchantID, char
 	}
 	if c.Status != StatusPaid {
 		return c, &NotRefundableError{ChargeID: c.ID, Status: c.Status}
+	}
+	// A paid charge the provider later reported failed (a reversal, R9,
+	// R19): the money may never have arrived, and a refund would pay out
+	// what was not received. Refused while the divergence stands, and
+	// after it is settled too: the operator booked it, and the charge stays
+	// paid only as history (R9).
+	var reversed bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM attempts WHERE direction = 'in' AND subject_id = $1
+		AND status = 'succeeded' AND diverged_at IS NOT NULL)`, c.ID).Scan(&reversed); err != nil {
+		return c, err
+	}
+	if reversed {
+		return c, &NotRefundableError{ChargeID: c.ID, Status: c.Status,
+			Reason: "the provider reported it failed after it was paid (a divergence an operator settles)"}
 	}
 	return c, nil
 }

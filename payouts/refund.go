@@ -202,7 +202,11 @@ func (s *Service) lockCharge(ctx context.Context, tx pgx.Tx, merchantID, chargeI
 	case errors.Is(err, charges.ErrNotFound):
 		return c, fmt.Errorf("%w: charge %s", ErrNotFound, chargeID)
 	case errors.Is(err, charges.ErrNotRefundable):
-		return c, fmt.Errorf("%w: %w", &FieldError{Field: "charge_id", Reason: fmt.Sprintf("charge %s is %s, only a paid charge can be refunded", chargeID, c.Status)}, err)
+		reason := fmt.Sprintf("charge %s is %s, only a paid charge can be refunded", chargeID, c.Status)
+		if nr, ok := errors.AsType[*charges.NotRefundableError](err); ok && nr.Reason != "" {
+			reason = fmt.Sprintf("charge %s is not refundable: %s", chargeID, nr.Reason)
+		}
+		return c, fmt.Errorf("%w: %w", &FieldError{Field: "charge_id", Reason: reason}, err)
 	}
 	return c, err
 }

@@ -909,6 +909,16 @@ func (s *Service) matchGroup(ctx context.Context, st *runState, ls []line, a, ot
 			detail: fmt.Sprintf("saldo's attempt for %s %s succeeded; the provider's statement lists it %s", a.Kind,
 				a.SubjectID, l.State),
 			provider: linesSide(ls), our: our})
+		if l.State == providers.StateFailed && !a.Diverged {
+			// A reversal (a payout returned, a refund failed late): the
+			// attempts core records the divergence on the attempt and puts
+			// it in the review queue; its final status and the ledger stay
+			// as they are (R9) until a human books it.
+			if _, err := s.report(ctx, st, *a, l); err != nil && !errors.Is(err, attempts.ErrReportMismatch) &&
+				!errors.Is(err, attempts.ErrProviderIDMismatch) {
+				return nil, false, err
+			}
+		}
 	}
 	return out, false, nil
 }

@@ -91,6 +91,12 @@ func TestStripeHostileSignedWebhooksNeverAnswer5xx(t *testing.T) {
 	// balance.
 	got := se.resolve(a)
 	require.Equal(t, attempts.StatusSucceeded, got.Status)
+	// Signed events that say the PaymentIntent failed (canceled,
+	// requires_payment_method) after it succeeded are a reversal: a
+	// divergence in review, nothing moved (R9, R19). The operator settles it.
+	require.NotNil(t, got.DivergedAt, "a signed failure after success is a divergence")
+	_, err = e.Attempts.SettleDivergence(ctx, a.ID, "op-hostile", "hostile test events, checked against Stripe")
+	require.NoError(t, err)
 	res, err := audit.Run(ctx, e.Pool)
 	require.NoError(t, err)
 	require.True(t, res.OK(), res.Summary())
