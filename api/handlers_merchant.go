@@ -406,8 +406,10 @@ func timeParam(r *http.Request, name string) (time.Time, bool, error) {
 		return time.Time{}, false, nil
 	}
 	t, err := time.Parse(time.RFC3339Nano, v)
-	if err != nil {
-		return time.Time{}, false, invalidField(name, "an RFC 3339 timestamp, e.g. 2026-12-02T12:00:00Z")
+	// In UTC too it must be a date-time an answer can echo (RFC 3339 has
+	// years 0000-9999; "0000-01-01T00:00:00+23:59" is year -1 in UTC).
+	if err != nil || t.UTC().Year() < 1 || t.UTC().Year() > 9999 {
+		return time.Time{}, false, invalidField(name, "an RFC 3339 timestamp between years 0001 and 9999 in UTC, e.g. 2026-12-02T12:00:00Z")
 	}
 	return t, true, nil
 }

@@ -555,7 +555,11 @@ func (s *Server) createNotificationEndpoint(w http.ResponseWriter, r *http.Reque
 		return
 	}
 	u, err := url.Parse(req.URL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || len(req.URL) > 2000 || u.User != nil {
+	// The length is that of the text stored (u.String() percent-encodes
+	// spaces and non-ASCII characters: "é" becomes 6 characters), which
+	// the table's CHECK bounds too.
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || len(req.URL) > 2000 ||
+		len(u.String()) > 2000 || u.User != nil {
 		s.problem(w, r, invalidField("url", "an absolute http(s) URL without credentials, up to 2000 characters"))
 		return
 	}
@@ -565,23 +569,34 @@ func (s *Server) createNotificationEndpoint(w http.ResponseWriter, r *http.Reque
 			return
 		}
 	}
-	var active int
-	if err := s.pool.QueryRow(r.Context(), `SELECT count(*) FROM notification_endpoints WHERE merchant_id = $1 AND disabled_at IS NULL`,
-		chi.URLParam(r, "merchant_id")).Scan(&active); err != nil {
-		s.problem(w, r, err)
-		return
-	}
-	if active >= MaxNotificationEndpoints {
-		s.problem(w, r, &apiError{status: http.StatusConflict, code: "too_many_endpoints", title: "Too many endpoints",
-			detail: fmt.Sprintf("at most %d active notification endpoints per merchant; disable one first", MaxNotificationEndpoints)})
-		return
-	}
 	// Stored as parsed: url.Parse lowercases the scheme (RFC 3986: schemes
 	// are case-insensitive), which the table's CHECK expects.
 	ep := notificationEndpointJSON{ID: "we_" + randomHex(16), MerchantID: chi.URLParam(r, "merchant_id"), URL: u.String(),
 		Secret: "whsec_" + randomHex(32), CreatedAt: s.clock.Now().UTC()}
-	if _, err := s.pool.Exec(r.Context(), `INSERT INTO notification_endpoints (id, merchant_id, url, secret, created_at)
-		VALUES ($1, $2, $3, $4, $5)`, ep.ID, ep.MerchantID, ep.URL, ep.Secret, ep.CreatedAt); err != nil {
+	tooMany := &apiError{status: http.StatusConflict, code: "too_many_endpoints", title: "Too many endpoints",
+		detail: fmt.Sprintf("at most %d active notification endpoints per merchant; disable one first", MaxNotificationEndpoints)}
+	// The count and the insert under the merchant's row lock: concurrent
+	// registrations serialise, so the limit holds (each active endpoint
+	// gets every event, written in the transaction that makes a payout
+	// final).
+	err = pgx.BeginFunc(r.Context(), s.pool, func(tx pgx.Tx) error {
+		var active int
+		if err := tx.QueryRow(r.Context(), `SELECT (SELECT count(*) FROM notification_endpoints
+				WHERE merchant_id = m.id AND disabled_at IS NULL)
+			FROM merchants m WHERE m.id = $1 FOR UPDATE OF m`, ep.MerchantID).Scan(&active); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return errNotFound
+			}
+			return err
+		}
+		if active >= MaxNotificationEndpoints {
+			return tooMany
+		}
+		_, err := tx.Exec(r.Context(), `INSERT INTO notification_endpoints (id, merchant_id, url, secret, created_at)
+			VALUES ($1, $2, $3, $4, $5)`, ep.ID, ep.MerchantID, ep.URL, ep.Secret, ep.CreatedAt)
+		return err
+	})
+	if err != nil {
 		s.problem(w, r, err)
 		return
 	}
