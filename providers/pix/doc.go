@@ -27,7 +27,14 @@
 //     the same id). A 401 drops the cached token and the request is sent
 //     once more with a fresh one (the 401 proves nothing was processed).
 //     A second 401, or a 403, is auth_refused: the attempt waits for an
-//     operator to fix the credentials instead of failing.
+//     operator to fix the credentials instead of failing. The access token
+//     and the client secret are redacted from every exchange (body,
+//     headers, error), in case a PSP quotes them.
+//   - Every report carries an amount and BCB-shaped ids (R17): a final
+//     state without a valor, or an endToEndId / rtrId that is not E / D and
+//     31 letters or digits, makes a lookup inconclusive and a webhook
+//     malformed. A CONCLUIDA cob is succeeded only with the Pix that paid
+//     it (its endToEndId, which refunds need); without one it is processing.
 //   - A cob's status is the status of its record, not of its expiry: an
 //     expired unpaid cob stays ATIVA. Lookup reports it failed with
 //     failure code cob_expired only once calendario.criacao +

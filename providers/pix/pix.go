@@ -1,6 +1,7 @@
 package pix
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -211,25 +212,62 @@ func (p *Provider) base(op providers.Operation) string {
 // classifier reads as not sent. A 401 drops the token and the request is
 // sent once more with a fresh one (a 401 proves nothing was processed);
 // the second exchange is returned, with both counted in WireCalls.
+//
+// Every exchange returned is redacted: a PSP or gateway that quotes the
+// bearer token it refused (or the client secret, in a token error) would
+// otherwise put it in the body, the failure reason and the attempt's
+// last_error, events and logs.
 func (p *Provider) do(ctx context.Context, method, u string, body []byte) providers.Exchange {
 	tok, err := p.tokens.token(ctx)
 	if err != nil {
 		now := time.Now()
-		return providers.Exchange{Method: method, URL: u, Err: err, Started: now, Ended: now}
+		return p.redact(providers.Exchange{Method: method, URL: u, Err: err, Started: now, Ended: now})
 	}
 	ex := p.client.Do(ctx, method, u, bearer(tok), body)
 	if ex.StatusCode != http.StatusUnauthorized || ex.Err != nil {
-		return ex
+		return p.redact(ex, tok)
 	}
 	p.tokens.invalidate(tok)
 	tok2, err := p.tokens.token(ctx)
 	if err != nil {
-		return ex // the 401 stands: nothing was processed
+		return p.redact(ex, tok) // the 401 stands: nothing was processed
 	}
 	ex2 := p.client.Do(ctx, method, u, bearer(tok2), body)
 	ex2.WireCalls += ex.WireCalls
 	ex2.Started = ex.Started
-	return ex2
+	return p.redact(ex2, tok, tok2)
+}
+
+// redacted replaces a credential quoted in an answer or an error.
+const redacted = "[redacted]"
+
+// redact removes the client secret and the access tokens used from ex's
+// body, header values and error text (the error's wrapping is kept when it
+// carries neither).
+func (p *Provider) redact(ex providers.Exchange, tokens ...string) providers.Exchange {
+	secrets := make([]string, 0, len(tokens)+1)
+	for _, s := range append(tokens, string(p.cfg.ClientSecret)) {
+		if s != "" {
+			secrets = append(secrets, s)
+		}
+	}
+	for _, s := range secrets {
+		if bytes.Contains(ex.Body, []byte(s)) {
+			ex.Body = bytes.ReplaceAll(ex.Body, []byte(s), []byte(redacted))
+		}
+		if ex.Err != nil && strings.Contains(ex.Err.Error(), s) {
+			ex.Err = errors.New(strings.ReplaceAll(ex.Err.Error(), s, redacted))
+		}
+		for k, vs := range ex.Header {
+			for i, v := range vs {
+				if strings.Contains(v, s) {
+					ex.Header = ex.Header.Clone() // the client's own map stays as it was
+					ex.Header[k][i] = strings.ReplaceAll(v, s, redacted)
+				}
+			}
+		}
+	}
+	return ex
 }
 
 func bearer(tok string) http.Header {
@@ -245,7 +283,8 @@ func bearer(tok string) http.Header {
 //   - 2xx: the operation's status (cob ATIVA: created, which is what Submit
 //     reports for pix_charge; devolucao and send: EM_PROCESSAMENTO
 //     processing, DEVOLVIDO / REALIZADO succeeded, NAO_REALIZADO failed).
-//     An answer that names another id, or no status saldo knows, has no
+//     An answer that names another id, no status saldo knows, or a provider
+//     id that is not the BCB's shape (an endToEndId, an rtrId) has no
 //     state: unknown;
 //   - 409, or a 4xx saying the id is already used: duplicate, resolved by
 //     lookup, never a new id;
@@ -287,7 +326,7 @@ func (p *Provider) Submit(ctx context.Context, req providers.SubmitRequest) prov
 		default:
 			r = p.readSend(ex.Body, req.Reference)
 		}
-		if r.ok {
+		if r.ok && wellShaped(req.Operation, r.providerID) {
 			res.ProviderID, res.State, res.Data = r.providerID, r.state, r.data
 			res.FailureCode, res.FailureReason = r.failureCode, r.failureReason
 		}
@@ -360,7 +399,8 @@ type CobData struct {
 // core keeps the attempt open). For a lookup ATIVA is processing until the
 // expiry (plus ExpiryGrace) has passed, then failed cob_expired; CONCLUIDA
 // is succeeded with the paying Pix's endToEndId as the provider id and its
-// valor as the amount; a removed cob is failed.
+// valor as the amount (valor.original when it has none), processing while
+// no Pix names an endToEndId; a removed cob is failed.
 func (p *Provider) readCob(body []byte, txid string, created bool) read {
 	var c cob
 	if err := json.Unmarshal(body, &c); err != nil || c.TxID != txid {
@@ -393,13 +433,24 @@ func (p *Provider) readCob(body []byte, txid string, created bool) read {
 			r.state = providers.StateProcessing
 		}
 	case CobConcluida:
-		r.state = providers.StateSucceeded
+		// Paid, but succeeded only with the Pix that paid it: its
+		// endToEndId is the charge's provider id, which every refund of it
+		// needs. The description makes the pix array optional; a CONCLUIDA
+		// cob without a Pix that names an endToEndId is not yet conclusive
+		// (processing) and the attempt stays open until a lookup or the
+		// webhook names it. The amount is the Pix's valor when it has one,
+		// else valor.original (never an empty valor over a readable one).
+		r.state = providers.StateProcessing
 		for _, px := range c.Pix {
-			if px.TxID == "" || px.TxID == txid {
-				r.providerID, r.amount = px.EndToEndID, px.Valor
-				d.EndToEndID, d.PaidAt = px.EndToEndID, px.Horario.UTC()
-				break
+			if (px.TxID != "" && px.TxID != txid) || px.EndToEndID == "" {
+				continue
 			}
+			r.state, r.providerID = providers.StateSucceeded, px.EndToEndID
+			if !blank(px.Valor) {
+				r.amount = px.Valor
+			}
+			d.EndToEndID, d.PaidAt = px.EndToEndID, px.Horario.UTC()
+			break
 		}
 	case CobRemovidaRecebedor, "REMOVIDO_PELO_USUARIO_RECEBEDOR":
 		r.state, r.failureCode, r.failureReason = providers.StateFailed, FailureCobRemoved, "cob removed by the receiver"
@@ -576,12 +627,50 @@ func (p *Provider) Lookup(ctx context.Context, op providers.Operation, reference
 		res.Exchange.Err = fmt.Errorf("pix: lookup of %s %s: unreadable answer", op, reference)
 		return res, nil
 	}
-	return lookupResult(res.Exchange, r), nil
+	return lookupResult(res.Exchange, op, reference, r), nil
 }
 
-func lookupResult(ex providers.Exchange, r read) providers.LookupResult {
+// lookupResult is a found operation, or an inconclusive answer (Found
+// false, Exchange.Err set: it proves nothing, R16) when the answer is not
+// the provider's word on it: a final state without a valor (R17: an
+// amount-less report would move money with no amount check), or a
+// provider id that is not the BCB's shape (an endToEndId or an rtrId:
+// E or D and 31 letters or digits).
+func lookupResult(ex providers.Exchange, op providers.Operation, reference string, r read) providers.LookupResult {
+	if !wellShaped(op, r.providerID) {
+		ex.Err = fmt.Errorf("pix: lookup of %s %s: provider id %.40q is not an endToEndId or rtrId", op, reference, r.providerID)
+		return providers.LookupResult{Exchange: ex}
+	}
+	if final(r.state) && blank(r.amount) {
+		ex.Err = fmt.Errorf("pix: lookup of %s %s: %s without a valor is not the provider's word on the amount (R17)", op, reference, r.state)
+		return providers.LookupResult{Exchange: ex}
+	}
 	return providers.LookupResult{Exchange: ex, Found: true, ProviderID: r.providerID, State: r.state,
 		Amount: r.amount, Currency: "BRL", FailureCode: r.failureCode, FailureReason: r.failureReason, Data: r.data}
+}
+
+// final reports whether s settles an operation (money moves or is freed).
+func final(s providers.State) bool {
+	return s == providers.StateSucceeded || s == providers.StateFailed
+}
+
+// blank reports whether a valor is missing: no amount to check.
+func blank(v string) bool { return strings.TrimSpace(v) == "" }
+
+// wellShaped reports whether id, the provider id an answer or notice gives
+// for op, is empty or the BCB's shape: an rtrId for a refund (a
+// devolucao), an endToEndId otherwise. An id of another shape is not one
+// the SPI gave (and one of kilobytes would not even fit the attempts'
+// provider id index).
+func wellShaped(op providers.Operation, id string) bool {
+	switch {
+	case id == "":
+		return true
+	case op == providers.OpRefund:
+		return rtrRe.MatchString(id)
+	default:
+		return e2eRe.MatchString(id)
+	}
 }
 
 // maxPages bounds any paginated walk.
@@ -623,9 +712,13 @@ func (p *Provider) scanRefund(ctx context.Context, id string) providers.LookupRe
 		for _, px := range list.Pix {
 			for _, d := range px.Devolucoes {
 				if d.ID == id {
+					if !e2eRe.MatchString(px.EndToEndID) {
+						ex.Err = fmt.Errorf("pix: devolucao %s: the Pix it returns has no endToEndId of the BCB's shape", id)
+						return providers.LookupResult{Exchange: ex}
+					}
 					p.remember(id, px.EndToEndID)
 					if r := devolucaoRead(d, px.EndToEndID); r.ok {
-						return lookupResult(ex, r)
+						return lookupResult(ex, providers.OpRefund, id, r)
 					}
 					ex.Err = fmt.Errorf("pix: devolucao %s has unknown status %q", id, d.Status)
 					return providers.LookupResult{Exchange: ex}

@@ -57,7 +57,13 @@ func (p *Provider) ParseWebhook(header http.Header, body []byte, now time.Time) 
 //     provider id its rtrId, state by its status.
 //
 // Items that are none of these (a Pix to the key without a txid) and
-// statuses saldo does not know give no event. Event ids name the object
+// statuses saldo does not know give no event. An item that would give an
+// event but is not the PSP's word on it refuses the whole notice
+// (ErrMalformedWebhook, the PSP's own redelivery or a lookup settles it):
+// a final state (a received Pix, REALIZADO, DEVOLVIDO, NAO_REALIZADO...)
+// without a valor, which would move money with no amount check (R17), or
+// an endToEndId or rtrId that is not the BCB's shape (E or D and 31
+// letters or digits). Event ids name the object
 // and its status ("pix:<e2e>", "devolucao:<id>:<status>",
 // "envio:<idEnvio>:<status>"), so a redelivery is a duplicate and a later
 // status is a new event. Amounts are reported so the attempts core checks
@@ -86,6 +92,9 @@ func (p *Provider) ParseWebhookEvents(secret string, body []byte, now time.Time)
 			if s.State == "" {
 				continue
 			}
+			if err := checkItem("envio "+s.IDEnvio, providers.OpPixTransfer, s.EndToEndID, s.State, s.Valor); err != nil {
+				return nil, err
+			}
 			r := sendRead(s)
 			at := s.Liquidacao
 			if at.IsZero() {
@@ -106,7 +115,13 @@ func (p *Provider) ParseWebhookEvents(secret string, body []byte, now time.Time)
 		if px.EndToEndID == "" {
 			continue
 		}
+		if (px.TxID != "" || len(px.Devolucoes) > 0) && !e2eRe.MatchString(px.EndToEndID) {
+			return nil, fmt.Errorf("%w: pix item: endToEndId %.40q is not the BCB's shape", providers.ErrMalformedWebhook, px.EndToEndID)
+		}
 		if px.TxID != "" {
+			if err := checkItem("pix "+px.EndToEndID, providers.OpPixCharge, px.EndToEndID, providers.StateSucceeded, px.Valor); err != nil {
+				return nil, err
+			}
 			d, _ := json.Marshal(CobData{TxID: px.TxID, Status: CobConcluida, PaidAt: px.Horario.UTC(), EndToEndID: px.EndToEndID})
 			out = append(out, providers.WebhookEvent{ID: "pix:" + px.EndToEndID, Type: "pix.recebido",
 				Operation: providers.OpPixCharge, Reference: px.TxID, ProviderID: px.EndToEndID,
@@ -116,6 +131,9 @@ func (p *Provider) ParseWebhookEvents(secret string, body []byte, now time.Time)
 			r := devolucaoRead(dv, px.EndToEndID)
 			if !r.ok || dv.ID == "" {
 				continue
+			}
+			if err := checkItem("devolucao "+dv.ID, providers.OpRefund, dv.RtrID, r.state, dv.Valor); err != nil {
+				return nil, err
 			}
 			at := now
 			if dv.Horario.Liquidacao != nil {
@@ -128,4 +146,17 @@ func (p *Provider) ParseWebhookEvents(secret string, body []byte, now time.Time)
 		}
 	}
 	return out, nil
+}
+
+// checkItem refuses an item whose provider id is not the BCB's shape, or
+// whose final state comes without a valor (R17: not the provider's word on
+// the amount).
+func checkItem(what string, op providers.Operation, providerID string, state providers.State, valor string) error {
+	if !wellShaped(op, providerID) {
+		return fmt.Errorf("%w: %.60s: provider id %.40q is not the BCB's shape", providers.ErrMalformedWebhook, what, providerID)
+	}
+	if final(state) && blank(valor) {
+		return fmt.Errorf("%w: %.60s: %s without a valor", providers.ErrMalformedWebhook, what, state)
+	}
+	return nil
 }

@@ -43,7 +43,10 @@ var (
 	idRe   = regexp.MustCompile(`^[a-zA-Z0-9]{1,35}$`)
 	// An endToEndId: E, the payer PSP's ISPB (8 digits), yyyyMMddHHmm, 11
 	// letters or digits (32 in all; the schema says only [a-zA-Z0-9]{32}).
-	e2eRe    = regexp.MustCompile(`^[Ee][0-9]{20}[a-zA-Z0-9]{11}$`)
+	e2eRe = regexp.MustCompile(`^[Ee][0-9]{20}[a-zA-Z0-9]{11}$`)
+	// An rtrId (the id of a devolucao in the SPI): the same shape as an
+	// endToEndId, beginning with D.
+	rtrRe    = regexp.MustCompile(`^[Dd][0-9]{20}[a-zA-Z0-9]{11}$`)
 	digitsRe = regexp.MustCompile(`^[0-9]+$`)
 )
 
