@@ -400,7 +400,7 @@ func (s *Service) recordedAfterAll(ctx context.Context, reqs []recordReq, idx []
 // materialized, so a nested loop never locks them again) and gives their
 // status before the statement: from_status, moves (whether this statement
 // makes the transition) and retry (whether it scheduled the re-send).
-var recordSQL = `WITH o AS MATERIALIZED (SELECT id, status, provider_id, call_count FROM attempts
+var recordSQL = `WITH o AS MATERIALIZED (SELECT id, status, provider, provider_id, call_count FROM attempts
 		WHERE id = ANY ($1::uuid[]) ORDER BY id FOR UPDATE)
 	UPDATE attempts a SET calls_recorded = GREATEST(a.calls_recorded, m.call_no),
 		call_ended_at = $9, last_error = m.err, updated_at = $9,
@@ -422,7 +422,10 @@ var recordSQL = `WITH o AS MATERIALIZED (SELECT id, status, provider_id, call_co
 	FROM (SELECT u.*, o.status AS from_status, u.to_status <> 'unknown' AS final,
 			CASE WHEN u.to_status = 'unknown' THEN o.status = 'pending'
 				ELSE u.to_status IS NOT NULL AND o.status IN ('pending', 'unknown')
-			END AND (u.u_provider_id IS NULL OR o.provider_id IS NULL OR o.provider_id = u.u_provider_id) AS moves,
+			END AND (u.u_provider_id IS NULL OR o.provider_id IS NULL OR o.provider_id = u.u_provider_id)
+			AND (u.u_provider_id IS NULL OR o.provider_id IS NOT NULL OR NOT EXISTS (SELECT 1 FROM attempts h
+				WHERE h.provider = o.provider AND h.provider_id = u.u_provider_id
+					AND h.id <> o.id)) AS moves,
 			u.retry_at IS NOT NULL AND o.status = 'pending' AND o.call_count = u.call_no AS retry
 		FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
 				$11::text[], $12::timestamptz[])

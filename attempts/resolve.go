@@ -458,7 +458,9 @@ func (s *Service) applyLookups(ctx context.Context, tx pgx.Tx, after *afterCommi
 
 // finalLookupSQL is transition's UPDATE for many attempts at once, each
 // from the status it was read in (locked) to a final one, resolved by the
-// resolver (lookupFinals).
+// resolver (lookupFinals). A lookup naming a provider id another attempt
+// holds moves nothing here: applyFound flags it for review (transition,
+// providerIDHolder).
 var finalLookupSQL = `UPDATE attempts a SET status = u.to_status,
 		provider_id = COALESCE(a.provider_id, u.provider_id), failure_code = COALESCE(u.failure_code, a.failure_code),
 		failure_reason = COALESCE(u.failure_reason, a.failure_reason), data = COALESCE(u.data::jsonb, a.data),
@@ -466,6 +468,8 @@ var finalLookupSQL = `UPDATE attempts a SET status = u.to_status,
 	FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])
 		AS u(uid, from_status, to_status, provider_id, failure_code, failure_reason, data, provider_state)
 	WHERE a.id = ANY ($1::uuid[]) AND a.id = u.uid AND a.status = u.from_status
+		AND (u.provider_id IS NULL OR a.provider_id IS NOT NULL OR NOT EXISTS (SELECT 1 FROM attempts o
+			WHERE o.provider = a.provider AND o.provider_id = u.provider_id AND o.id <> a.id))
 	RETURNING ` + qualifiedAttemptColumns
 
 // movedByLookup is an attempt lookupFinals moved, and its transition event.

@@ -45,6 +45,14 @@ func (s *Service) transition(ctx context.Context, tx pgx.Tx, after *afterCommit,
 	if !CanTransition(a.Status, c.To) {
 		return transitioned{Attempt: a}, nil
 	}
+	if c.ProviderID != "" && a.ProviderID == "" {
+		if other, err := providerIDHolder(ctx, tx, a, c.ProviderID); err != nil {
+			return transitioned{}, err
+		} else if other != "" {
+			fa, err := s.flagReview(ctx, tx, after, a, c.Actor, providerIDHeldReason(c.Actor, c.ProviderID, a.Reference, other))
+			return transitioned{Attempt: fa, Mismatch: true}, err
+		}
+	}
 	if c.ProviderID != "" && a.ProviderID != "" && c.ProviderID != a.ProviderID {
 		reason := fmt.Sprintf("%s reported provider id %q for reference %s, recorded %q: possible duplicate operation",
 			c.Actor, c.ProviderID, a.Reference, a.ProviderID)
@@ -170,6 +178,31 @@ func (s *Service) flagReview(ctx context.Context, tx pgx.Tx, after *afterCommit,
 	return na, nil
 }
 
+// providerIDHolder is the id of another attempt at a's provider that holds
+// provider id pid ("" when none): a report naming it for a is about another
+// operation (a PSP's bug, a forged or misrouted notice), never a's word. Its
+// unique index would otherwise refuse the write with an error on every
+// redelivery and every lookup, and the attempt would never reach review.
+func providerIDHolder(ctx context.Context, tx pgx.Tx, a Attempt, pid string) (string, error) {
+	var other string
+	err := tx.QueryRow(ctx, `SELECT id::text FROM attempts WHERE provider = $1 AND provider_id = $2 AND id <> $3`,
+		a.Provider, pid, a.ID).Scan(&other)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("attempts: who holds provider id %q: %w", pid, err)
+	}
+	return other, nil
+}
+
+// providerIDHeldReason is the review reason for a report naming a provider id that
+// another attempt holds.
+func providerIDHeldReason(actor Actor, pid, reference, other string) string {
+	return fmt.Sprintf("%s reported provider id %q for reference %s, but attempt %s already holds it: "+
+		"a report about another operation, nothing moved", actor, pid, reference, other)
+}
+
 // acknowledge keeps on the open attempt a what the provider acknowledged
 // (R16; issue 13 finding 2): the first acknowledgement's time and words,
 // and the provider id when it names one and none is recorded. A provider id
@@ -186,6 +219,19 @@ func (s *Service) acknowledge(ctx context.Context, tx pgx.Tx, after *afterCommit
 			return a, err
 		}
 		a, providerID = fa, ""
+	}
+	if providerID != "" && a.ProviderID == "" {
+		other, err := providerIDHolder(ctx, tx, a, providerID)
+		if err != nil {
+			return a, err
+		}
+		if other != "" {
+			fa, err := s.flagReview(ctx, tx, after, a, actor, what+": "+providerIDHeldReason(actor, providerID, a.Reference, other))
+			if err != nil {
+				return a, err
+			}
+			a, providerID = fa, ""
+		}
 	}
 	if a.AcknowledgedAt != nil && (providerID == "" || a.ProviderID != "") {
 		return a, nil // nothing new to keep
@@ -209,6 +255,13 @@ func (s *Service) markProcessing(ctx context.Context, tx pgx.Tx, a Attempt, acto
 	}
 	if providerID != "" && a.ProviderID != "" && providerID != a.ProviderID {
 		return a, ErrProviderIDMismatch
+	}
+	if providerID != "" && a.ProviderID == "" {
+		if other, err := providerIDHolder(ctx, tx, a, providerID); err != nil {
+			return a, err
+		} else if other != "" {
+			return a, ErrProviderIDMismatch
+		}
 	}
 	now := s.clock.Now()
 	var d any

@@ -429,8 +429,19 @@ func (e WebhookEvent) Storable() error {
 	if !utf8.Valid(e.Data) || bytes.IndexByte(e.Data, 0) >= 0 || escapesNUL(e.Data) {
 		return fmt.Errorf("%w: its data holds NUL or invalid UTF-8", ErrMalformedWebhook)
 	}
+	// The provider id is indexed (unique per provider once an attempt
+	// holds it): a btree entry holds at most about 2.7 KB, and a random
+	// 4000-character id, which PostgreSQL cannot compress, failed the write
+	// with a 500 on every redelivery. No provider's ids come near the
+	// bound. (A long event id is kept by its hash.)
+	if len(e.ProviderID) > MaxProviderIDLength {
+		return fmt.Errorf("%w: its provider id is longer than %d bytes", ErrMalformedWebhook, MaxProviderIDLength)
+	}
 	return nil
 }
+
+// MaxProviderIDLength bounds the provider id a provider's event may carry.
+const MaxProviderIDLength = 255
 
 // escapesNUL reports whether JSON text holds the escape \u0000, which jsonb
 // refuses. An escaped backslash followed by u0000 (\\u0000 in the JSON) is
