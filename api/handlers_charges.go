@@ -105,8 +105,8 @@ type createChargeRequest struct {
 	Splits              []chargeSplitRequest `json:"splits"`
 }
 
-// maxPixExpiresInSeconds bounds pix_expires_in_seconds: one day.
-const maxPixExpiresInSeconds = 86400
+// maxPixExpiresInSeconds bounds pix_expires_in_seconds: charges.MaxPixExpiry.
+const maxPixExpiresInSeconds = int64(charges.MaxPixExpiry / time.Second)
 
 func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 	var req createChargeRequest

@@ -383,8 +383,13 @@ type ChargeRequest struct {
 // names them (the API's JSON names).
 const (
 	FieldPixExpiresIn = "pix_expires_in_seconds"
-	FieldPayerName    = "payer_name"
-	FieldPayerTaxID   = "payer_tax_id"
+	// MaxPixExpiry is the longest cob a charge asks for: with the Pix
+	// adapter's grace after expiry, well inside the attempts core's default
+	// ProcessingReviewAfter (24h). A deployment lowering that setting
+	// keeps it above the longest cob plus the grace (docs/configuration.md).
+	MaxPixExpiry    = 23 * time.Hour
+	FieldPayerName  = "payer_name"
+	FieldPayerTaxID = "payer_tax_id"
 )
 
 var (
@@ -442,10 +447,13 @@ func (s *Service) validate(req *ChargeRequest) error {
 		if req.PixExpiresIn == 0 {
 			req.PixExpiresIn = s.pixExpiry
 		}
-		// At most 24h: the attempts core sends an attempt "processing" for
-		// longer than its ProcessingReviewAfter (default 24h) to review.
-		if req.PixExpiresIn < time.Minute || req.PixExpiresIn > 24*time.Hour || req.PixExpiresIn%time.Second != 0 {
-			return invalid(FieldPixExpiresIn, "whole seconds between 1 minute and 24 hours")
+		// At most MaxPixExpiry: the Pix adapter reports an unpaid cob
+		// "processing" until its expiry plus its grace (10 min), and the
+		// attempts core sends an attempt "processing" for longer than its
+		// ProcessingReviewAfter (default 24h) to review: a 24h cob went to
+		// review, with its alert, minutes before it would simply expire.
+		if req.PixExpiresIn < time.Minute || req.PixExpiresIn > MaxPixExpiry || req.PixExpiresIn%time.Second != 0 {
+			return invalid(FieldPixExpiresIn, "whole seconds between 1 minute and 23 hours")
 		}
 		if req.PayerTaxID != "" && (!digits.MatchString(req.PayerTaxID) || (len(req.PayerTaxID) != 11 && len(req.PayerTaxID) != 14)) {
 			return invalid(FieldPayerTaxID, "11 (CPF) or 14 (CNPJ) digits")
@@ -489,6 +497,12 @@ func (s *Service) Create(ctx context.Context, req ChargeRequest) (Charge, error)
 	}
 
 	var out Charge
+	// The charge's id is made once, before the transaction: after an error
+	// that may have committed (a lost COMMIT answer, a cut connection) it
+	// is looked for, and what committed is the answer. Answering the error
+	// would let a caller without a client key ask again and capture the
+	// card twice (R22; as payouts' committedAfterError).
+	id := intent.NewID("ch_")
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		existing, err := s.claimClientKey(ctx, tx, req.MerchantID, req.ClientKey, hash)
 		if err != nil || existing != "" {
@@ -497,7 +511,7 @@ func (s *Service) Create(ctx context.Context, req ChargeRequest) (Charge, error)
 			}
 			return err
 		}
-		c, err := s.insertCharge(ctx, tx, req, rule, b)
+		c, err := s.insertCharge(ctx, tx, id, req, rule, b)
 		if err != nil {
 			return err
 		}
@@ -540,7 +554,13 @@ func (s *Service) Create(ctx context.Context, req ChargeRequest) (Charge, error)
 		return nil
 	})
 	if err != nil {
-		return Charge{}, err
+		c, gerr := s.get(context.WithoutCancel(ctx), s.pool, req.MerchantID, id)
+		if gerr != nil {
+			return Charge{}, err
+		}
+		s.log.WarnContext(ctx, "charges: the opening transaction answered an error but committed; answering what it made",
+			"charge_id", id, "error", err)
+		out = c
 	}
 	if s.inline && out.Status == StatusProcessing && out.AttemptID != nil {
 		if _, err := s.attempts.Execute(ctx, *out.AttemptID); err != nil {
@@ -557,10 +577,10 @@ func (s *Service) Create(ctx context.Context, req ChargeRequest) (Charge, error)
 	return out, nil
 }
 
-func (s *Service) insertCharge(ctx context.Context, tx pgx.Tx, req ChargeRequest, rule FeeRule, b Breakdown) (Charge, error) {
+func (s *Service) insertCharge(ctx context.Context, tx pgx.Tx, id string, req ChargeRequest, rule FeeRule, b Breakdown) (Charge, error) {
 	cur := req.Amount.Currency()
 	now := s.clock.Now()
-	c := Charge{ID: intent.NewID("ch_"), MerchantID: req.MerchantID, Kind: req.Kind, Provider: s.providerFor(req.Kind),
+	c := Charge{ID: id, MerchantID: req.MerchantID, Kind: req.Kind, Provider: s.providerFor(req.Kind),
 		Amount: req.Amount, FeeRule: rule, Fee: mustAmount(b.Fee, cur), MerchantNet: mustAmount(b.MerchantNet, cur),
 		Description: req.Description, Metadata: req.Metadata, Status: StatusProcessing, CreatedAt: now, UpdatedAt: now}
 	var expiresIn *int64

@@ -301,7 +301,10 @@ func (s *Service) HandleProviderEvent(ctx context.Context, providerName string, 
 		Operation: ev.Operation, Amount: ev.Amount, Currency: ev.Currency, State: ev.State,
 		ProviderID: ev.ProviderID, FailureCode: ev.FailureCode, FailureReason: ev.FailureReason, Data: ev.Data,
 		Source: attempts.SourceWebhook, Actor: ev.ID, Reason: fmt.Sprintf("webhook %s (%s)", ev.ID, ev.Type)})
-	if errors.Is(err, attempts.ErrReportMismatch) {
+	if errors.Is(err, attempts.ErrReportMismatch) || errors.Is(err, attempts.ErrProviderIDMismatch) {
+		// Flagged for review by the attempts core; nothing credited. The
+		// webhook answers "review" as it does for a payout's attempt, not
+		// a 500 on every redelivery.
 		return true, fmt.Errorf("%w: event %s from %s: %w", ErrEventMismatch, ev.ID, providerName, err)
 	}
 	if err != nil {
