@@ -100,7 +100,7 @@ func runAudit(ctx context.Context, args []string) error {
 	if err != nil {
 		return couldNotRun(err)
 	}
-	pool, err := pgxpool.New(ctx, u)
+	pool, err := newPool(ctx, u)
 	if err != nil {
 		return couldNotRun(fmt.Errorf("connect: %w", err))
 	}

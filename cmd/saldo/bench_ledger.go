@@ -47,7 +47,7 @@ func runBenchLedger(ctx context.Context, args []string) error {
 		return err
 	}
 	defer cleanup()
-	cfg, err := pgxpool.ParseConfig(u)
+	cfg, err := parseDatabaseURL(u)
 	if err != nil {
 		return err
 	}

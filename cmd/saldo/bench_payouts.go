@@ -46,7 +46,7 @@ func runBenchPayouts(ctx context.Context, args []string) error {
 		return err
 	}
 	defer cleanup()
-	cfg, err := pgxpool.ParseConfig(u)
+	cfg, err := parseDatabaseURL(u)
 	if err != nil {
 		return err
 	}

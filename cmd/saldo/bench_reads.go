@@ -99,7 +99,7 @@ func runBenchReads(ctx context.Context, args []string) error {
 		return err
 	}
 	defer cleanup()
-	cfg, err := pgxpool.ParseConfig(u)
+	cfg, err := parseDatabaseURL(u)
 	if err != nil {
 		return err
 	}

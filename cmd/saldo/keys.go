@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/saldo/saldo/api"
 )
 
@@ -49,7 +47,7 @@ func runKeysCreate(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	pool, err := pgxpool.New(ctx, u)
+	pool, err := newPool(ctx, u)
 	if err != nil {
 		return err
 	}
@@ -79,7 +77,7 @@ func runKeysRevoke(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	pool, err := pgxpool.New(ctx, u)
+	pool, err := newPool(ctx, u)
 	if err != nil {
 		return err
 	}

@@ -113,7 +113,7 @@ func runProcess(ctx context.Context, pc processConfig) error {
 		}
 	}()
 
-	poolCfg, err := pgxpool.ParseConfig(pc.DatabaseURL)
+	poolCfg, err := parseDatabaseURL(pc.DatabaseURL)
 	if err != nil {
 		return fmt.Errorf("database URL: %w", err)
 	}
@@ -407,7 +407,7 @@ func openReads(primary *pgxpool.Pool, pc processConfig, log *slog.Logger) (*repl
 	if pc.ReadDatabaseURL == "" {
 		return nil, func() {}, nil
 	}
-	cfg, err := pgxpool.ParseConfig(pc.ReadDatabaseURL)
+	cfg, err := parseDatabaseURL(pc.ReadDatabaseURL)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read database URL: %w", err)
 	}

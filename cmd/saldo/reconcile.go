@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/saldo/saldo/internal/engine"
 	"github.com/saldo/saldo/providers"
 	"github.com/saldo/saldo/providers/sim"
@@ -133,7 +131,7 @@ func runReconcile(ctx context.Context, args []string, out io.Writer, tty bool) e
 		}
 	}
 
-	pool, err := pgxpool.New(ctx, u)
+	pool, err := newPool(ctx, u)
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
