@@ -622,7 +622,8 @@ func checkNotificationURL(ctx context.Context, u *url.URL) error {
 		return refuse
 	}
 	if ip, err := netip.ParseAddr(host); err == nil {
-		if providers.PrivateAddress(net.IP(ip.Unmap().AsSlice())) || providers.PrivateAddress(net.IP(ip.AsSlice())) {
+		if providers.PrivateAddress(net.IP(ip.Unmap().AsSlice())) || providers.PrivateAddress(net.IP(ip.AsSlice())) ||
+			providers.OwnAddress(net.IP(ip.Unmap().AsSlice())) {
 			return refuse
 		}
 		return nil
@@ -638,7 +639,7 @@ func checkNotificationURL(ctx context.Context, u *url.URL) error {
 		return nil
 	}
 	for _, a := range addrs {
-		if providers.PrivateAddress(net.IP(a.Unmap().AsSlice())) {
+		if providers.PrivateAddress(net.IP(a.Unmap().AsSlice())) || providers.OwnAddress(net.IP(a.Unmap().AsSlice())) {
 			return refuse
 		}
 	}

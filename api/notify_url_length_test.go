@@ -20,7 +20,7 @@ func TestNotificationURLLengthCountsTheStoredText(t *testing.T) {
 	t.Parallel()
 	e := setup(t, sim.Config{})
 	for i, u := range []string{
-		"https://example.com/" + strings.Repeat("é", 990), // 2000 bytes, 1010 characters; stored 5960
+		"https://example.com/" + strings.Repeat("é", 990),  // 2000 bytes, 1010 characters; stored 5960
 		"https://example.com/" + strings.Repeat(" ", 1000), // 1020 bytes; stored 3020
 	} {
 		r := e.post("/v1/merchants/m1/notification-endpoints", e.m1, "", map[string]any{"url": u})

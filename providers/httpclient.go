@@ -69,10 +69,44 @@ func denyPrivate(_, address string, _ syscall.RawConn) error {
 	if err != nil {
 		return err
 	}
-	if ip := net.ParseIP(host); ip == nil || PrivateAddress(ip) {
+	if ip := net.ParseIP(host); ip == nil || PrivateAddress(ip) || OwnAddress(ip) {
 		return fmt.Errorf("%w: %s", ErrPrivateAddress, host)
 	}
 	return nil
+}
+
+// OwnAddress reports whether ip is one of this host's own interface
+// addresses (read at most once a minute). A connection to it stays on the
+// host, past any outside firewall, whatever range it is in: a public
+// address on a bare-metal interface reached the host's own services
+// (found by review).
+func OwnAddress(ip net.IP) bool {
+	ownAddrs.mu.Lock()
+	defer ownAddrs.mu.Unlock()
+	if ownAddrs.ips == nil || time.Since(ownAddrs.at) > time.Minute {
+		addrs, err := net.InterfaceAddrs()
+		if err != nil {
+			return true // cannot tell: never dial it
+		}
+		ownAddrs.ips, ownAddrs.at = ownAddrs.ips[:0], time.Now()
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok {
+				ownAddrs.ips = append(ownAddrs.ips, n.IP)
+			}
+		}
+	}
+	for _, own := range ownAddrs.ips {
+		if own.Equal(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+var ownAddrs struct {
+	mu  sync.Mutex
+	at  time.Time
+	ips []net.IP
 }
 
 // PrivateAddress reports whether ip is one DenyPrivateNetworks refuses:
@@ -93,6 +127,11 @@ func PrivateAddress(ip net.IP) bool {
 		ip.IsInterfaceLocalMulticast() || ip.IsMulticast() || ip.IsUnspecified() || cgnat.Contains(ip) {
 		return true
 	}
+	for _, n := range specialPurpose {
+		if n.Contains(ip) {
+			return true
+		}
+	}
 	if ip.To4() != nil {
 		return false
 	}
@@ -109,6 +148,17 @@ func PrivateAddress(ip net.IP) bool {
 		}
 	}
 	return false
+}
+
+// specialPurpose are the other ranges of the IANA special-purpose
+// registries (RFC 6890) no public receiver sits in: "this network",
+// IETF protocol assignments, documentation, benchmarking, reserved and
+// broadcast; IPv6 discard-only, documentation and the deprecated
+// site-local.
+var specialPurpose = []*net.IPNet{
+	mustCIDR("0.0.0.0/8"), mustCIDR("192.0.0.0/24"), mustCIDR("192.0.2.0/24"), mustCIDR("198.18.0.0/15"),
+	mustCIDR("198.51.100.0/24"), mustCIDR("203.0.113.0/24"), mustCIDR("240.0.0.0/4"),
+	mustCIDR("100::/64"), mustCIDR("2001:db8::/32"), mustCIDR("fec0::/10"),
 }
 
 // nat64WellKnown is 64:ff9b::/96 (RFC 6052): the last 32 bits are IPv4.
