@@ -4,14 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/saldo/saldo/api"
 	"github.com/saldo/saldo/attempts"
 	"github.com/saldo/saldo/charges"
 	"github.com/saldo/saldo/money"
@@ -26,11 +24,7 @@ func TestCobPaidTwiceByWebhookIsNoted_R9(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	e, _, pool := newPixEngine(t)
-	apiSrv, err := api.New(api.Config{Pool: pool, Payouts: e.Payouts, Attempts: e.Attempts, Charges: e.Charges,
-		Providers: e.Providers})
-	require.NoError(t, err)
-	hs := httptest.NewServer(apiSrv)
-	t.Cleanup(hs.Close)
+	hs := pixAPI(t, e, pool)
 
 	ch, err := e.Charges.Create(ctx, charges.ChargeRequest{MerchantID: "m1", Kind: charges.KindPix,
 		Amount: money.MustParse("30.00", "BRL")})

@@ -4,14 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/saldo/saldo/api"
 	"github.com/saldo/saldo/attempts"
 	"github.com/saldo/saldo/charges"
 	"github.com/saldo/saldo/money"
@@ -31,11 +29,7 @@ func TestPixNoticeWithoutValorIsRefused_R17(t *testing.T) {
 	ctx := context.Background()
 	e, srv, pool := newPixEngine(t)
 	brl := func(s string) money.Amount { return money.MustParse(s, "BRL") }
-	apiSrv, err := api.New(api.Config{Pool: pool, Payouts: e.Payouts, Attempts: e.Attempts, Charges: e.Charges,
-		Providers: e.Providers})
-	require.NoError(t, err)
-	hs := httptest.NewServer(apiSrv)
-	t.Cleanup(hs.Close)
+	hs := pixAPI(t, e, pool)
 	post := func(body string) (int, map[string]any) {
 		t.Helper()
 		res, err := http.Post(hs.URL+"/v1/webhooks/pix?hmac=w3bh00k", "application/json", strings.NewReader(body))

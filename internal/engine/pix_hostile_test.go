@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/saldo/saldo/api"
 	"github.com/saldo/saldo/audit"
 	"github.com/saldo/saldo/internal/hostile"
 	"github.com/saldo/saldo/money"
@@ -32,11 +30,7 @@ func TestPixHostileWebhooksNeverAnswer5xx(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	e, srv, pool := newPixEngine(t)
-	apiSrv, err := api.New(api.Config{Pool: pool, Payouts: e.Payouts, Attempts: e.Attempts, Charges: e.Charges,
-		Providers: e.Providers})
-	require.NoError(t, err)
-	hs := httptest.NewServer(apiSrv)
-	t.Cleanup(hs.Close)
+	hs := pixAPI(t, e, pool)
 	tr, err := e.Payouts.CreatePayout(ctx, payouts.PayoutRequest{MerchantID: "m1", Operation: providers.OpPixTransfer,
 		Amount: money.MustParse("25.00", "BRL"), Destination: &providers.Destination{PixKey: &providers.PixKey{Type: "email", Value: "ana@example.com"}}})
 	require.NoError(t, err)

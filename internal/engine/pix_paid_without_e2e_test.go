@@ -3,14 +3,12 @@ package engine_test
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/saldo/saldo/api"
 	"github.com/saldo/saldo/charges"
 	"github.com/saldo/saldo/money"
 	"github.com/saldo/saldo/payouts"
@@ -28,11 +26,7 @@ func TestPixCobConcludedWithoutItsPixStaysOpenUntilTheEndToEndIDIsNamed_R9_R17(t
 	t.Parallel()
 	ctx := context.Background()
 	e, srv, pool := newPixEngine(t)
-	apiSrv, err := api.New(api.Config{Pool: pool, Payouts: e.Payouts, Attempts: e.Attempts, Charges: e.Charges,
-		Providers: e.Providers})
-	require.NoError(t, err)
-	hs := httptest.NewServer(apiSrv)
-	t.Cleanup(hs.Close)
+	hs := pixAPI(t, e, pool)
 
 	ch, err := e.Charges.Create(ctx, charges.ChargeRequest{MerchantID: "m1", Kind: charges.KindPix, Amount: money.MustParse("30.00", "BRL")})
 	require.NoError(t, err)

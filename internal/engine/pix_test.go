@@ -171,6 +171,17 @@ const pixKey = "7d9f0335-8dcc-4054-9bf9-0dbd61d36906"
 // newPixEngine: a fake Pix PSP (mutual TLS, OAuth2), the adapter built from
 // the certificate files, an engine routing Pix operations to it, and a
 // funded merchant m1.
+// pixAPI serves the API of e (on pool) over real HTTP for the test.
+func pixAPI(t *testing.T, e *engine.Engine, pool *pgxpool.Pool) *httptest.Server {
+	t.Helper()
+	apiSrv, err := api.New(api.Config{Pool: pool, Payouts: e.Payouts, Attempts: e.Attempts, Charges: e.Charges,
+		Providers: e.Providers})
+	require.NoError(t, err)
+	hs := httptest.NewServer(apiSrv)
+	t.Cleanup(hs.Close)
+	return hs
+}
+
 func newPixEngine(t *testing.T) (*engine.Engine, *pixtest.Server, *pgxpool.Pool) {
 	t.Helper()
 	ctx := context.Background()
@@ -206,11 +217,7 @@ func TestPixWebhooksThroughTheAPI_R17(t *testing.T) {
 	ctx := context.Background()
 	e, srv, pool := newPixEngine(t)
 	brl := func(s string) money.Amount { return money.MustParse(s, "BRL") }
-	apiSrv, err := api.New(api.Config{Pool: pool, Payouts: e.Payouts, Attempts: e.Attempts, Charges: e.Charges,
-		Providers: e.Providers})
-	require.NoError(t, err)
-	hs := httptest.NewServer(apiSrv)
-	t.Cleanup(hs.Close)
+	hs := pixAPI(t, e, pool)
 	post := func(query, body string) (int, map[string]any) {
 		t.Helper()
 		res, err := http.Post(hs.URL+"/v1/webhooks/pix?"+query, "application/json", strings.NewReader(body))

@@ -3,14 +3,12 @@ package engine_test
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/saldo/saldo/api"
 	"github.com/saldo/saldo/attempts"
 	"github.com/saldo/saldo/audit"
 	"github.com/saldo/saldo/charges"
@@ -29,11 +27,7 @@ func TestPixWebhooksDuringTheCallCreditAndSettleOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	e, srv, pool := newPixEngine(t)
-	apiSrv, err := api.New(api.Config{Pool: pool, Payouts: e.Payouts, Attempts: e.Attempts, Charges: e.Charges,
-		Providers: e.Providers})
-	require.NoError(t, err)
-	hs := httptest.NewServer(apiSrv)
-	t.Cleanup(hs.Close)
+	hs := pixAPI(t, e, pool)
 	post := func(body string) int {
 		r, err := http.Post(hs.URL+"/v1/webhooks/pix?hmac=w3bh00k&ignorar=/pix", "application/json", strings.NewReader(body))
 		require.NoError(t, err)
