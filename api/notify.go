@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	mathrand "math/rand/v2"
 	"net"
 	"net/http"
 	"net/netip"
@@ -17,6 +18,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -127,6 +129,14 @@ type NotifierConfig struct {
 	// attempt up to RetryMax (default 2h).
 	RetryBase time.Duration
 	RetryMax  time.Duration
+	// MaxInFlightPerMerchant caps the deliveries to one merchant's
+	// endpoints this process makes at once (default 4). A delivery past it
+	// is snoozed (River: no attempt spent) and a worker goes to another
+	// merchant's: a merchant whose endpoints hang (each try holding a
+	// worker for the whole read timeout) delays only its own
+	// notifications. Keep it below the delivery workers (the engine sets
+	// a quarter of them).
+	MaxInFlightPerMerchant int
 }
 
 // Notifier records and delivers outbound notifications.
@@ -137,6 +147,31 @@ type Notifier struct {
 	client *providers.Client
 	clock  Clock
 	log    *slog.Logger
+
+	mu       sync.Mutex
+	inFlight map[string]int // merchant id -> deliveries under way in this process
+}
+
+// ErrMerchantBusy: the merchant already has MaxInFlightPerMerchant
+// deliveries under way in this process; nothing was sent. The delivery
+// worker snoozes the job.
+var ErrMerchantBusy = errors.New("api: the merchant's deliveries are at their in-flight limit; nothing sent")
+
+// admit takes one of the merchant's in-flight slots; release gives it back.
+func (n *Notifier) admit(merchantID string) (release func(), ok bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.inFlight[merchantID] >= n.cfg.MaxInFlightPerMerchant {
+		return nil, false
+	}
+	n.inFlight[merchantID]++
+	return func() {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if n.inFlight[merchantID]--; n.inFlight[merchantID] <= 0 {
+			delete(n.inFlight, merchantID)
+		}
+	}, true
 }
 
 // NewNotifier builds a Notifier. Wire it as payouts.Config.OnFinal =
@@ -166,7 +201,11 @@ func NewNotifier(cfg NotifierConfig) (*Notifier, error) {
 	if cfg.HTTP.ReadTimeout <= 0 {
 		cfg.HTTP.ReadTimeout = 10 * time.Second
 	}
-	n := &Notifier{cfg: cfg, pool: cfg.Pool, client: providers.NewClient(cfg.HTTP), clock: cfg.Clock, log: cfg.Logger, river: cfg.River}
+	if cfg.MaxInFlightPerMerchant <= 0 {
+		cfg.MaxInFlightPerMerchant = 4
+	}
+	n := &Notifier{cfg: cfg, pool: cfg.Pool, client: providers.NewClient(cfg.HTTP), clock: cfg.Clock, log: cfg.Logger, river: cfg.River,
+		inFlight: map[string]int{}}
 	if n.river == nil {
 		c, err := river.NewClient(riverpgxv5.New(cfg.Pool), &river.Config{Logger: cfg.Logger})
 		if err != nil {
@@ -219,9 +258,15 @@ func (w *DeliverNotificationWorker) Timeout(*river.Job[DeliverNotificationArgs])
 	return s.ConnectTimeout + s.ReadTimeout + 5*time.Second
 }
 
-// Work delivers the event.
+// Work delivers the event. A merchant at its in-flight limit
+// (ErrMerchantBusy) has the job snoozed for a second or two, which spends
+// none of its attempts.
 func (w *DeliverNotificationWorker) Work(ctx context.Context, job *river.Job[DeliverNotificationArgs]) error {
-	return w.n.Deliver(ctx, job.Args.EventID)
+	err := w.n.Deliver(ctx, job.Args.EventID)
+	if errors.Is(err, ErrMerchantBusy) {
+		return river.JobSnooze(time.Second + time.Duration(mathrand.Int64N(int64(time.Second))))
+	}
+	return err
 }
 
 // PayoutFinal records a payout.<status> event for each active endpoint of
@@ -417,11 +462,11 @@ func (n *Notifier) record(ctx context.Context, tx pgx.Tx, ns []notice) error {
 // body. A 2xx marks it delivered; anything else is recorded and returned as
 // an error (the job retries). A delivered event is not sent again.
 func (n *Notifier) Deliver(ctx context.Context, eventID string) error {
-	var url, secret string
+	var url, secret, merchantID string
 	var body []byte
 	var delivered, disabled *time.Time
-	err := n.pool.QueryRow(ctx, `SELECT e.payload, e.delivered_at, p.url, p.secret, p.disabled_at FROM notification_events e
-		JOIN notification_endpoints p ON p.id = e.endpoint_id WHERE e.id = $1`, eventID).Scan(&body, &delivered, &url, &secret, &disabled)
+	err := n.pool.QueryRow(ctx, `SELECT e.payload, e.delivered_at, p.url, p.secret, p.disabled_at, e.merchant_id FROM notification_events e
+		JOIN notification_endpoints p ON p.id = e.endpoint_id WHERE e.id = $1`, eventID).Scan(&body, &delivered, &url, &secret, &disabled, &merchantID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("api: notification %s not found", eventID)
 	}
@@ -435,6 +480,11 @@ func (n *Notifier) Deliver(ctx context.Context, eventID string) error {
 		_, err := n.pool.Exec(ctx, `UPDATE notification_events SET last_error = 'endpoint disabled; not sent' WHERE id = $1`, eventID)
 		return err
 	}
+	release, admitted := n.admit(merchantID)
+	if !admitted {
+		return ErrMerchantBusy
+	}
+	defer release()
 	h := http.Header{}
 	h.Set("Content-Type", "application/json")
 	h.Set("User-Agent", "saldo-notifications/1")

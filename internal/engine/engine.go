@@ -175,6 +175,11 @@ func New(cfg Config) (*Engine, error) {
 	}
 	nc := cfg.Notifications
 	nc.Pool, nc.Clock, nc.Logger = cfg.Pool, cfg.Clock, cfg.Logger
+	if nc.MaxInFlightPerMerchant <= 0 {
+		// A quarter of the delivery workers: a merchant whose endpoints
+		// hang holds at most that many; the others serve everyone else.
+		nc.MaxInFlightPerMerchant = max(1, cfg.NotifyWorkers/4)
+	}
 	nc.Queue = cmp.Or(nc.Queue, NotifyQueue)
 	notifier, err := api.NewNotifier(nc)
 	if err != nil {

@@ -89,8 +89,10 @@ func TestHangingNotificationEndpointsDoNotStallPayouts_R24(t *testing.T) {
 
 	first := pay("m1", "first")
 	require.Eventually(t, func() bool { return final("m1", first) }, 10*time.Second, 20*time.Millisecond)
-	// Its eight deliveries are under way and hang.
-	require.Eventually(t, func() bool { return held.Load() >= 2 }, 10*time.Second, 20*time.Millisecond)
+	// Its eight deliveries are under way: one hangs (its merchant's
+	// in-flight limit, a quarter of the two delivery workers, at least
+	// one), the others snooze.
+	require.Eventually(t, func() bool { return held.Load() >= 1 }, 10*time.Second, 20*time.Millisecond)
 	var queue string
 	require.NoError(t, pool.QueryRow(ctx, `SELECT DISTINCT queue FROM river_job WHERE kind = 'saldo_deliver_notification'`).Scan(&queue))
 	require.Equal(t, engine.NotifyQueue, queue)
@@ -109,9 +111,90 @@ func TestHangingNotificationEndpointsDoNotStallPayouts_R24(t *testing.T) {
 		}
 		return true
 	}, 8*time.Second, 20*time.Millisecond, "payouts stalled behind hanging notification deliveries")
-	require.LessOrEqual(t, held.Load(), int64(2), "at most the notifications queue's workers wait on the endpoints")
+	require.LessOrEqual(t, held.Load(), int64(1), "at most the merchant's in-flight limit waits on the endpoints")
 
 	res, err := audit.Run(ctx, pool)
 	require.NoError(t, err)
 	require.True(t, res.OK(), res.Summary())
+}
+
+// R24: one merchant whose endpoints accept connections and never answer
+// delays only its own notifications. Its deliveries hold at most
+// MaxInFlightPerMerchant of the notification workers (a quarter of them);
+// the others snooze, spending no attempt, and another merchant's event is
+// delivered at once. Before, m1's ten hanging endpoints held every delivery
+// worker for the whole read timeout, try after try, and m2's events waited
+// behind them (found by review).
+func TestHangingEndpointsOfOneMerchantDoNotDelayAnothersNotifications_R24(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t)
+	srv := sim.NewServer(sim.Config{Seed: 12}).Start()
+	t.Cleanup(srv.Close)
+	prov := srv.NewProvider()
+
+	done := make(chan struct{})
+	var held atomic.Int64
+	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		held.Add(1)
+		select { // accepts, reads, never answers
+		case <-done:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(hang.Close)
+	t.Cleanup(func() { close(done) })
+	var m2Delivered atomic.Int64
+	quick := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		m2Delivered.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(quick.Close)
+
+	e, err := engine.New(engine.Config{
+		Pool: pool, Providers: []providers.Provider{prov}, PayoutProvider: prov.Name(),
+		RunWorkers: true, MaxWorkers: 8, NotifyWorkers: 4, FetchPollInterval: 20 * time.Millisecond,
+		Notifications: api.NotifierConfig{HTTP: providers.HTTPSettings{ReadTimeout: 30 * time.Second}},
+	})
+	require.NoError(t, err)
+	require.NoError(t, e.Start(ctx))
+	t.Cleanup(func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = e.Stop(stopCtx)
+	})
+	for _, m := range []string{"m1", "m2"} {
+		_, err = merchants.Create(ctx, pool, m, "Loja "+m)
+		require.NoError(t, err)
+		_, err = merchants.Fund(ctx, pool, merchants.Funding{MerchantID: m, Amount: money.MustParse("1000.00", "BRL"),
+			Key: "seed-" + m, Reason: "test", Actor: "test"})
+		require.NoError(t, err)
+	}
+	for i := range 10 {
+		_, err := pool.Exec(ctx, `INSERT INTO notification_endpoints (id, merchant_id, url, secret, created_at)
+			VALUES ($1, 'm1', $2, 'whsec', now())`, fmt.Sprintf("we_%032x", i+1), hang.URL+"/hook")
+		require.NoError(t, err)
+	}
+	_, err = pool.Exec(ctx, `INSERT INTO notification_endpoints (id, merchant_id, url, secret, created_at)
+		VALUES ($1, 'm2', $2, 'whsec', now())`, fmt.Sprintf("we_%032x", 99), quick.URL+"/hook")
+	require.NoError(t, err)
+	pay := func(m string) {
+		_, err := e.Payouts.CreatePayout(ctx, payouts.PayoutRequest{MerchantID: m,
+			Operation: providers.OpPixTransfer, Amount: money.MustParse("10.00", "BRL"),
+			Destination: &providers.Destination{PixKey: &providers.PixKey{Type: "email", Value: "a@example.com"}}})
+		require.NoError(t, err)
+	}
+
+	pay("m1")
+	pay("m1")
+	// m1's twenty deliveries are under way: they hang.
+	require.Eventually(t, func() bool { return held.Load() >= 1 }, 10*time.Second, 20*time.Millisecond)
+	pay("m2")
+	require.Eventually(t, func() bool { return m2Delivered.Load() >= 1 }, 10*time.Second, 20*time.Millisecond,
+		"m2's notification waited behind m1's hanging endpoints")
+	require.Equal(t, int64(1), held.Load(), "m1 holds one delivery worker (a quarter of four)")
+	var spent int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT coalesce(max(attempt), 0) FROM river_job
+		WHERE kind = 'saldo_deliver_notification' AND state <> 'running'`).Scan(&spent))
+	require.LessOrEqual(t, spent, 1, "a snoozed delivery spends no attempt")
 }
