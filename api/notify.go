@@ -460,7 +460,9 @@ func (n *Notifier) record(ctx context.Context, tx pgx.Tx, ns []notice) error {
 
 // Deliver makes one delivery of an event: a signed POST with the event
 // body. A 2xx marks it delivered; anything else is recorded and returned as
-// an error (the job retries). A delivered event is not sent again.
+// an error (the job retries). A delivered event is not sent again. With
+// its merchant at MaxInFlightPerMerchant deliveries in this process it
+// sends nothing and returns ErrMerchantBusy.
 func (n *Notifier) Deliver(ctx context.Context, eventID string) error {
 	var url, secret, merchantID string
 	var body []byte
