@@ -214,3 +214,26 @@ func TestLostCommitOfRefundAnswersWhatCommitted_R22(t *testing.T) {
 	}
 	require.NoError(t, err, "the refund committed, but its caller is told it failed")
 }
+
+// R22: a retry whose COMMIT answer is lost (its new attempt and reserve
+// committed) answers the payout as the retry left it, not the error: the
+// caller who asks again would be told 409 not_retryable for a retry that
+// happened. Before, the error was returned (found by review).
+func TestLostCommitOfRetryAnswersWhatCommitted_R22(t *testing.T) {
+	t.Parallel()
+	e, proxy, _ := setupProxiedPool(t, "100.00")
+	p, err := e.svc.CreatePayout(e.ctx, e.pix("10.00"))
+	require.NoError(t, err)
+	a := e.attempt(p)
+	require.NoError(t, e.srv.AddFault(sim.FaultRule{Kind: sim.FaultUnavailable, Reference: a.Reference}))
+	require.Equal(t, attempts.StatusUnknown, e.execute(p).Status)
+	require.Equal(t, attempts.StatusFailed, e.resolveAfter(p, time.Hour).Attempt.Status)
+
+	proxy.LoseCommitAnswer("UPDATE payouts SET status = 'processing'", 1)
+	r, err := e.svc.Retry(e.ctx, merchant, p.ID)
+	require.Equal(t, 1, proxy.Cuts())
+	require.Equal(t, 2, e.count(`SELECT count(*) FROM attempts WHERE subject_id = '`+p.ID+`'`), "the retry committed")
+	require.NoError(t, err, "the retry committed, but its caller is told it failed")
+	require.Equal(t, payouts.StatusProcessing, r.Status)
+	require.Equal(t, 2, r.AttemptCount)
+}

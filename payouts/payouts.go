@@ -379,6 +379,7 @@ func anyDiverged(ctx context.Context, tx pgx.Tx, id string) (bool, error) {
 // resolved failed (a divergence).
 func (s *Service) Retry(ctx context.Context, merchantID, payoutID string) (Payout, error) {
 	var out Payout
+	before := -1 // the payout's attempt count when this retry opened one
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		p, err := s.getForUpdate(ctx, tx, merchantID, payoutID)
 		if err != nil {
@@ -404,12 +405,23 @@ func (s *Service) Retry(ctx context.Context, merchantID, payoutID string) (Payou
 				return err
 			}
 		}
+		before = p.AttemptCount
 		if err := s.openAttempt(ctx, tx, &p, in); err != nil {
 			return err
 		}
 		out = p
 		return nil
 	})
+	if err != nil && before >= 0 {
+		// An error after the attempt was opened may have committed (a lost
+		// COMMIT answer): the retry that did is the answer, not a 409
+		// not_retryable for the caller who asks again (R22).
+		if p, gerr := s.get(context.WithoutCancel(ctx), s.pool, merchantID, payoutID); gerr == nil && p.AttemptCount > before {
+			s.log.WarnContext(ctx, "payouts: a retry's transaction answered an error but committed; answering what it made",
+				"payout_id", payoutID, "error", err)
+			return p, nil
+		}
+	}
 	return out, err
 }
 
