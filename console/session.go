@@ -90,8 +90,12 @@ func (c *Console) newSession(ctx context.Context, keyID string) (string, time.Ti
 	now := c.clock.Now()
 	token := randomToken()
 	exp := now.Add(c.cfg.SessionTTL)
-	// Expired sessions are removed as new ones are made.
+	// Expired sessions and login links are removed as new sessions are
+	// made (docs/console.md).
 	if _, err := c.pool.Exec(ctx, `DELETE FROM console_sessions WHERE expires_at < $1`, now); err != nil {
+		return "", time.Time{}, err
+	}
+	if _, err := c.pool.Exec(ctx, `DELETE FROM console_login_links WHERE expires_at < $1`, now); err != nil {
 		return "", time.Time{}, err
 	}
 	_, err := c.pool.Exec(ctx, `INSERT INTO console_sessions (token_sha256, key_id, csrf_token, created_at, expires_at)

@@ -68,10 +68,11 @@ func Get(ctx context.Context, db ledger.DBTX, id string) (Merchant, error) {
 	return m, err
 }
 
-// List returns merchants ordered by id, after the given id, at most limit (capped at 100).
+// List returns merchants ordered by id, after the given id, at most limit
+// (capped at 101: a page of 100 and whether another follows).
 func List(ctx context.Context, db ledger.DBTX, after string, limit int) ([]Merchant, error) {
-	if limit <= 0 || limit > 100 {
-		limit = 100
+	if limit <= 0 || limit > 101 {
+		limit = 101
 	}
 	rows, err := db.Query(ctx, `SELECT id, name, created_at FROM merchants WHERE id > $1 ORDER BY id LIMIT $2`, after, limit)
 	if err != nil {
@@ -109,15 +110,20 @@ const maxLedgerKey = 255
 // intent). The API takes Idempotency-Keys of up to 255 characters, which
 // can make that ledger key longer than the ledger's 255: then the key is
 // "<key id>:sha256:<hex of idem>". Short keys keep the first form, so every
-// funding posted before still matches its repeat.
+// funding posted before still matches its repeat. An idem that itself
+// begins with "sha256:" is always hashed: kept as is it could spell the
+// hashed form of another, longer key, and two intents would share one
+// ledger key (the second funding never posted; found by review).
 func ClientFundingKey(merchantID, keyID, idem string) string {
 	key := keyID + ":" + idem
-	if len(ledgerFundingKey(merchantID, key)) <= maxLedgerKey {
+	if len(ledgerFundingKey(merchantID, key)) <= maxLedgerKey && !strings.HasPrefix(idem, hashedPrefix) {
 		return key
 	}
 	sum := sha256.Sum256([]byte(idem))
-	return keyID + ":sha256:" + hex.EncodeToString(sum[:])
+	return keyID + ":" + hashedPrefix + hex.EncodeToString(sum[:])
 }
+
+const hashedPrefix = "sha256:"
 
 func ledgerFundingKey(merchantID, key string) string { return "funding:" + merchantID + ":" + key }
 
