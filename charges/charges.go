@@ -775,22 +775,24 @@ func (s *Service) prepareAccounts(ctx context.Context, merchantID, provider stri
 }
 
 // accountID resolves an account inside tx: from the cache, else read (and
-// cached: created and committed by prepareAccounts in some process), else
-// created inside tx and not cached (it could still roll back).
+// cached when a committed transaction wrote the row seen), else created
+// inside tx and not cached (it could still roll back).
 func (s *Service) accountID(ctx context.Context, tx pgx.Tx, spec ledger.AccountSpec) (int64, error) {
 	code := spec.Code()
 	if id, ok := s.accounts.Load(code); ok {
 		return id.(int64), nil
 	}
-	a, err := ledger.AccountByCode(ctx, tx, code)
+	id, committed, err := ledger.AccountIDByCode(ctx, tx, code)
 	if err == nil {
-		s.accounts.Store(code, a.ID)
-		return a.ID, nil
+		if committed {
+			s.accounts.Store(code, id)
+		}
+		return id, nil
 	}
 	if !errors.Is(err, ledger.ErrAccountNotFound) {
 		return 0, err
 	}
-	a, err = ledger.EnsureAccount(ctx, tx, spec)
+	a, err := ledger.EnsureAccount(ctx, tx, spec)
 	return a.ID, err
 }
 

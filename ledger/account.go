@@ -238,6 +238,21 @@ func AccountByCode(ctx context.Context, db DBTX, code string) (Account, error) {
 	return acc, err
 }
 
+// AccountIDByCode returns the id of the account with the code, as db sees
+// it, and whether the row version seen was written by a committed
+// transaction (not by db's own, still open): only then may a caller cache
+// the id beyond db's transaction, which might roll back the account's
+// creation. ErrAccountNotFound when there is none.
+func AccountIDByCode(ctx context.Context, db DBTX, code string) (id int64, committed bool, err error) {
+	var mine *bool
+	err = db.QueryRow(ctx, `SELECT id, xmin = pg_current_xact_id_if_assigned()::xid FROM ledger_accounts WHERE code = $1`,
+		code).Scan(&id, &mine)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, fmt.Errorf("%w: %s", ErrAccountNotFound, code)
+	}
+	return id, err == nil && (mine == nil || !*mine), err
+}
+
 // AccountByID returns the account with the id, or ErrAccountNotFound.
 func AccountByID(ctx context.Context, db DBTX, id int64) (Account, error) {
 	acc, err := scanAccount(db.QueryRow(ctx, `SELECT `+accountColumns+` FROM ledger_accounts WHERE id = $1`, id))

@@ -54,23 +54,28 @@ func (s *Service) prepareAccounts(ctx context.Context, merchantID, provider stri
 }
 
 // accountID returns the id of the account spec names, inside tx: from the
-// cache, else read (and cached: it was committed before tx could see it,
-// since this package creates accounts only in prepareAccounts), else created
-// inside tx and not cached.
+// cache, else read (and cached only when the row seen was written by a
+// committed transaction), else created inside tx and not cached. A row tx
+// itself created a moment before (a failover provider's clearing shard,
+// made by the first settle of a record batch), cached, would outlive a
+// rollback and refuse every later posting to it for the life of the
+// process (found by review).
 func (s *Service) accountID(ctx context.Context, tx pgx.Tx, spec ledger.AccountSpec) (int64, error) {
 	code := spec.Code()
 	if id, ok := s.accounts.ids.Load(code); ok {
 		return id.(int64), nil
 	}
-	a, err := ledger.AccountByCode(ctx, tx, code)
+	id, committed, err := ledger.AccountIDByCode(ctx, tx, code)
 	if err == nil {
-		s.accounts.ids.Store(code, a.ID)
-		return a.ID, nil
+		if committed {
+			s.accounts.ids.Store(code, id)
+		}
+		return id, nil
 	}
 	if !errors.Is(err, ledger.ErrAccountNotFound) {
 		return 0, err
 	}
-	a, err = ledger.EnsureAccount(ctx, tx, spec)
+	a, err := ledger.EnsureAccount(ctx, tx, spec)
 	return a.ID, err
 }
 
