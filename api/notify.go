@@ -733,9 +733,16 @@ func (s *Server) listNotificationEndpoints(w http.ResponseWriter, r *http.Reques
 		s.problem(w, r, err)
 		return
 	}
+	// A receiver's URL often carries its credential (a token in its path or
+	// query): only the merchant's own key sees it whole; auditors,
+	// operators and admins see scheme://host (found by review).
+	whole := principalFrom(r.Context()).Role == RoleMerchant
 	eps, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (notificationEndpointJSON, error) {
 		var e notificationEndpointJSON
 		err := row.Scan(&e.ID, &e.MerchantID, &e.URL, &e.CreatedAt, &e.DisabledAt)
+		if !whole {
+			e.URL = redactURL(e.URL)
+		}
 		e.CreatedAt = e.CreatedAt.UTC()
 		e.DisabledAt = utcPtr(e.DisabledAt)
 		return e, err
