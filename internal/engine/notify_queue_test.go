@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/saldo/saldo/api"
@@ -32,43 +33,8 @@ import (
 func TestHangingNotificationEndpointsDoNotStallPayouts_R24(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testdb.New(t)
-	srv := sim.NewServer(sim.Config{Seed: 11}).Start()
-	t.Cleanup(srv.Close)
-	prov := srv.NewProvider()
-
-	done := make(chan struct{})
-	var held atomic.Int64
-	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		held.Add(1)
-		select { // accepts, reads, never answers
-		case <-done:
-		case <-r.Context().Done():
-		}
-	}))
-	t.Cleanup(hang.Close)
-	t.Cleanup(func() { close(done) })
-
-	e, err := engine.New(engine.Config{
-		Pool: pool, Providers: []providers.Provider{prov}, PayoutProvider: prov.Name(),
-		RunWorkers: true, MaxWorkers: 6, FetchPollInterval: 20 * time.Millisecond,
-		Notifications: api.NotifierConfig{HTTP: providers.HTTPSettings{ReadTimeout: 20 * time.Second}},
-	})
-	require.NoError(t, err)
-	require.NoError(t, e.Start(ctx))
-	t.Cleanup(func() {
-		stopCtx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_ = e.Stop(stopCtx) // the hanging deliveries are cancelled at the end of the budget
-	})
-
-	for _, m := range []string{"m1", "m2"} {
-		_, err = merchants.Create(ctx, pool, m, "Loja "+m)
-		require.NoError(t, err)
-		_, err = merchants.Fund(ctx, pool, merchants.Funding{MerchantID: m, Amount: money.MustParse("1000.00", "BRL"),
-			Key: "seed-" + m, Reason: "test", Actor: "test"})
-		require.NoError(t, err)
-	}
+	w := newHangingWorld(t, 11, engine.Config{MaxWorkers: 6})
+	pool, e, hang, held := w.pool, w.e, w.hang, &w.held
 	for i := range 8 {
 		_, err := pool.Exec(ctx, `INSERT INTO notification_endpoints (id, merchant_id, url, secret, created_at)
 			VALUES ($1, 'm1', $2, 'whsec', now())`, fmt.Sprintf("we_%032x", i+1), hang.URL+"/hook")
@@ -128,54 +94,20 @@ func TestHangingNotificationEndpointsDoNotStallPayouts_R24(t *testing.T) {
 func TestHangingEndpointsOfOneMerchantDoNotDelayAnothersNotifications_R24(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testdb.New(t)
-	srv := sim.NewServer(sim.Config{Seed: 12}).Start()
-	t.Cleanup(srv.Close)
-	prov := srv.NewProvider()
-
-	done := make(chan struct{})
-	var held atomic.Int64
-	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		held.Add(1)
-		select { // accepts, reads, never answers
-		case <-done:
-		case <-r.Context().Done():
-		}
-	}))
-	t.Cleanup(hang.Close)
-	t.Cleanup(func() { close(done) })
+	w := newHangingWorld(t, 12, engine.Config{MaxWorkers: 8, NotifyWorkers: 4})
+	pool, e, hang, held := w.pool, w.e, w.hang, &w.held
 	var m2Delivered atomic.Int64
 	quick := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		m2Delivered.Add(1)
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	t.Cleanup(quick.Close)
-
-	e, err := engine.New(engine.Config{
-		Pool: pool, Providers: []providers.Provider{prov}, PayoutProvider: prov.Name(),
-		RunWorkers: true, MaxWorkers: 8, NotifyWorkers: 4, FetchPollInterval: 20 * time.Millisecond,
-		Notifications: api.NotifierConfig{HTTP: providers.HTTPSettings{ReadTimeout: 30 * time.Second}},
-	})
-	require.NoError(t, err)
-	require.NoError(t, e.Start(ctx))
-	t.Cleanup(func() {
-		stopCtx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_ = e.Stop(stopCtx)
-	})
-	for _, m := range []string{"m1", "m2"} {
-		_, err = merchants.Create(ctx, pool, m, "Loja "+m)
-		require.NoError(t, err)
-		_, err = merchants.Fund(ctx, pool, merchants.Funding{MerchantID: m, Amount: money.MustParse("1000.00", "BRL"),
-			Key: "seed-" + m, Reason: "test", Actor: "test"})
-		require.NoError(t, err)
-	}
 	for i := range 10 {
 		_, err := pool.Exec(ctx, `INSERT INTO notification_endpoints (id, merchant_id, url, secret, created_at)
 			VALUES ($1, 'm1', $2, 'whsec', now())`, fmt.Sprintf("we_%032x", i+1), hang.URL+"/hook")
 		require.NoError(t, err)
 	}
-	_, err = pool.Exec(ctx, `INSERT INTO notification_endpoints (id, merchant_id, url, secret, created_at)
+	_, err := pool.Exec(ctx, `INSERT INTO notification_endpoints (id, merchant_id, url, secret, created_at)
 		VALUES ($1, 'm2', $2, 'whsec', now())`, fmt.Sprintf("we_%032x", 99), quick.URL+"/hook")
 	require.NoError(t, err)
 	pay := func(m string) {
@@ -197,4 +129,53 @@ func TestHangingEndpointsOfOneMerchantDoNotDelayAnothersNotifications_R24(t *tes
 	require.NoError(t, pool.QueryRow(ctx, `SELECT coalesce(max(attempt), 0) FROM river_job
 		WHERE kind = 'saldo_deliver_notification' AND state <> 'running'`).Scan(&spent))
 	require.LessOrEqual(t, spent, 1, "a snoozed delivery spends no attempt")
+}
+
+// hangingWorld is a running engine (sim provider, River workers as cfg
+// says) with merchants m1 and m2 funded, and a notification receiver that
+// accepts connections and never answers (held counts its requests).
+type hangingWorld struct {
+	pool *pgxpool.Pool
+	e    *engine.Engine
+	hang *httptest.Server
+	held atomic.Int64
+}
+
+func newHangingWorld(t *testing.T, seed int64, cfg engine.Config) *hangingWorld {
+	t.Helper()
+	ctx := context.Background()
+	w := &hangingWorld{pool: testdb.New(t)}
+	srv := sim.NewServer(sim.Config{Seed: seed}).Start()
+	t.Cleanup(srv.Close)
+	prov := srv.NewProvider()
+	done := make(chan struct{})
+	w.hang = httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		w.held.Add(1)
+		select { // accepts, reads, never answers
+		case <-done:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(w.hang.Close)
+	t.Cleanup(func() { close(done) })
+	cfg.Pool, cfg.Providers, cfg.PayoutProvider = w.pool, []providers.Provider{prov}, prov.Name()
+	cfg.RunWorkers, cfg.FetchPollInterval = true, 20*time.Millisecond
+	cfg.Notifications = api.NotifierConfig{HTTP: providers.HTTPSettings{ReadTimeout: 30 * time.Second}}
+	var err error
+	w.e, err = engine.New(cfg)
+	require.NoError(t, err)
+	require.NoError(t, w.e.Start(ctx))
+	t.Cleanup(func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = w.e.Stop(stopCtx) // the hanging deliveries are cancelled at the end of the budget
+	})
+	for _, m := range []string{"m1", "m2"} {
+		_, err = merchants.Create(ctx, w.pool, m, "Loja "+m)
+		require.NoError(t, err)
+		_, err = merchants.Fund(ctx, w.pool, merchants.Funding{MerchantID: m, Amount: money.MustParse("1000.00", "BRL"),
+			Key: "seed-" + m, Reason: "test", Actor: "test"})
+		require.NoError(t, err)
+	}
+	return w
 }
