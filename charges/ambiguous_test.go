@@ -22,22 +22,7 @@ import (
 // and every Execute answers the paid attempt.
 func TestAmbiguousCommitOfChargeRecordBatchCreditsOnce_R10(t *testing.T) {
 	t.Parallel()
-	var proxy *pgproxy.Proxy
-	var proxied *pgxpool.Pool
-	viaProxy := func(pool *pgxpool.Pool) *pgxpool.Pool {
-		if proxied == nil {
-			url := testdb.AdminURL(t, pool)
-			proxy = pgproxy.Start(t, url)
-			var err error
-			proxied, err = pgxpool.New(context.Background(), proxy.URL(url))
-			require.NoError(t, err)
-			t.Cleanup(proxied.Close)
-		}
-		return proxied
-	}
-	e := setup(t, sim.Config{}, opts{readTimeout: 10 * time.Second,
-		attTune: func(c *attempts.Config) { c.Pool = viaProxy(c.Pool) },
-		tune:    func(c *charges.Config) { c.Pool = viaProxy(c.Pool) }})
+	e, proxy := setupProxied(t)
 	const n = 12
 	cs := make([]charges.Charge, n)
 	for i := range cs {
@@ -65,4 +50,28 @@ func TestAmbiguousCommitOfChargeRecordBatchCreditsOnce_R10(t *testing.T) {
 		require.Equal(t, 1, e.moneyMoving(got.Reference), "charged once at the provider")
 	}
 	require.Equal(t, "120.00", e.available(merchant, money.BRL))
+}
+
+// setupProxied is setup with the attempts' and charges' pool reached through
+// a pgproxy (which can lose a COMMIT's answer or cut a connection); e.pool
+// stays direct.
+func setupProxied(t *testing.T) (*env, *pgproxy.Proxy) {
+	t.Helper()
+	var proxy *pgproxy.Proxy
+	var proxied *pgxpool.Pool
+	viaProxy := func(pool *pgxpool.Pool) *pgxpool.Pool {
+		if proxied == nil {
+			url := testdb.AdminURL(t, pool)
+			proxy = pgproxy.Start(t, url)
+			var err error
+			proxied, err = pgxpool.New(context.Background(), proxy.URL(url))
+			require.NoError(t, err)
+			t.Cleanup(proxied.Close)
+		}
+		return proxied
+	}
+	e := setup(t, sim.Config{}, opts{readTimeout: 10 * time.Second,
+		attTune: func(c *attempts.Config) { c.Pool = viaProxy(c.Pool) },
+		tune:    func(c *charges.Config) { c.Pool = viaProxy(c.Pool) }})
+	return e, proxy
 }

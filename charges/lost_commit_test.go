@@ -1,18 +1,11 @@
 package charges_test
 
 import (
-	"context"
 	"testing"
-	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/saldo/saldo/attempts"
 	"github.com/saldo/saldo/charges"
-	"github.com/saldo/saldo/internal/pgproxy"
-	"github.com/saldo/saldo/internal/testdb"
-	"github.com/saldo/saldo/providers/sim"
 )
 
 // A charge's opening transaction commits but its COMMIT answer is lost:
@@ -26,22 +19,7 @@ import (
 // (found by review).
 func TestLostCommitOfChargeAnswersWhatCommitted_R22(t *testing.T) {
 	t.Parallel()
-	var proxy *pgproxy.Proxy
-	var proxied *pgxpool.Pool
-	viaProxy := func(pool *pgxpool.Pool) *pgxpool.Pool {
-		if proxied == nil {
-			url := testdb.AdminURL(t, pool)
-			proxy = pgproxy.Start(t, url)
-			var err error
-			proxied, err = pgxpool.New(context.Background(), proxy.URL(url))
-			require.NoError(t, err)
-			t.Cleanup(proxied.Close)
-		}
-		return proxied
-	}
-	e := setup(t, sim.Config{}, opts{readTimeout: 10 * time.Second,
-		attTune: func(c *attempts.Config) { c.Pool = viaProxy(c.Pool) },
-		tune:    func(c *charges.Config) { c.Pool = viaProxy(c.Pool) }})
+	e, proxy := setupProxied(t)
 
 	proxy.LoseCommitAnswer("INSERT INTO charges", 1)
 	c, err := e.svc.Create(e.ctx, e.card("50.00", "tok_visa"))
