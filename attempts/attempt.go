@@ -105,10 +105,13 @@ type Attempt struct {
 	CallsRecorded int
 	CallStartedAt *time.Time
 	CallEndedAt   *time.Time
-	NextSendAt    *time.Time
-	LastError     string
-	KeyExpiresAt  *time.Time
-	LookupCount   int
+	// CallDeadlineAt: when the call in flight is over at the latest, as the
+	// process that made it stamped it (its StaleCallAfter); callOverAt.
+	CallDeadlineAt *time.Time
+	NextSendAt     *time.Time
+	LastError      string
+	KeyExpiresAt   *time.Time
+	LookupCount    int
 	// LookupsUnanswered counts the lookups the provider did not answer
 	// (transport error, 5xx, 429, unreadable): they prove nothing and do
 	// not move the attempt along the resolve schedule. UnansweredSince is
@@ -178,7 +181,7 @@ const attemptColumns = `id, kind, subject_id, provider, operation, idempotency_k
 	key_expires_at, lookup_count, last_lookup_at, next_lookup_at, processing_since, review,
 	review_reason, review_at, unknown_at, resolved_at, resolved_by, data, created_at, updated_at,
 	acknowledged_at, acknowledgement, diverged_at, divergence, divergence_settled_at, divergence_settled_by,
-	divergence_settlement, lookups_unanswered, unanswered_since`
+	divergence_settlement, lookups_unanswered, unanswered_since, call_deadline_at`
 
 // qualifiedAttemptColumns is attemptColumns of the table aliased a.
 var qualifiedAttemptColumns = sqlcols.Qualify("a", attemptColumns)
@@ -199,7 +202,7 @@ func scanAttemptAfter(row pgx.Row, before ...any) (Attempt, error) {
 		&a.KeyExpiresAt, &a.LookupCount, &a.LastLookupAt, &a.NextLookupAt, &a.ProcessingFrom, &a.Review,
 		&reviewReason, &a.ReviewAt, &a.UnknownAt, &a.ResolvedAt, &resolvedBy, &data, &a.CreatedAt, &a.UpdatedAt,
 		&a.AcknowledgedAt, &ack, &a.DivergedAt, &divergence, &a.DivergenceSettledAt, &settledBy, &settlement,
-		&a.LookupsUnanswered, &a.UnansweredSince)...)
+		&a.LookupsUnanswered, &a.UnansweredSince, &a.CallDeadlineAt)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return a, ErrNotFound
 	}

@@ -207,7 +207,8 @@ const sendableSQL = `NOT a.review AND NOT EXISTS (SELECT 1 FROM attempts d WHERE
 // unsettled divergence on another attempt of its subject (sendableSQL). The
 // attempts it returns are ready for their first call; Execute takes the
 // others down its checked path.
-const firstSendSQL = `UPDATE attempts a SET call_count = 1, call_started_at = $2, next_send_at = NULL, updated_at = $2
+const firstSendSQL = `UPDATE attempts a SET call_count = 1, call_started_at = $2, call_deadline_at = $4, next_send_at = NULL,
+		updated_at = $2
 	FROM unnest($1::uuid[]) AS u(uid)
 	WHERE a.id = ANY ($1::uuid[]) AND a.id = u.uid AND (a.status = 'pending') IS TRUE AND a.call_count = 0
 		AND a.calls_recorded = 0
@@ -220,7 +221,8 @@ const firstSendSQL = `UPDATE attempts a SET call_count = 1, call_started_at = $2
 // first send is answered with the zero Attempt.
 func (s *Service) firstSendMany(ctx context.Context, ids []uuid.UUID) []groupcommit.Result[Attempt] {
 	out := make([]groupcommit.Result[Attempt], len(ids))
-	marked, err := s.queryByIDs(ctx, s.pool, firstSendSQL, ids, s.clock.Now(), s.providerNames)
+	now := s.clock.Now()
+	marked, err := s.queryByIDs(ctx, s.pool, firstSendSQL, ids, now, s.providerNames, now.Add(s.cfg.StaleCallAfter))
 	for i, id := range ids {
 		if err != nil {
 			out[i].Err = fmt.Errorf("attempts: mark first call in flight: %w", err)
@@ -246,8 +248,8 @@ type startReq struct {
 // call since the attempt was read, the provider is not processing it, and
 // it may still be sent (sendableSQL: not in review, no unsettled
 // divergence on another attempt of its subject).
-const startSQL = `UPDATE attempts a SET call_count = u.call_no, call_started_at = u.started, next_send_at = NULL,
-		updated_at = u.started
+const startSQL = `UPDATE attempts a SET call_count = u.call_no, call_started_at = u.started,
+		call_deadline_at = u.started + $4::interval, next_send_at = NULL, updated_at = u.started
 	FROM unnest($1::uuid[], $2::int[], $3::timestamptz[]) AS u(uid, call_no, started)
 	WHERE a.id = ANY ($1::uuid[]) AND a.id = u.uid AND (a.status = 'pending') IS TRUE AND a.call_count = u.call_no - 1
 		AND a.calls_recorded = u.call_no - 1 AND a.provider_state IS DISTINCT FROM 'processing'
@@ -269,7 +271,7 @@ func (s *Service) startMany(ctx context.Context, reqs []startReq) []groupcommit.
 		id uuid.UUID
 		no int
 	}
-	rows, err := s.pool.Query(ctx, startSQL, pgplan.PerCall, ids, calls, started)
+	rows, err := s.pool.Query(ctx, startSQL, pgplan.PerCall, ids, calls, started, s.cfg.StaleCallAfter)
 	marked := map[call]bool{}
 	if err == nil {
 		var id uuid.UUID

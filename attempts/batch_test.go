@@ -698,8 +698,8 @@ func TestBatchStatementsReachAttemptsByPrimaryKey(t *testing.T) {
 		sql  string
 		args []any
 	}{
-		"first send": {firstSendSQL, []any{ids, time.Now(), []string{"sim"}}},
-		"call start": {startSQL, []any{ids, []int32{1, 1, 1}, []time.Time{time.Now(), time.Now(), time.Now()}}},
+		"first send": {firstSendSQL, []any{ids, time.Now(), []string{"sim"}, time.Now().Add(time.Minute)}},
+		"call start": {startSQL, []any{ids, []int32{1, 1, 1}, []time.Time{time.Now(), time.Now(), time.Now()}, time.Minute}},
 	} {
 		rows, err := conn.Query(ctx, "EXPLAIN "+q.sql, q.args...)
 		require.NoError(t, err)

@@ -159,7 +159,8 @@ func (s *Service) Execute(ctx context.Context, id uuid.UUID) (ExecuteResult, err
 		}
 		return ExecuteResult{Attempt: a}, nil
 	}
-	a.CallCount, a.CallStartedAt = callNo, &started
+	deadline := started.Add(s.cfg.StaleCallAfter)
+	a.CallCount, a.CallStartedAt, a.CallDeadlineAt = callNo, &started, &deadline
 	return s.call(ctx, prov, a, callNo)
 }
 

@@ -682,7 +682,7 @@ func (s *Service) notFoundFailure(la Attempt, lu lookedUp, now time.Time) (chang
 		if la.CallStartedAt == nil {
 			return change{}, false
 		}
-		if end := la.CallStartedAt.Add(s.cfg.StaleCallAfter); end.After(ref) {
+		if end := s.callOverAt(la); end.After(ref) {
 			ref = end
 		}
 	}
@@ -988,6 +988,22 @@ type manualVerdict struct {
 	reason   string
 }
 
+// callOverAt is when the call in flight of a is over at the latest: its
+// start plus this process's StaleCallAfter, or the deadline the process that
+// made the call stamped (CallDeadlineAt, its own StaleCallAfter), whichever
+// is later. A fleet whose processes are configured differently thus never
+// counts a call over while its caller may still send it (R11, R16).
+func (s *Service) callOverAt(a Attempt) time.Time {
+	var end time.Time
+	if a.CallStartedAt != nil {
+		end = a.CallStartedAt.Add(s.cfg.StaleCallAfter)
+	}
+	if a.CallDeadlineAt != nil && a.CallDeadlineAt.After(end) {
+		end = *a.CallDeadlineAt
+	}
+	return end
+}
+
 // manualFailVerdict says whether an operator may resolve the open attempt a
 // failed now (ResolveManually's rules). fresh is a lookup just made for this
 // decision (nil when none was), sent at freshAsked. A "not found" counts
@@ -1006,12 +1022,12 @@ func (s *Service) manualFailVerdict(ctx context.Context, db DB, a Attempt, fresh
 		// R11). After that it is over, answered or not: a process that
 		// died mid-call never records it, and refusing for ever would
 		// leave the reserve to no one's decision (R18, R25).
-		if a.CallStartedAt == nil || now.Before(a.CallStartedAt.Add(s.cfg.StaleCallAfter)) {
+		if a.CallStartedAt == nil || now.Before(s.callOverAt(a)) {
 			return manualVerdict{manualRefuse, fmt.Sprintf("call %d started at %s and its answer is not recorded: it is in flight "+
-				"and the provider may be paying it until %s after it started; wait for its answer (or for the sweeper to make "+
-				"the attempt unknown and a lookup to decide)", a.CallCount, fmtTime(a.CallStartedAt), s.cfg.StaleCallAfter)}, nil
+				"and the provider may be paying it until %s; wait for its answer (or for the sweeper to make "+
+				"the attempt unknown and a lookup to decide)", a.CallCount, fmtTime(a.CallStartedAt), fmtTime(timePtr(s.callOverAt(a))))}, nil
 		}
-		if end := a.CallStartedAt.Add(s.cfg.StaleCallAfter); end.After(ref) {
+		if end := s.callOverAt(a); end.After(ref) {
 			ref = end
 		}
 	}

@@ -40,9 +40,13 @@ func (s *Service) Sweep(ctx context.Context) (SweepResult, error) {
 	var res SweepResult
 	now := s.clock.Now()
 
+	// Over by this process's StaleCallAfter and by the deadline the calling
+	// process stamped (callOverAt): a process with a shorter setting never
+	// counts another's call over while it may still be on its way.
 	stale, err := queryIDs(ctx, s.pool, `SELECT id FROM attempts WHERE status = 'pending'
-		AND call_count > calls_recorded AND call_started_at < $1 ORDER BY call_started_at LIMIT $2`,
-		now.Add(-s.cfg.StaleCallAfter), s.cfg.SweepBatch)
+		AND call_count > calls_recorded AND call_started_at < $1 AND (call_deadline_at IS NULL OR call_deadline_at < $3)
+		ORDER BY call_started_at LIMIT $2`,
+		now.Add(-s.cfg.StaleCallAfter), s.cfg.SweepBatch, now)
 	if err != nil {
 		return res, err
 	}
@@ -52,7 +56,7 @@ func (s *Service) Sweep(ctx context.Context) (SweepResult, error) {
 			if err != nil {
 				return err
 			}
-			if a.Status != StatusPending || !a.CallInFlight() {
+			if a.Status != StatusPending || !a.CallInFlight() || s.callOverAt(a).After(now) {
 				return nil
 			}
 			tr, err := s.transition(ctx, tx, after, a, change{To: StatusUnknown, Actor: ActorSweeper,
