@@ -104,6 +104,9 @@ type env struct {
 	logs                             *syncBuffer // the API's log output
 	admin, auditor, operator, m1, m2 string      // key secrets
 	operatorID                       string
+	// expected are the audit findings (area/check) a test made on purpose
+	// and asserted itself; auditClean lets only those through.
+	expected map[string]bool
 }
 
 func brl(s string) money.Amount { return money.MustParse(s, "BRL") }
@@ -175,7 +178,9 @@ func setup(t *testing.T, cfg sim.Config, tune ...func(*attempts.Config)) *env {
 func (e *env) auditClean() {
 	res, err := audit.Run(context.Background(), e.pool)
 	require.NoError(e.t, err)
-	require.True(e.t, res.OK(), res.Summary())
+	for _, v := range res.Violations {
+		require.True(e.t, e.expected[v.Area+"/"+v.Check], res.Summary())
+	}
 	require.Empty(e.t, e.srv.Duplicates(), "the sim oracle saw a reference paid twice")
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/audit"
 	"github.com/saldo/saldo/ledger"
 	"github.com/saldo/saldo/merchants"
 	"github.com/saldo/saldo/money"
@@ -484,11 +485,17 @@ func b64(s string) string {
 // A payout-kind entry whose cause id names no attempt (not a uuid, or a
 // uuid no attempt has) is still listed, as a payout without an object id:
 // only cause ids that parse as uuids are looked up, so no cause id can make
-// a page fail (every 5xx a client can trigger is a defect). The transfers
-// go from m1 to m2, so no reserve is left without its attempt for the audit.
+// a page fail (every 5xx a client can trigger is a defect). Such entries
+// are what the audit's payouts/effect_orphan reports: it does, for each.
 func TestMerchantStatementCausesNamingNothing(t *testing.T) {
 	t.Parallel()
 	e := setup(t, sim.Config{})
+	e.expected = map[string]bool{"payouts/effect_orphan": true}
+	t.Cleanup(func() {
+		res, err := audit.Run(e.ctx, e.pool)
+		require.NoError(t, err)
+		require.Len(t, res.Violations, 3, res.Summary())
+	})
 	from, err := ledger.EnsureAccount(e.ctx, e.pool, ledger.MerchantAvailable("m1", money.BRL))
 	require.NoError(t, err)
 	to, err := ledger.EnsureAccount(e.ctx, e.pool, ledger.MerchantAvailable("m2", money.BRL))

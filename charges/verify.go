@@ -104,9 +104,9 @@ func Verify(ctx context.Context, db dbtx) ([]Violation, error) {
 			GROUP BY subject_id HAVING count(*) > 1
 			ORDER BY subject_id`},
 		{"status", `
-			SELECT format('charge %s is %s but its attempt is %s', c.id, c.status, coalesce(a.status, '<none>'))
-			FROM charges c LEFT JOIN attempts a ON a.id = c.attempt_id
-			WHERE a.id IS NULL -- no attempt: NOT (...) below would be NULL
+			SELECT format('charge %s is %s but its attempt is %s', c.id, c.status, coalesce(a.status, '<none of its own>'))
+			FROM charges c LEFT JOIN attempts a ON a.id = c.attempt_id AND a.subject_id = c.id AND a.direction = 'in'
+			WHERE a.id IS NULL -- no attempt of its own: NOT (...) below would be NULL
 			   OR NOT ((c.status IN ('processing', 'awaiting_payment') AND a.status IN ('pending', 'unknown'))
 			        OR (c.status = 'paid' AND a.status = 'succeeded')
 			        OR (c.status IN ('failed', 'expired') AND a.status = 'failed'))

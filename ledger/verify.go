@@ -259,7 +259,8 @@ func verifyAccounts(ctx context.Context, db DBTX, rep *Report) error {
 		           OR (a.last_seq > 0 AND lp.balance_after IS DISTINCT FROM a.balance) AS bad_balance,
 		       a.last_seq <> coalesce(s.max_seq, 0)
 		           OR a.last_hash IS DISTINCT FROM coalesce(lp.hash, '\x'::bytea) AS bad_head,
-		       NOT a.allow_negative AND a.balance < 0::numeric AS negative
+		       (NOT a.allow_negative OR a.owner_kind = 'merchant') AND a.balance < 0::numeric AS negative,
+		       a.owner_kind = 'merchant' AND a.allow_negative AS merchant_may_go_negative
 		FROM ledger_accounts a
 		LEFT JOIN (SELECT account_id, sum(amount) AS total, max(seq) AS max_seq
 		           FROM ledger_postings GROUP BY account_id) s ON s.account_id = a.id
@@ -268,7 +269,8 @@ func verifyAccounts(ctx context.Context, db DBTX, rep *Report) error {
 		   OR (a.last_seq > 0 AND lp.balance_after IS DISTINCT FROM a.balance)
 		   OR a.last_seq <> coalesce(s.max_seq, 0)
 		   OR a.last_hash IS DISTINCT FROM coalesce(lp.hash, '\x'::bytea)
-		   OR (NOT a.allow_negative AND a.balance < 0::numeric)`)
+		   OR ((NOT a.allow_negative OR a.owner_kind = 'merchant') AND a.balance < 0::numeric)
+		   OR (a.owner_kind = 'merchant' AND a.allow_negative)`)
 	if err != nil {
 		return fmt.Errorf("ledger: verify: accounts: %w", err)
 	}
@@ -278,8 +280,10 @@ func verifyAccounts(ctx context.Context, db DBTX, rep *Report) error {
 			code, balance, total, lastAfter string
 			lastSeq, maxSeq                 int64
 			badBalance, badHead, negative   bool
+			merchantMayGoNegative           bool
 		)
-		if err := rows.Scan(&code, &balance, &total, &lastAfter, &lastSeq, &maxSeq, &badBalance, &badHead, &negative); err != nil {
+		if err := rows.Scan(&code, &balance, &total, &lastAfter, &lastSeq, &maxSeq, &badBalance, &badHead, &negative,
+			&merchantMayGoNegative); err != nil {
 			return fmt.Errorf("ledger: verify: accounts: %w", err)
 		}
 		if badBalance {
@@ -293,6 +297,13 @@ func verifyAccounts(ctx context.Context, db DBTX, rep *Report) error {
 		if negative {
 			rep.add(Violation{Kind: ViolationForbiddenNegative, AccountCode: code,
 				Detail: fmt.Sprintf("balance %s in an account that forbids negatives", balance)})
+		}
+		if merchantMayGoNegative {
+			// A merchant's accounts never go negative (MerchantAvailable,
+			// MerchantReserved, MerchantPending): the flag stored on the
+			// row is not trusted to say otherwise (found by review).
+			rep.add(Violation{Kind: ViolationForbiddenNegative, AccountCode: code,
+				Detail: "a merchant's account is marked allow_negative"})
 		}
 	}
 	if err := rows.Err(); err != nil {
