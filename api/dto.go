@@ -158,11 +158,15 @@ type splitJSON struct {
 	Status      string            `json:"status"`
 	Legs        []PayoutJSON      `json:"legs"`
 	CreatedAt   time.Time         `json:"created_at"`
+	// NeedsAttention: some leg needs a human (LegsNeedingAttention).
+	NeedsAttention       bool     `json:"needs_attention"`
+	LegsNeedingAttention []string `json:"legs_needing_attention"`
 }
 
 func splitJSONOf(sp payouts.Split) splitJSON {
 	out := splitJSON{ID: sp.ID, MerchantID: sp.MerchantID, Total: sp.Total.Format(), Currency: sp.Total.Currency().Code(),
-		Description: sp.Description, Metadata: sp.Metadata, Status: string(sp.Status), Legs: []PayoutJSON{}, CreatedAt: sp.CreatedAt.UTC()}
+		Description: sp.Description, Metadata: sp.Metadata, Status: string(sp.Status), Legs: []PayoutJSON{}, CreatedAt: sp.CreatedAt.UTC(),
+		NeedsAttention: len(sp.LegsNeedingAttention) > 0, LegsNeedingAttention: append([]string{}, sp.LegsNeedingAttention...)}
 	for _, l := range sp.Legs {
 		out.Legs = append(out.Legs, payoutJSON(l))
 	}

@@ -673,11 +673,6 @@ func (s *Service) prepareCreate(ctx context.Context, req ChargeRequest, hash []b
 	if err := s.requireMerchant(ctx, "merchant_id", req.MerchantID); err != nil {
 		return FeeRule{}, Breakdown{}, err
 	}
-	for i, sp := range req.Splits {
-		if err := s.requireRecipient(ctx, fmt.Sprintf("splits[%d].recipient_id", i), sp.RecipientID); err != nil {
-			return FeeRule{}, Breakdown{}, err
-		}
-	}
 	rule, err := s.FeeRuleFor(ctx, s.pool, req.MerchantID, cur)
 	if err != nil {
 		return FeeRule{}, Breakdown{}, err
@@ -688,6 +683,15 @@ func (s *Service) prepareCreate(ctx context.Context, req ChargeRequest, hash []b
 	}
 	if err := s.checkEncodable(req); err != nil {
 		return FeeRule{}, Breakdown{}, err
+	}
+	// Recipients last: every check that does not depend on them is made
+	// first, so a refusal never says whether a merchant id exists (an
+	// unknown id and an existing one with a split too large were told
+	// apart by the field named; found by review).
+	for i, sp := range req.Splits {
+		if err := s.requireRecipient(ctx, fmt.Sprintf("splits[%d].recipient_id", i), sp.RecipientID); err != nil {
+			return FeeRule{}, Breakdown{}, err
+		}
 	}
 	keyUnused := func() error {
 		id, err := s.replayClientKey(ctx, s.pool, req.MerchantID, req.ClientKey, hash)

@@ -51,6 +51,12 @@ type Split struct {
 	Status      SplitStatus       `json:"status"`
 	Legs        []Payout          `json:"legs"`
 	CreatedAt   time.Time         `json:"created_at"`
+	// LegsNeedingAttention are the legs a human must look at, as a
+	// payout's NeedsAttention says (its current attempt open and in
+	// review, or an unsettled divergence on any of its attempts: a leg
+	// shown failed whose money left). The legs' statuses alone would
+	// hide them (found by review).
+	LegsNeedingAttention []string `json:"legs_needing_attention,omitempty"`
 }
 
 // SplitStatus aggregates leg statuses.
@@ -269,5 +275,13 @@ func (s *Service) getSplit(ctx context.Context, db dbtx, merchantID, id string) 
 		return sp, err
 	}
 	sp.Status = aggregate(sp.Legs)
-	return sp, nil
+	rows, err = db.Query(ctx, `SELECT p.id FROM payouts p JOIN attempts a ON a.direction = 'out' AND a.subject_id = p.id
+		WHERE p.split_id = $1 AND ((a.id = p.current_attempt_id AND a.review AND a.status IN ('pending', 'unknown'))
+			OR (a.diverged_at IS NOT NULL AND a.divergence_settled_at IS NULL))
+		GROUP BY p.id, p.leg_index ORDER BY p.leg_index`, id)
+	if err != nil {
+		return sp, err
+	}
+	sp.LegsNeedingAttention, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	return sp, err
 }
