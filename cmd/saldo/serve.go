@@ -14,10 +14,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/charges"
 	"github.com/saldo/saldo/internal/engine"
 	"github.com/saldo/saldo/internal/replica"
 	"github.com/saldo/saldo/payouts"
 	"github.com/saldo/saldo/providers"
+	"github.com/saldo/saldo/providers/pix"
 	"github.com/saldo/saldo/providers/sim"
 	"github.com/saldo/saldo/providers/stripe"
 )
@@ -253,7 +255,9 @@ func runServe(ctx context.Context, args []string) error {
 			problems = append(problems, "--read-database-url: not a PostgreSQL URL")
 		}
 	}
-	if *breakerWindow < 0 || *breakerMin < 1 || *breakerRate <= 0 || *breakerRate > 1 || *breakerOpen <= 0 {
+	// !(rate > 0 && rate <= 1): NaN passes "rate <= 0 || rate > 1" and
+	// turned the breakers off (found by review).
+	if *breakerWindow < 0 || *breakerMin < 1 || !(*breakerRate > 0 && *breakerRate <= 1) || *breakerOpen <= 0 {
 		problems = append(problems, "--breaker-window must not be negative, --breaker-min-calls at least 1, "+
 			"--breaker-failure-rate in (0, 1], --breaker-open-for positive")
 	}
@@ -268,6 +272,14 @@ func runServe(ctx context.Context, args []string) error {
 	}
 	if *maxLookups < 1 || *unansweredReview <= 0 || *processingReview <= 0 {
 		problems = append(problems, "--max-lookups must be at least 1, --unanswered-review-after and --processing-review-after positive")
+	}
+	if pixf.enabled() && *processingReview < charges.MaxPixExpiry+pix.DefaultExpiryGrace {
+		// An unpaid cob is "processing" until its expiry plus the adapter's
+		// grace: shorter, every long cob reaches review (with its alert)
+		// before it can expire (found by review).
+		problems = append(problems, fmt.Sprintf("--processing-review-after %s is shorter than the longest Pix cob (%s) plus "+
+			"the adapter's grace after expiry (%s): unpaid cobs would reach review before they expire",
+			*processingReview, charges.MaxPixExpiry, pix.DefaultExpiryGrace))
 	}
 	if *retryMax < 1 || *retryWithin < 0 || *retryBackoff < 0 {
 		problems = append(problems, "--payout-max-attempts must be at least 1, --payout-retry-within and --payout-retry-backoff not negative")
