@@ -7,7 +7,6 @@ package payouts_test
 // that holds the rule.
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -19,7 +18,6 @@ import (
 	"github.com/saldo/saldo/attempts"
 	"github.com/saldo/saldo/audit"
 	"github.com/saldo/saldo/charges"
-	"github.com/saldo/saldo/internal/testdb"
 	"github.com/saldo/saldo/ledger"
 	"github.com/saldo/saldo/merchants"
 	"github.com/saldo/saldo/money"
@@ -28,29 +26,13 @@ import (
 	"github.com/saldo/saldo/providers/sim"
 )
 
-// tamperEnv is setupTB without the audit-after-test cleanup (these
-// tests break invariants on purpose), with a second merchant m2.
+// tamperEnv is setupTB with the audit after the test left to the test
+// (these tests break invariants on purpose), and a second merchant m2.
 func tamperEnv(t *testing.T, cfg sim.Config, balance string) *env {
 	t.Helper()
-	ctx := context.Background()
-	e := &env{t: t, ctx: ctx, pool: testdb.New(t), clock: sim.NewManualClock(t0)}
-	cfg.Clock = e.clock.Now
-	e.srv = sim.NewServer(cfg).Start()
-	t.Cleanup(e.srv.Close)
-	e.prov = e.srv.NewProvider(sim.WithHTTPSettings(providers.HTTPSettings{
-		ConnectTimeout: time.Second, ReadTimeout: 300 * time.Millisecond}))
-	var err error
-	e.att, err = attempts.New(attempts.Config{Pool: e.pool, Clock: e.clock,
-		Providers: map[string]providers.Provider{e.prov.Name(): e.prov}})
-	require.NoError(t, err)
-	e.svc, err = payouts.New(payouts.Config{Pool: e.pool, Attempts: e.att, Provider: e.prov.Name(), Clock: e.clock})
-	require.NoError(t, err)
-	for _, m := range []string{merchant, "m2"} {
-		_, err = merchants.Create(ctx, e.pool, m, "Loja "+m)
-		require.NoError(t, err)
-	}
-	_, err = merchants.Fund(ctx, e.pool, merchants.Funding{MerchantID: merchant, Amount: brl(balance),
-		Key: "initial", Reason: "test funding", Actor: "test"})
+	e := setupTB(t, cfg, balance)
+	e.tampered = true
+	_, err := merchants.Create(e.ctx, e.pool, "m2", "Loja m2")
 	require.NoError(t, err)
 	return e
 }
