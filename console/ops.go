@@ -292,13 +292,8 @@ func (c *Console) attemptPage(w http.ResponseWriter, r *http.Request, s *Session
 		c.notFound(w, r, s)
 		return
 	}
-	v, err := c.loadAttempt(r.Context(), s, id)
-	if errors.Is(err, attempts.ErrNotFound) {
-		c.notFound(w, r, s)
-		return
-	}
-	if err != nil {
-		c.internal(w, r, s, err)
+	v, ok := c.attemptOrProblem(w, r, s, id)
+	if !ok {
 		return
 	}
 	flash := ""
@@ -384,17 +379,27 @@ func (c *Console) resolve(w http.ResponseWriter, r *http.Request, s *Session) {
 	http.Redirect(w, r, Prefix+"/attempts/"+id.String()+"?done="+done, http.StatusSeeOther)
 }
 
+// attemptOrProblem loads attempt id's view, or answers 404 (no such
+// attempt) or 500 and reports false.
+func (c *Console) attemptOrProblem(w http.ResponseWriter, r *http.Request, s *Session, id uuid.UUID) (attemptView, bool) {
+	v, err := c.loadAttempt(r.Context(), s, id)
+	if errors.Is(err, attempts.ErrNotFound) {
+		c.notFound(w, r, s)
+		return v, false
+	}
+	if err != nil {
+		c.internal(w, r, s, err)
+		return v, false
+	}
+	return v, true
+}
+
 // attemptAgain shows the attempt page again with status and msg after a
 // refused form, the form's values put back by fill.
 func (c *Console) attemptAgain(w http.ResponseWriter, r *http.Request, s *Session, id uuid.UUID, status int, msg string,
 	fill func(*attemptView)) {
-	v, err := c.loadAttempt(r.Context(), s, id)
-	if errors.Is(err, attempts.ErrNotFound) {
-		c.notFound(w, r, s)
-		return
-	}
-	if err != nil {
-		c.internal(w, r, s, err)
+	v, ok := c.attemptOrProblem(w, r, s, id)
+	if !ok {
 		return
 	}
 	fill(&v)

@@ -39,6 +39,12 @@ var ErrRefundExceedsCharge = errors.New("payouts: refund exceeds what is still r
 // ErrRefundsUnavailable: the Service was built without a charges service.
 var ErrRefundsUnavailable = errors.New("payouts: refunds need Config.Charges")
 
+// refundTakesSQL is whether refund p takes from what its charge may still
+// refund (refundable, and the audit's refunds check): processing or
+// succeeded, or failed with an attempt the provider later reported paid.
+const refundTakesSQL = `p.kind = 'refund' AND (p.status IN ('processing', 'succeeded')
+	OR EXISTS (SELECT 1 FROM attempts a WHERE a.direction = 'out' AND a.subject_id = p.id AND a.diverged_at IS NOT NULL))`
+
 // refundable is how much of charge c may still be refunded: its amount
 // minus every refund that is processing (pending or unknown at the
 // provider) or succeeded, or that failed but has an attempt the provider
@@ -49,9 +55,7 @@ var ErrRefundsUnavailable = errors.New("payouts: refunds need Config.Charges")
 func (s *Service) refundable(ctx context.Context, tx pgx.Tx, c charges.Charge) (decimal.Decimal, error) {
 	var taken decimal.Decimal
 	if err := tx.QueryRow(ctx, `SELECT coalesce(sum(p.amount), 0) FROM payouts p
-		WHERE p.charge_id = $1 AND p.kind = 'refund' AND (p.status IN ('processing', 'succeeded')
-			OR EXISTS (SELECT 1 FROM attempts a WHERE a.direction = 'out' AND a.subject_id = p.id
-				AND a.diverged_at IS NOT NULL))`, c.ID).Scan(&taken); err != nil {
+		WHERE p.charge_id = $1 AND `+refundTakesSQL, c.ID).Scan(&taken); err != nil {
 		return decimal.Zero, err
 	}
 	return c.Amount.Decimal().Sub(taken), nil

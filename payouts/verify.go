@@ -91,8 +91,7 @@ func Verify(ctx context.Context, db dbtx) ([]Violation, error) {
 
 	rows, err = db.Query(ctx, `
 		SELECT c.id, c.amount, sum(p.amount)
-		FROM charges c JOIN payouts p ON p.charge_id = c.id AND p.kind = 'refund' AND (p.status IN ('processing', 'succeeded')
-			OR EXISTS (SELECT 1 FROM attempts a WHERE a.direction = 'out' AND a.subject_id = p.id AND a.diverged_at IS NOT NULL))
+		FROM charges c JOIN payouts p ON p.charge_id = c.id AND `+refundTakesSQL+`
 		GROUP BY c.id, c.amount HAVING sum(p.amount) > c.amount ORDER BY c.id`)
 	if err != nil {
 		return nil, err

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/saldo/saldo/attempts"
 	"github.com/saldo/saldo/charges"
@@ -251,7 +250,7 @@ func runServe(ctx context.Context, args []string) error {
 		problems = append(problems, "--read-max-lag must be positive")
 	}
 	if *readURL != "" {
-		if _, err := pgxpool.ParseConfig(*readURL); err != nil {
+		if _, err := parseDatabaseURL(*readURL); err != nil {
 			problems = append(problems, "--read-database-url: not a PostgreSQL URL")
 		}
 	}
