@@ -637,16 +637,25 @@ func (p *Provider) Lookup(ctx context.Context, op providers.Operation, reference
 // provider id that is not the BCB's shape (an endToEndId or an rtrId:
 // E or D and 31 letters or digits).
 func lookupResult(ex providers.Exchange, op providers.Operation, reference string, r read) providers.LookupResult {
-	if !wellShaped(op, r.providerID) {
-		ex.Err = fmt.Errorf("pix: lookup of %s %s: provider id %.40q is not an endToEndId or rtrId", op, reference, r.providerID)
-		return providers.LookupResult{Exchange: ex}
-	}
-	if final(r.state) && blank(r.amount) {
-		ex.Err = fmt.Errorf("pix: lookup of %s %s: %s without a valor is not the provider's word on the amount (R17)", op, reference, r.state)
+	if problem := itemProblem(op, r.providerID, r.state, r.amount); problem != "" {
+		ex.Err = fmt.Errorf("pix: lookup of %s %s: %s", op, reference, problem)
 		return providers.LookupResult{Exchange: ex}
 	}
 	return providers.LookupResult{Exchange: ex, Found: true, ProviderID: r.providerID, State: r.state,
 		Amount: r.amount, Currency: "BRL", FailureCode: r.failureCode, FailureReason: r.failureReason, Data: r.data}
+}
+
+// itemProblem is why an answer or notice about op is not the PSP's word on
+// it ("" when it is): a provider id not of the BCB's shape, or a final
+// state without a valor (R17: it would move money with no amount check).
+func itemProblem(op providers.Operation, providerID string, state providers.State, valor string) string {
+	if !wellShaped(op, providerID) {
+		return fmt.Sprintf("provider id %.40q is not an endToEndId or rtrId of the BCB's shape", providerID)
+	}
+	if final(state) && blank(valor) {
+		return fmt.Sprintf("%s without a valor is not the provider's word on the amount (R17)", state)
+	}
+	return ""
 }
 
 // final reports whether s settles an operation (money moves or is freed).

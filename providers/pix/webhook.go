@@ -152,11 +152,8 @@ func (p *Provider) ParseWebhookEvents(secret string, body []byte, now time.Time)
 // whose final state comes without a valor (R17: not the provider's word on
 // the amount).
 func checkItem(what string, op providers.Operation, providerID string, state providers.State, valor string) error {
-	if !wellShaped(op, providerID) {
-		return fmt.Errorf("%w: %.60s: provider id %.40q is not the BCB's shape", providers.ErrMalformedWebhook, what, providerID)
-	}
-	if final(state) && blank(valor) {
-		return fmt.Errorf("%w: %.60s: %s without a valor", providers.ErrMalformedWebhook, what, state)
+	if problem := itemProblem(op, providerID, state, valor); problem != "" {
+		return fmt.Errorf("%w: %.60s: %s", providers.ErrMalformedWebhook, what, problem)
 	}
 	return nil
 }
