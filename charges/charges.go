@@ -212,9 +212,11 @@ type Config struct {
 	// called for each.
 	OnFinalMany func(ctx context.Context, tx pgx.Tx, cs []Charge) error
 	// OnDiverged, optional, is called inside the transaction that records
-	// that the provider reported charge c paid (attempt a) after saldo
-	// resolved it failed or expired: the payer's money arrived, uncredited;
-	// the notification hook says so. Returning an error rolls it back.
+	// a divergence on charge c's attempt a: the provider reported it paid
+	// after saldo resolved it failed or expired (the payer's money arrived,
+	// uncredited), or failed after it was paid (a reversal: credited money
+	// that did not arrive); the notification hook says so. Returning an
+	// error rolls it back.
 	OnDiverged func(ctx context.Context, tx pgx.Tx, c Charge, a attempts.Attempt) error
 }
 

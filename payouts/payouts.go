@@ -101,10 +101,11 @@ type Config struct {
 	// made final one at a time.
 	OnFinalMany func(ctx context.Context, tx pgx.Tx, ps []Payout) error
 	// OnDiverged, optional, is called inside the transaction that records
-	// that the provider paid attempt a of payout p after saldo resolved it
-	// failed (a divergence): the merchant was told failed, or a successor
-	// is held; the notification hook says the money left. Returning an
-	// error rolls the record back.
+	// a divergence on attempt a of payout p: the provider paid it after
+	// saldo resolved it failed (the merchant was told failed, or a
+	// successor is held: the money left), or failed it after it succeeded
+	// (a reversal: the money came back); the notification hook says so.
+	// Returning an error rolls the record back.
 	OnDiverged func(ctx context.Context, tx pgx.Tx, p Payout, a attempts.Attempt) error
 	// Charges, optional, enables refunds of its charges.
 	Charges *charges.Service
