@@ -44,11 +44,12 @@ type Owner interface {
 }
 
 // DivergenceOwner is an Owner told, inside the transaction that records it,
-// that the provider reported one of its attempts succeeded after it was
-// resolved failed (a divergence: lateConflict): the money left although
-// its owner was told failed. The owner moves nothing (a human settles it,
-// R9, R19); it tells whoever it told "failed" (its notifications, R24).
-// Returning an error rolls the record back.
+// that the provider contradicted one of its final attempts (a divergence:
+// lateConflict): succeeded after it was resolved failed (the money left
+// although its owner was told failed), or failed after it succeeded (a
+// reversal: a.Status is succeeded). The owner moves nothing (a human
+// settles it, R9, R19); it tells whoever it told the first outcome (its
+// notifications, R24). Returning an error rolls the record back.
 type DivergenceOwner interface {
 	Owner
 	AttemptDiverged(ctx context.Context, tx pgx.Tx, a Attempt) error
