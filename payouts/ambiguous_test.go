@@ -30,14 +30,8 @@ func setupProxied(t *testing.T, balance string) (*env, *pgproxy.Proxy) {
 func setupProxiedPool(t *testing.T, balance string) (*env, *pgproxy.Proxy, *pgxpool.Pool) {
 	t.Helper()
 	ctx := context.Background()
-	url := testdb.NewURL(t)
-	proxy := pgproxy.Start(t, url)
-	direct, err := pgxpool.New(ctx, url)
-	require.NoError(t, err)
-	t.Cleanup(direct.Close)
-	proxied, err := pgxpool.New(ctx, proxy.URL(url))
-	require.NoError(t, err)
-	t.Cleanup(proxied.Close)
+	proxy, direct, proxied := proxiedPools(t)
+	var err error
 	e := &env{t: t, ctx: ctx, pool: direct, clock: sim.NewManualClock(t0)}
 	e.srv = sim.NewServer(sim.Config{Clock: e.clock.Now}).Start()
 	t.Cleanup(e.srv.Close)
@@ -101,4 +95,21 @@ func TestAmbiguousCommitOfOnePayoutAnswersWhatCommitted_R22(t *testing.T) {
 	// The payout is executed and settles once.
 	a := e.execute(p)
 	require.Equal(t, attempts.StatusSucceeded, a.Status)
+}
+
+// proxiedPools makes a test database and two pools on it: direct, and
+// proxied through a pgproxy (which can lose a COMMIT's answer or cut the
+// connections, as a process dying would).
+func proxiedPools(t *testing.T) (*pgproxy.Proxy, *pgxpool.Pool, *pgxpool.Pool) {
+	t.Helper()
+	ctx := context.Background()
+	url := testdb.NewURL(t)
+	proxy := pgproxy.Start(t, url)
+	direct, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(direct.Close)
+	proxied, err := pgxpool.New(ctx, proxy.URL(url))
+	require.NoError(t, err)
+	t.Cleanup(proxied.Close)
+	return proxy, direct, proxied
 }

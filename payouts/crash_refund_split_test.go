@@ -6,14 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
 	"github.com/stretchr/testify/require"
 
 	"github.com/saldo/saldo/attempts"
 	"github.com/saldo/saldo/charges"
 	"github.com/saldo/saldo/internal/pgproxy"
-	"github.com/saldo/saldo/internal/testdb"
 	"github.com/saldo/saldo/merchants"
 	"github.com/saldo/saldo/payouts"
 	"github.com/saldo/saldo/providers"
@@ -37,14 +35,8 @@ type crashWorld struct {
 func newCrashWorld(t *testing.T, cfg sim.Config) *crashWorld {
 	t.Helper()
 	ctx := context.Background()
-	url := testdb.NewURL(t)
-	proxy := pgproxy.Start(t, url)
-	direct, err := pgxpool.New(ctx, url)
-	require.NoError(t, err)
-	t.Cleanup(direct.Close)
-	proxied, err := pgxpool.New(ctx, proxy.URL(url))
-	require.NoError(t, err)
-	t.Cleanup(proxied.Close)
+	proxy, direct, proxied := proxiedPools(t)
+	var err error
 	e := &env{t: t, ctx: ctx, pool: direct, clock: sim.NewManualClock(t0)}
 	cfg.Clock = e.clock.Now
 	e.srv = sim.NewServer(cfg).Start()
