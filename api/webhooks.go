@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/saldo/saldo/attempts"
 	"github.com/saldo/saldo/charges"
@@ -32,6 +33,9 @@ type webhookAck struct {
 	Received bool   `json:"received"`
 	EventID  string `json:"event_id"`
 	Outcome  string `json:"outcome"`
+	// Refused names the items of the POST that were refused (moved
+	// nothing) while the others were applied.
+	Refused []string `json:"refused,omitempty"`
 }
 
 // RequestWebhookParser is implemented by a provider whose webhooks need
@@ -57,6 +61,23 @@ type RequestWebhookParser interface {
 // answer names them all (event_id: their ids joined by commas; outcome:
 // the most telling of theirs, see mergeOutcome). An error part way is 500:
 // the provider's redelivery skips the events already recorded.
+//
+// One bad item does not refuse the others (R17): a parser that refuses
+// some items of a POST returns the events of the rest with an error that
+// has RefusedItems (pix.RefusedItemsError), and an event PostgreSQL could
+// not store (Storable) is refused on its own too. A refused item moves
+// nothing and never becomes a provider id; it is logged at ERROR (no
+// secret: the items' own ids and why) and named in the answer's
+// "refused". The POST's status:
+//   - some events were usable: they are applied and the answer is 200
+//     with "refused" listed. The PSP does not redeliver (the BCB's PSPs
+//     redeliver on non-2xx only), which is right: a redelivery carries the
+//     same bad item, and a 4xx would keep the good ones waiting for it.
+//     What the refused item was about is settled by the resolver's lookup,
+//     the Pix charge poll, reconciliation (R19) or review, as for a notice
+//     never sent;
+//   - no event was usable and some were refused: 400 webhook_malformed,
+//     nothing applied, as for a body saldo cannot read at all.
 func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 	name := chi.URLParam(r, "provider")
 	prov, ok := s.cfg.Providers[name]
@@ -75,17 +96,38 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 	} else {
 		var ev providers.WebhookEvent
 		ev, err = prov.ParseWebhook(r.Header, body, s.clock.Now())
-		evs = []providers.WebhookEvent{ev}
+		if err == nil {
+			evs = []providers.WebhookEvent{ev}
+		}
 	}
-	for i := 0; err == nil && i < len(evs); i++ {
-		err = evs[i].Storable()
+	var refused []string
+	var partial refusedItems
+	if errors.As(err, &partial) {
+		refused, err = partial.RefusedItems(), nil
 	}
 	if err != nil {
 		s.log.WarnContext(r.Context(), "api: webhook refused", "provider", name, "error", err)
 		s.problem(w, r, err)
 		return
 	}
-	ack := webhookAck{Received: true, Outcome: WebhookUnmatched}
+	usable := evs[:0:0]
+	for i, ev := range evs {
+		if serr := ev.Storable(); serr != nil {
+			refused = append(refused, fmt.Sprintf("event %d: %v", i, serr))
+			continue
+		}
+		usable = append(usable, ev)
+	}
+	evs = usable
+	if len(refused) > 0 {
+		s.log.ErrorContext(r.Context(), "api: webhook items refused: nothing moved for them; a lookup, the poll, reconciliation or review settles what they were about",
+			"provider", name, "refused", len(refused), "applied", len(evs), "reasons", strings.Join(refused, "; "))
+		if len(evs) == 0 {
+			s.problem(w, r, fmt.Errorf("%w: %s", providers.ErrMalformedWebhook, strings.Join(refused, "; ")))
+			return
+		}
+	}
+	ack := webhookAck{Received: true, Outcome: WebhookUnmatched, Refused: refused}
 	ids := make([]string, 0, len(evs))
 	for i, ev := range evs {
 		outcome, err := s.processWebhookEvent(r.Context(), name, ev)
@@ -102,6 +144,13 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 	}
 	ack.EventID = strings.Join(ids, ",")
 	writeJSON(w, http.StatusOK, ack)
+}
+
+// refusedItems is an error a webhook parser returns with the events of the
+// items it did not refuse (pix.RefusedItemsError).
+type refusedItems interface {
+	error
+	RefusedItems() []string
 }
 
 // outcomeWeight orders outcomes by how much a human wants to hear of them.
@@ -157,7 +206,32 @@ func webhookEventKey(id string) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
+// sentByProviderIDSQL finds the operation saldo sent (direction out) that
+// the provider's id names. The provider id is unique per provider once an
+// attempt holds it (attempts_provider_id).
+const sentByProviderIDSQL = `SELECT reference FROM attempts
+	WHERE provider = $1 AND provider_id = $2 AND direction = 'out'`
+
 func (s *Server) handleProviderEvent(ctx context.Context, provider string, ev providers.WebhookEvent) (string, error) {
+	if ev.Reference == "" && ev.ProviderID != "" {
+		// The provider names one of the operations saldo sent by its own
+		// id only (Pix: the return of a send, which the BCB's shape names
+		// by the send's endToEndId, with no idEnvio). Only an operation
+		// saldo sent is matched: what saldo receives (a charge) always
+		// carries our reference. Then it is applied by reference as any
+		// event, with the same checks (provider, amount, currency).
+		var ref string
+		err := s.pool.QueryRow(ctx, sentByProviderIDSQL, provider, ev.ProviderID).Scan(&ref)
+		if errors.Is(err, pgx.ErrNoRows) {
+			s.log.WarnContext(ctx, "api: webhook for an unknown provider id", "provider", provider, "event_id", ev.ID,
+				"provider_id", ev.ProviderID)
+			return WebhookUnmatched, nil
+		}
+		if err != nil {
+			return "", err
+		}
+		ev.Reference = ref
+	}
 	for _, h := range s.cfg.WebhookHandlers {
 		handled, err := h(ctx, provider, ev)
 		if errors.Is(err, charges.ErrEventMismatch) {

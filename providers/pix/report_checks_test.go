@@ -72,8 +72,8 @@ func TestPixCobLookupNeedsItsPixAndAValor_R16_R17(t *testing.T) {
 }
 
 // R17 for notices: an item of a final state without a valor, or whose
-// endToEndId or rtrId is not the BCB's shape, refuses the notice as
-// malformed; a send still processing may come without a valor.
+// endToEndId or rtrId is not the BCB's shape, is refused (ErrMalformedWebhook,
+// no event of it); a send still processing may come without a valor.
 func TestPixNoticeItemsNeedAValorAndBCBShapedIDs_R17(t *testing.T) {
 	e := newEnv(t, pixtest.Options{})
 	const txid = "971122d8f37211eaadc10242ac120002"
@@ -98,8 +98,16 @@ func TestPixNoticeItemsNeedAValorAndBCBShapedIDs_R17(t *testing.T) {
 		"devolucao, rtrId not D":            refund("E"+goodRtr[1:], `"valor":"5.00",`, "DEVOLVIDO"),
 		"devolucao, rtrId too long":         refund(goodRtr+"0", `"valor":"5.00",`, "EM_PROCESSAMENTO"),
 	} {
-		if evs, err := post2(e, body); !errors.Is(err, providers.ErrMalformedWebhook) {
+		evs, err := post2(e, body)
+		if !errors.Is(err, providers.ErrMalformedWebhook) {
 			t.Errorf("%s: %d events, error %v; want ErrMalformedWebhook", name, len(evs), err)
+		}
+		// The refused item gives no event; the item's other events (the
+		// received Pix a devolucao sits in) are the PSP's word and stay.
+		for _, ev := range evs {
+			if !strings.HasPrefix(name, "devolucao") || ev.Operation == providers.OpRefund {
+				t.Errorf("%s: refused, yet event %s (provider id %.40q)", name, ev.ID, ev.ProviderID)
+			}
 		}
 	}
 	for name, body := range map[string]string{

@@ -54,19 +54,37 @@ func (p *Provider) ParseWebhook(header http.Header, body []byte, now time.Time) 
 //   - an item with a txid is a Pix received for a cob: pix_charge
 //     succeeded, reference txid, provider id endToEndId, amount valor;
 //   - every devolucao inside an item is a refund: reference its id,
-//     provider id its rtrId, state by its status.
+//     provider id its rtrId, state by its status;
+//   - a devolucao DEVOLVIDO inside a send item, or inside an item without
+//     a txid (the BCB's shape: a Pix named by its endToEndId, its
+//     devolucoes), is also the return of that Pix, if it is one of our
+//     sends: the receiver's bank sent the money back (see returnEvent).
 //
 // Items that are none of these (a Pix to the key without a txid) and
-// statuses saldo does not know give no event. An item that would give an
-// event but is not the PSP's word on it refuses the whole notice
-// (ErrMalformedWebhook, the PSP's own redelivery or a lookup settles it):
-// a final state (a received Pix, REALIZADO, DEVOLVIDO, NAO_REALIZADO...)
-// without a valor, which would move money with no amount check (R17), or
-// an endToEndId or rtrId that is not the BCB's shape (E or D and 31
-// letters or digits). Event ids name the object
-// and its status ("pix:<e2e>", "devolucao:<id>:<status>",
-// "envio:<idEnvio>:<status>"), so a redelivery is a duplicate and a later
-// status is a new event. Amounts are reported so the attempts core checks
+// statuses saldo does not know give no event.
+//
+// A PSP groups several Pix in one POST, so an item is refused on its own,
+// never the whole notice: an item that would give an event but is not the
+// PSP's word on it (a final state without a valor, which would move money
+// with no amount check, R17; an endToEndId or rtrId that is not the BCB's
+// shape, E or D and 31 letters or digits, which must never become a
+// provider id; an item that is not a JSON object of the Pix shape) gives
+// no event, and the events of the other items are returned together with a
+// *RefusedItemsError (errors.Is ErrMalformedWebhook) naming each refused
+// item. A caller that reads any error as "refuse the notice" therefore
+// applies nothing, as before; saldo's webhook route applies the events and
+// acknowledges the POST (see api.Server.webhook). A body that is not
+// {"pix": [...]} at all is ErrMalformedWebhook with no events.
+//
+// Event ids name the object and its status ("pix:<e2e>:<txid>",
+// "devolucao:<id>:<status>", "envio:<idEnvio>:<status>",
+// "envio-devolucao:<e2e>:<rtrId>"), so a redelivery is a duplicate and a
+// later status is a new event. A received Pix's id names its txid too: a
+// notice repeating an endToEndId already seen for ANOTHER txid (a PSP's
+// bug, or a forgery with a valid secret) is not a duplicate of the first
+// and is not dropped as one; it reaches the attempts core, which sends it
+// to review (another attempt holds that endToEndId: ErrProviderIDMismatch)
+// and credits nothing. Amounts are reported so the attempts core checks
 // them against the attempt before anything moves.
 func (p *Provider) ParseWebhookEvents(secret string, body []byte, now time.Time) ([]providers.WebhookEvent, error) {
 	if p.cfg.WebhookSecret == "" {
@@ -86,74 +104,188 @@ func (p *Provider) ParseWebhookEvents(secret string, body []byte, now time.Time)
 	if wb.Pix == nil {
 		return nil, fmt.Errorf("%w: no pix array", providers.ErrMalformedWebhook)
 	}
-	var out []providers.WebhookEvent
-	for _, item := range wb.Pix {
-		if s, ok := p.cfg.Send.WebhookSend(item); ok {
-			if s.State == "" {
-				continue
-			}
-			if err := checkItem("envio "+s.IDEnvio, providers.OpPixTransfer, s.EndToEndID, s.State, s.Valor); err != nil {
-				return nil, err
-			}
+	var n notice
+	for i, item := range wb.Pix {
+		n.item(p.cfg.Send, i, item, now)
+	}
+	if len(n.refused) > 0 {
+		return n.events, &RefusedItemsError{Refused: n.refused}
+	}
+	return n.events, nil
+}
+
+// RefusedItemsError names the items of a notice ParseWebhookEvents refused
+// (each with its index in the pix array and why, no secret in it); the
+// events it returns with it are those of the other items. It is
+// ErrMalformedWebhook for errors.Is.
+type RefusedItemsError struct {
+	Refused []string
+}
+
+func (e *RefusedItemsError) Error() string {
+	return fmt.Sprintf("%v: %d item(s) refused: %s", providers.ErrMalformedWebhook, len(e.Refused), strings.Join(e.Refused, "; "))
+}
+
+// Unwrap makes the error ErrMalformedWebhook.
+func (e *RefusedItemsError) Unwrap() error { return providers.ErrMalformedWebhook }
+
+// RefusedItems is what saldo's webhook route reads (it names no Pix type).
+func (e *RefusedItemsError) RefusedItems() []string { return e.Refused }
+
+// notice collects one notice's events and refused items.
+type notice struct {
+	events  []providers.WebhookEvent
+	refused []string
+}
+
+func (n *notice) refuse(i int, what, problem string) {
+	n.refused = append(n.refused, fmt.Sprintf("pix[%d] %.60s: %s", i, what, problem))
+}
+
+// add appends ev unless itemProblem refuses it (refusing it instead).
+func (n *notice) add(i int, what string, ev providers.WebhookEvent) {
+	if problem := itemProblem(ev.Operation, ev.ProviderID, ev.State, ev.Amount); problem != "" {
+		n.refuse(i, what, problem)
+		return
+	}
+	n.events = append(n.events, ev)
+}
+
+// item reads one item of the pix array.
+func (n *notice) item(send SendAPI, i int, item []byte, now time.Time) {
+	var px pixRecebido
+	pxErr := json.Unmarshal(item, &px)
+	if s, ok := send.WebhookSend(item); ok {
+		if s.State != "" {
 			r := sendRead(s)
 			at := s.Liquidacao
 			if at.IsZero() {
 				at = now
 			}
-			out = append(out, providers.WebhookEvent{ID: "envio:" + s.IDEnvio + ":" + s.Status, Type: "pix.envio." + s.Status,
+			n.add(i, "envio "+s.IDEnvio, providers.WebhookEvent{ID: "envio:" + s.IDEnvio + ":" + s.Status, Type: "pix.envio." + s.Status,
 				// No operation: pix_transfer and bank_payout both send through
-				// this endpoint, and a notice need not say which.
+				// this endpoint, and a notice need not say which. The
+				// provider id is checked as an endToEndId (OpPixTransfer's
+				// shape) by itemProblem, which reads "" as that too.
 				Reference: s.IDEnvio, ProviderID: s.EndToEndID, State: s.State,
 				FailureCode: r.failureCode, FailureReason: r.failureReason, Amount: s.Valor, Currency: "BRL",
 				OccurredAt: at, Data: r.data})
-			continue
 		}
-		var px pixRecebido
-		if err := json.Unmarshal(item, &px); err != nil {
-			return nil, fmt.Errorf("%w: pix item: %v", providers.ErrMalformedWebhook, err)
-		}
-		if px.EndToEndID == "" {
-			continue
-		}
-		if (px.TxID != "" || len(px.Devolucoes) > 0) && !e2eRe.MatchString(px.EndToEndID) {
-			return nil, fmt.Errorf("%w: pix item: endToEndId %.40q is not the BCB's shape", providers.ErrMalformedWebhook, px.EndToEndID)
-		}
-		if px.TxID != "" {
-			if err := checkItem("pix "+px.EndToEndID, providers.OpPixCharge, px.EndToEndID, providers.StateSucceeded, px.Valor); err != nil {
-				return nil, err
+		if pxErr == nil {
+			// A send's devolucoes are returns of our send (its Valor is
+			// the send's amount; the item's endToEndId is the send's).
+			for _, dv := range px.Devolucoes {
+				n.returned(i, s.IDEnvio, s.EndToEndID, s.Valor, dv, now)
 			}
-			d, _ := json.Marshal(CobData{TxID: px.TxID, Status: CobConcluida, PaidAt: px.Horario.UTC(), EndToEndID: px.EndToEndID})
-			out = append(out, providers.WebhookEvent{ID: "pix:" + px.EndToEndID, Type: "pix.recebido",
-				Operation: providers.OpPixCharge, Reference: px.TxID, ProviderID: px.EndToEndID,
-				State: providers.StateSucceeded, Amount: px.Valor, Currency: "BRL", OccurredAt: px.Horario, Data: d})
 		}
-		for _, dv := range px.Devolucoes {
-			r := devolucaoRead(dv, px.EndToEndID)
-			if !r.ok || dv.ID == "" {
-				continue
-			}
-			if err := checkItem("devolucao "+dv.ID, providers.OpRefund, dv.RtrID, r.state, dv.Valor); err != nil {
-				return nil, err
-			}
+		return
+	}
+	if pxErr != nil {
+		n.refuse(i, "item", "not a Pix object: "+pxErr.Error())
+		return
+	}
+	if px.EndToEndID == "" {
+		return
+	}
+	if (px.TxID != "" || len(px.Devolucoes) > 0) && !e2eRe.MatchString(px.EndToEndID) {
+		n.refuse(i, "pix", fmt.Sprintf("endToEndId %.40q is not the BCB's shape", px.EndToEndID))
+		return
+	}
+	if px.TxID != "" {
+		d, _ := json.Marshal(CobData{TxID: px.TxID, Status: CobConcluida, PaidAt: px.Horario.UTC(), EndToEndID: px.EndToEndID})
+		n.add(i, "pix "+px.EndToEndID, providers.WebhookEvent{ID: "pix:" + px.EndToEndID + ":" + px.TxID, Type: "pix.recebido",
+			Operation: providers.OpPixCharge, Reference: px.TxID, ProviderID: px.EndToEndID,
+			State: providers.StateSucceeded, Amount: px.Valor, Currency: "BRL", OccurredAt: px.Horario, Data: d})
+	}
+	for _, dv := range px.Devolucoes {
+		r := devolucaoRead(dv, px.EndToEndID)
+		if r.ok && dv.ID != "" {
 			at := now
 			if dv.Horario.Liquidacao != nil {
 				at = *dv.Horario.Liquidacao
 			}
-			out = append(out, providers.WebhookEvent{ID: "devolucao:" + dv.ID + ":" + dv.Status, Type: "pix.devolucao." + dv.Status,
+			n.add(i, "devolucao "+dv.ID, providers.WebhookEvent{ID: "devolucao:" + dv.ID + ":" + dv.Status, Type: "pix.devolucao." + dv.Status,
 				Operation: providers.OpRefund, Reference: dv.ID, ProviderID: dv.RtrID, State: r.state,
 				FailureCode: r.failureCode, FailureReason: r.failureReason, Amount: dv.Valor, Currency: "BRL",
 				OccurredAt: at, Data: r.data})
 		}
+		if px.TxID == "" {
+			// No txid: not a Pix received for a cob of ours, so possibly a
+			// Pix we sent, whose receiver returned it. Named by its
+			// endToEndId only (no idEnvio): the webhook route matches it
+			// to the send holding that provider id, if any.
+			n.returned(i, "", px.EndToEndID, px.Valor, dv, now)
+		}
 	}
-	return out, nil
 }
 
-// checkItem refuses an item whose provider id is not the BCB's shape, or
-// whose final state comes without a valor (R17: not the provider's word on
-// the amount).
-func checkItem(what string, op providers.Operation, providerID string, state providers.State, valor string) error {
-	if problem := itemProblem(op, providerID, state, valor); problem != "" {
-		return fmt.Errorf("%w: %.60s: %s", providers.ErrMalformedWebhook, what, problem)
+// FailureDevolvido is the failure code of a send the receiver's bank
+// returned (a devolucao DEVOLVIDO of our Pix).
+const FailureDevolvido = "devolvido"
+
+// ReturnData is the Data of a returned send's event.
+type ReturnData struct {
+	IDEnvio    string    `json:"id_envio,omitempty"`
+	EndToEndID string    `json:"end_to_end_id"`
+	ID         string    `json:"devolucao_id,omitempty"`
+	RtrID      string    `json:"rtr_id"`
+	Valor      string    `json:"valor"`
+	Status     string    `json:"status"`
+	Motivo     string    `json:"motivo,omitempty"`
+	SettledAt  time.Time `json:"settled_at,omitzero"`
+}
+
+// returned adds the event of a devolucao DEVOLVIDO of a Pix we sent: the
+// receiver's bank sent (part of) the money back after the send was
+// REALIZADO. It reports the send succeeded (a Pix is returned only once
+// settled), then failed, with the send's amount (sendValor,
+// what the attempts core checks against the attempt), under the send's
+// idEnvio (reference, "" when the item does not give it: then the webhook
+// route matches the send by its endToEndId among the operations saldo
+// sent) and endToEndId. For a send that succeeded this is a divergence of
+// kind reversal (R9, R19): review, needs_attention, payout.diverged; the
+// ledger is not moved, a human books the return (the returned valor, which
+// may be part of the send, is in the event's Data and failure reason).
+// Other statuses give nothing: money comes back only when DEVOLVIDO. Its
+// id names the endToEndId and the rtrId, so the same return notified in
+// either shape is one event.
+func (n *notice) returned(i int, idEnvio, e2e, sendValor string, dv devolucao, now time.Time) {
+	if dv.Status != DevolucaoDevolvido {
+		return
 	}
-	return nil
+	what := "devolucao of " + e2e
+	switch {
+	case dv.RtrID == "":
+		n.refuse(i, what, "a devolucao DEVOLVIDO without an rtrId")
+		return
+	case !wellShaped(providers.OpRefund, dv.RtrID):
+		n.refuse(i, what, fmt.Sprintf("rtrId %.40q is not the BCB's shape", dv.RtrID))
+		return
+	case blank(dv.Valor):
+		n.refuse(i, what, "a devolucao DEVOLVIDO without a valor is not the provider's word on the amount (R17)")
+		return
+	case e2e == "":
+		n.refuse(i, what, "a returned send without its endToEndId")
+		return
+	}
+	at := now
+	if dv.Horario.Liquidacao != nil {
+		at = *dv.Horario.Liquidacao
+	}
+	rd := ReturnData{IDEnvio: idEnvio, EndToEndID: e2e, ID: dv.ID, RtrID: dv.RtrID, Valor: dv.Valor, Status: dv.Status,
+		Motivo: dv.Motivo, SettledAt: at.UTC()}
+	data, _ := json.Marshal(rd)
+	// A Pix is returned only once it was settled: the send was REALIZADO.
+	// Said first, so that an attempt still open (the REALIZADO notice
+	// lost or not yet come) settles, and the return is then a reversal on
+	// it. Reported failed on an open attempt, a return (maybe of part of
+	// the send) would release the whole reserve while money left.
+	sd, _ := json.Marshal(SendData{IDEnvio: idEnvio, EndToEndID: e2e, Status: EnvioRealizado})
+	n.add(i, what, providers.WebhookEvent{ID: "envio-liquidado:" + e2e, Type: "pix.envio.liquidado",
+		Reference: idEnvio, ProviderID: e2e, State: providers.StateSucceeded, Amount: sendValor, Currency: "BRL",
+		OccurredAt: at, Data: sd})
+	reason := fmt.Sprintf("returned by the receiver: devolucao rtrId %s of %s DEVOLVIDO (the send was %s)", dv.RtrID, dv.Valor, sendValor)
+	n.add(i, what, providers.WebhookEvent{ID: "envio-devolucao:" + e2e + ":" + dv.RtrID, Type: "pix.envio.devolvido",
+		Reference: idEnvio, ProviderID: e2e, State: providers.StateFailed, FailureCode: FailureDevolvido,
+		FailureReason: reason, Amount: sendValor, Currency: "BRL", OccurredAt: at, Data: data})
 }

@@ -73,11 +73,11 @@ func TestWebhookSecretAndEvents_R17(t *testing.T) {
 		code                 string
 	}
 	for i, w := range []want{
-		{"pix:E12345678202009091221kkkkkkkkkkk", "c3e0e7a4e7f1469a9f782d3d4999343c", "E12345678202009091221kkkkkkkkkkk", "110.00",
+		{"pix:E12345678202009091221kkkkkkkkkkk:c3e0e7a4e7f1469a9f782d3d4999343c", "c3e0e7a4e7f1469a9f782d3d4999343c", "E12345678202009091221kkkkkkkkkkk", "110.00",
 			providers.OpPixCharge, providers.StateSucceeded, ""},
 		{"devolucao:123ABC:EM_PROCESSAMENTO", "123ABC", "D12345678202009091221abcdf098765", "10.00",
 			providers.OpRefund, providers.StateProcessing, ""},
-		{"pix:E87654321202009091221dfghi123456", "971122d8f37211eaadc10242ac120002", "E87654321202009091221dfghi123456", "50.00",
+		{"pix:E87654321202009091221dfghi123456:971122d8f37211eaadc10242ac120002", "971122d8f37211eaadc10242ac120002", "E87654321202009091221dfghi123456", "50.00",
 			providers.OpPixCharge, providers.StateSucceeded, ""},
 		{"devolucao:r1:DEVOLVIDO", "r1", "D87654321202009091221dfghi123450", "5.00", providers.OpRefund, providers.StateSucceeded, ""},
 		{"devolucao:r2:NAO_REALIZADO", "r2", "D87654321202009091221dfghi123451", "6.00", providers.OpRefund, providers.StateFailed,

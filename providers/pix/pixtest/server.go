@@ -126,6 +126,7 @@ type sendState struct {
 	settled    *time.Time
 	visible    time.Time
 	info       string
+	returns    []*devState // devolucoes of the send by its receiver's bank
 }
 
 // NewServer starts the fake on 127.0.0.1 with mutual TLS.
@@ -288,6 +289,60 @@ func (s *Server) SettleSend(id string, ok bool) error {
 		sd.status = "REALIZADO"
 	}
 	return nil
+}
+
+// ReturnSend makes the receiver's bank return valor (all of the send or a
+// part) of the REALIZADO send id: a devolucao DEVOLVIDO of our Pix, the
+// money back in the account. It returns the devolucao's rtrId. The
+// notice of it is ReturnNotice.
+func (s *Server) ReturnSend(id, valor string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sd, ok := s.sends[id]
+	if !ok {
+		return "", fmt.Errorf("pixtest: no send %s", id)
+	}
+	if sd.status != "REALIZADO" {
+		return "", fmt.Errorf("pixtest: send %s is %s, only a REALIZADO send can be returned", id, sd.status)
+	}
+	v, err := decimal.NewFromString(valor)
+	if err != nil || !v.IsPositive() {
+		return "", fmt.Errorf("pixtest: return valor %q", valor)
+	}
+	left := decimal.RequireFromString(sd.valor)
+	for _, d := range sd.returns {
+		left = left.Sub(d.valor)
+	}
+	if v.GreaterThan(left) {
+		return "", fmt.Errorf("pixtest: return of %s exceeds the %s left of send %s", valor, left, id)
+	}
+	now := time.Now().UTC()
+	d := &devState{id: s.nextID("R", 20), rtr: s.nextID("D", 32), valor: v, status: "DEVOLVIDO", requested: now,
+		settled: &now, visible: now}
+	sd.returns = append(sd.returns, d)
+	s.balance = s.balance.Add(v)
+	return d.rtr, nil
+}
+
+// ReturnNotice is the body the PSP POSTs to the webhook when the send id
+// has been returned (ReturnSend): in the BCB's shape, the Pix named by its
+// endToEndId and valor (the send's), no txid, with its devolucoes. Efí's
+// own shape for this notice is not confirmed by its public documentation;
+// this is the standard's (see providers/pix.ParseWebhookEvents).
+func (s *Server) ReturnNotice(id string) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sd, ok := s.sends[id]
+	if !ok || len(sd.returns) == 0 {
+		return nil, fmt.Errorf("pixtest: send %s has no return", id)
+	}
+	devs := make([]any, 0, len(sd.returns))
+	for _, d := range sd.returns {
+		devs = append(devs, devJSON(d))
+	}
+	item := map[string]any{"endToEndId": sd.e2e, "valor": sd.valor, "chave": sd.chave,
+		"horario": sd.settled.Format(time.RFC3339Nano), "devolucoes": devs}
+	return json.Marshal(map[string]any{"pix": []any{item}})
 }
 
 // SettleRefund moves a devolucao to DEVOLVIDO (ok) or NAO_REALIZADO.
