@@ -269,6 +269,7 @@ func TestPixWebhooksThroughTheAPI_R17(t *testing.T) {
 	a = execute(ch.AttemptID)
 	e2e, err := srv.PayCob(a.Reference)
 	require.NoError(t, err)
+	txid := a.Reference
 	paid := `{"endToEndId":"` + e2e + `","txid":"` + a.Reference + `","valor":"30.00","horario":"` + now + `"}`
 	code, ack = post("hmac=w3bh00k/pix", `{"pix":[`+paid+`]}`)
 	require.Equal(t, http.StatusOK, code)
@@ -288,7 +289,7 @@ func TestPixWebhooksThroughTheAPI_R17(t *testing.T) {
 	code, ack = post("hmac=w3bh00k", `{"pix":[`+withRefund+`]}`)
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, api.WebhookTransitioned, ack["outcome"])
-	require.Equal(t, "pix:"+e2e+",devolucao:"+a.Reference+":DEVOLVIDO", ack["event_id"])
+	require.Equal(t, "pix:"+e2e+":"+txid+",devolucao:"+a.Reference+":DEVOLVIDO", ack["event_id"])
 	v, err = e.Payouts.Get(ctx, "m1", rf.ID)
 	require.NoError(t, err)
 	require.Equal(t, payouts.StatusSucceeded, v.Status)
