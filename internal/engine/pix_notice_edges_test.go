@@ -193,6 +193,30 @@ func TestPixNoticeRepeatingAnEndToEndIDForAnotherTxidGoesToReview_R9_R17(t *test
 	require.Equal(t, e2eA, ca.ProviderID)
 	require.Equal(t, before, merchantBalances(t, pool), "nothing credited twice")
 
+	// Charge C, already paid by its own Pix, then named with A's
+	// endToEndId: the attempts core keeps it as a note (a second
+	// operation under C's txid, ERROR log, conflicts metric; R9), credits
+	// nothing and changes nothing. (It is not put in review: that is the
+	// attempts core's secondOperation, which does not ask whether another
+	// attempt holds the endToEndId.)
+	chC, c := open()
+	e2eC, err := srv.PayCob(c.Reference)
+	require.NoError(t, err)
+	code, _ = pixPost(t, hs.URL, notice(e2eC, c.Reference))
+	require.Equal(t, http.StatusOK, code)
+	paid := merchantBalances(t, pool)
+	code, ack = pixPost(t, hs.URL, notice(e2eA, c.Reference))
+	require.Equal(t, http.StatusOK, code)
+	require.NotEqual(t, api.WebhookDuplicate, ack["outcome"], "not dropped as A's duplicate")
+	var notes int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM attempt_events WHERE attempt_id = $1 AND type = 'note'
+		AND reason LIKE '%second operation%'`, c.ID).Scan(&notes))
+	require.Equal(t, 1, notes, "the contradiction is kept on C")
+	cc, err := e.Charges.Get(ctx, "m1", chC.ID)
+	require.NoError(t, err)
+	require.Equal(t, e2eC, cc.ProviderID)
+	require.Equal(t, paid, merchantBalances(t, pool), "nothing credited twice")
+
 	res, err := audit.Run(ctx, pool)
 	require.NoError(t, err)
 	require.True(t, res.OK(), res.Summary())
