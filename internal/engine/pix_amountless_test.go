@@ -22,7 +22,8 @@ import (
 // for a report whose amount is empty, so the Pix adapter never makes one
 // for a final state: a notice item of a final state (a send REALIZADO, a
 // Pix received for a cob) without a valor is not the PSP's word on the
-// amount and the notice is refused as malformed (400, nothing moves); the
+// amount and the item is refused (a notice with no other usable item as
+// malformed: 400, nothing moves); the
 // same notice with its valor then settles as usual.
 func TestPixNoticeWithoutValorIsRefused_R17(t *testing.T) {
 	t.Parallel()

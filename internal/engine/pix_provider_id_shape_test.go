@@ -19,7 +19,8 @@ import (
 
 // A Pix notice's endToEndId (and a devolucao's rtrId) is the BCB's shape:
 // E (D) and 31 letters or digits. One of another shape is not the PSP's
-// word on the Pix: the Pix adapter refuses the notice as malformed (400,
+// word on the Pix: the Pix adapter refuses the item (a notice with no
+// other usable item is refused as malformed: 400,
 // never a 5xx the PSP would redeliver forever) and nothing is written. An
 // endToEndId of 4000 random characters, in a notice naming an open cob's
 // txid and amount, would otherwise become the attempt's provider id, which

@@ -32,8 +32,8 @@
 //     headers, error), in case a PSP quotes them.
 //   - Every report carries an amount and BCB-shaped ids (R17): a final
 //     state without a valor, or an endToEndId / rtrId that is not E / D and
-//     31 letters or digits, makes a lookup inconclusive and a webhook
-//     malformed. A CONCLUIDA cob is succeeded only with the Pix that paid
+//     31 letters or digits, makes a lookup inconclusive and refuses the
+//     webhook item (alone: the notice's other items are applied). A CONCLUIDA cob is succeeded only with the Pix that paid
 //     it (its endToEndId, which refunds need); without one it is processing.
 //   - A cob's status is the status of its record, not of its expiry: an
 //     expired unpaid cob stays ATIVA. Lookup reports it failed with
@@ -44,7 +44,9 @@
 //     saldo does NOT terminate TLS itself: the reverse proxy in front of
 //     saldo verifies the PSP's client certificate. saldo in addition checks
 //     the secret carried in the registered URL's query string (?hmac=...),
-//     compared in constant time (ParseWebhookRequest).
+//     compared in constant time (ParseWebhookRequest). A devolucao
+//     DEVOLVIDO of a Pix we sent (its receiver's bank returned it) is
+//     reported as the send settled, then failed: a reversal (R9, R19).
 //
 // See docs/providers/pix.md for configuration, certificates and what an
 // operator does with a Pix attempt in review.

@@ -235,20 +235,20 @@ type ReturnData struct {
 	SettledAt  time.Time `json:"settled_at,omitzero"`
 }
 
-// returned adds the event of a devolucao DEVOLVIDO of a Pix we sent: the
+// returned adds the events of a devolucao DEVOLVIDO of a Pix we sent: the
 // receiver's bank sent (part of) the money back after the send was
-// REALIZADO. It reports the send succeeded (a Pix is returned only once
-// settled), then failed, with the send's amount (sendValor,
-// what the attempts core checks against the attempt), under the send's
-// idEnvio (reference, "" when the item does not give it: then the webhook
-// route matches the send by its endToEndId among the operations saldo
-// sent) and endToEndId. For a send that succeeded this is a divergence of
+// REALIZADO. They report the send succeeded (a Pix is returned only once
+// settled), then failed, both with the send's amount (sendValor, what the
+// attempts core checks against the attempt) and endToEndId, under the
+// send's idEnvio (reference; "" when the item does not give it: then the
+// webhook route matches the send by its endToEndId among the operations
+// saldo sent). For a send that succeeded the failure is a divergence of
 // kind reversal (R9, R19): review, needs_attention, payout.diverged; the
 // ledger is not moved, a human books the return (the returned valor, which
 // may be part of the send, is in the event's Data and failure reason).
-// Other statuses give nothing: money comes back only when DEVOLVIDO. Its
-// id names the endToEndId and the rtrId, so the same return notified in
-// either shape is one event.
+// Other statuses give nothing: money comes back only when DEVOLVIDO. The
+// ids name the endToEndId (and the return's rtrId), so the same return
+// notified in either shape is one event.
 func (n *notice) returned(i int, idEnvio, e2e, sendValor string, dv devolucao, now time.Time) {
 	if dv.Status != DevolucaoDevolvido {
 		return
