@@ -153,8 +153,6 @@ func (n *notice) add(i int, what string, ev providers.WebhookEvent) {
 
 // item reads one item of the pix array.
 func (n *notice) item(send SendAPI, i int, item []byte, now time.Time) {
-	var px pixRecebido
-	pxErr := json.Unmarshal(item, &px)
 	if s, ok := send.WebhookSend(item); ok {
 		if s.State != "" {
 			r := sendRead(s)
@@ -171,17 +169,25 @@ func (n *notice) item(send SendAPI, i int, item []byte, now time.Time) {
 				FailureCode: r.failureCode, FailureReason: r.failureReason, Amount: s.Valor, Currency: "BRL",
 				OccurredAt: at, Data: r.data})
 		}
-		if pxErr == nil {
-			// A send's devolucoes are returns of our send (its Valor is
-			// the send's amount; the item's endToEndId is the send's).
-			for _, dv := range px.Devolucoes {
-				n.returned(i, s.IDEnvio, s.EndToEndID, s.Valor, dv, now)
-			}
+		// A send's devolucoes are returns of our send (its Valor is the
+		// send's amount; the item's endToEndId is the send's). Read on
+		// their own: the rest of a send item need not be a received Pix's
+		// shape.
+		var ds struct {
+			Devolucoes devolucoes `json:"devolucoes"`
+		}
+		if err := json.Unmarshal(item, &ds); err != nil {
+			n.refuse(i, "envio "+s.IDEnvio, "devolucoes unreadable: "+err.Error())
+			return
+		}
+		for _, dv := range ds.Devolucoes {
+			n.returned(i, s.IDEnvio, s.EndToEndID, s.Valor, dv, now)
 		}
 		return
 	}
-	if pxErr != nil {
-		n.refuse(i, "item", "not a Pix object: "+pxErr.Error())
+	var px pixRecebido
+	if err := json.Unmarshal(item, &px); err != nil {
+		n.refuse(i, "item", "not a Pix object: "+err.Error())
 		return
 	}
 	if px.EndToEndID == "" {
