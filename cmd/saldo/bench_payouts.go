@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/saldo/saldo/audit"
 	"github.com/saldo/saldo/ledger/ledgerbench"
 	"github.com/saldo/saldo/payouts/payoutsbench"
 )
@@ -33,6 +34,7 @@ func runBenchPayouts(ctx context.Context, args []string) error {
 	fs.IntVar(&o.RiverWorkers, "river-workers", 0, "River workers submitting and resolving attempts (default 8 x --workers: with --faults, hung and slow calls each hold one for seconds)")
 	rounds := fs.Int("rounds", 2, "alternate payouts and ledger measurements this many times, each for duration/rounds, so a drift in the machine's speed hits both")
 	ledgerToo := fs.Bool("ledger", true, "also measure bench ledger's uncontended transfers/s (50 accounts, 8 workers) and print the ratio")
+	baselineToo := fs.Bool("baseline", true, "also measure the payout-shaped baseline (plain SQL writing a payout's rows, the same provider exchange, one commit per phase, --workers workers, no faults) and print the ratio")
 	server := fs.String("server-url", localServerURL, "server for the throwaway database when no database URL is given")
 	keep := fs.Bool("keep", false, "keep the throwaway database")
 	if err := fs.Parse(args); err != nil {
@@ -79,10 +81,20 @@ func runBenchPayouts(ctx context.Context, args []string) error {
 			return err
 		}
 	}
+	var base *payoutBaseline
+	if *baselineToo {
+		if base, err = preparePayoutBaseline(ctx, pool, o, stmts.Load); err != nil {
+			return err
+		}
+		defer base.Close()
+	}
 	var res payoutsbench.Result
-	var final int64
+	var final, created int64
 	var window time.Duration
 	var dups []string
+	// The pipeline's CPU per payout over every round, weighted by the
+	// payouts each created.
+	var clientCPU, serverCPU time.Duration
 	ro := o
 	ro.Duration = o.Duration / time.Duration(*rounds)
 	for r := range *rounds {
@@ -92,11 +104,22 @@ func runBenchPayouts(ctx context.Context, args []string) error {
 		}
 		fmt.Printf("round %d %s\n", r+1, res)
 		final, window, dups = final+res.Final, window+res.Window, append(dups, res.Duplicates...)
+		created += res.Created
+		clientCPU += res.ClientCPU * time.Duration(res.Created)
+		serverCPU += res.ServerCPU * time.Duration(res.Created)
 		if lw != nil {
 			if err := lw.Measure(ctx, ro.Duration); err != nil {
 				return err
 			}
 		}
+		if base != nil {
+			if err := base.Measure(ctx, ro.Duration); err != nil {
+				return err
+			}
+		}
+	}
+	if created > 0 {
+		clientCPU, serverCPU = clientCPU/time.Duration(created), serverCPU/time.Duration(created)
 	}
 	res.Duplicates = dups
 	perSecond := float64(final) / window.Seconds()
@@ -108,6 +131,17 @@ func runBenchPayouts(ctx context.Context, args []string) error {
 			fmt.Printf("\nratio payouts/s / ledger transfers/s: %.2fx   (target >= 0.8x without faults, >= 0.5x with --faults at 5%% of each kind)\n", perSecond/lr.PerSecond)
 		}
 	}
+	if base != nil {
+		if err := printBaseline(ctx, pool, base, perSecond, clientCPU, serverCPU, o.Faults != ""); err != nil {
+			return err
+		}
+		// The audit again, after the baseline's last payouts: it reads
+		// what the pipeline wrote and the baseline's balanced, final rows.
+		if res.Audit, err = audit.Run(ctx, pool); err != nil {
+			return err
+		}
+		res.Duplicates = append(res.Duplicates, base.Duplicates()...)
+	}
 	if res.Audit.OK() && len(res.Duplicates) == 0 {
 		fmt.Println(res.Audit.Summary())
 		fmt.Println("sim oracle: nobody paid twice")
@@ -118,4 +152,30 @@ func runBenchPayouts(ctx context.Context, args []string) error {
 		fmt.Printf("sim oracle: %d references paid more than once: %v\n", len(res.Duplicates), res.Duplicates)
 	}
 	return exitError{Code: 1}
+}
+
+// printBaseline prints the payout-shaped baseline beside the pipeline's
+// figures: payouts/s, CPU per payout (client and server, as payoutsbench
+// reads them) and the ratios.
+func printBaseline(ctx context.Context, pool *pgxpool.Pool, base *payoutBaseline, perSecond float64, clientCPU, serverCPU time.Duration, faults bool) error {
+	var syncCommit string
+	if err := pool.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&syncCommit); err != nil {
+		return err
+	}
+	br := base.Result()
+	fmt.Printf("\n%s\n", br)
+	note := "without faults"
+	if faults {
+		note = "the baseline runs without faults: it has no resolution path"
+	}
+	fmt.Printf("  (%d workers, same tables, rows and simulator exchange as a payout, 3 commits per payout, synchronous_commit=%s for both)\n",
+		base.workers, syncCommit)
+	if br.PerSecond > 0 {
+		fmt.Printf("ratio payouts/s / payout-shaped baseline: %.2fx   (%s)\n", perSecond/br.PerSecond, note)
+	}
+	if pc, bc := clientCPU+serverCPU, br.ClientCPU+br.ServerCPU; serverCPU > 0 && br.ServerCPU > 0 {
+		fmt.Printf("CPU per payout, payout-shaped baseline / payouts: %.2fx   (client + server: %v against %v)\n",
+			float64(bc)/float64(pc), bc.Round(time.Microsecond), pc.Round(time.Microsecond))
+	}
+	return nil
 }
