@@ -35,6 +35,7 @@ func runBenchPayouts(ctx context.Context, args []string) error {
 	rounds := fs.Int("rounds", 2, "alternate payouts and ledger measurements this many times, each for duration/rounds, so a drift in the machine's speed hits both")
 	ledgerToo := fs.Bool("ledger", true, "also measure bench ledger's uncontended transfers/s (50 accounts, 8 workers) and print the ratio")
 	baselineToo := fs.Bool("baseline", true, "also measure the payout-shaped baseline (plain SQL writing a payout's rows, the same provider exchange, one commit per phase, --workers workers, no faults) and print the ratio")
+	pipelined := fs.Bool("baseline-pipelined", false, "send each baseline phase as one pgx batch (one round trip and one commit per phase) instead of a round trip per statement")
 	server := fs.String("server-url", localServerURL, "server for the throwaway database when no database URL is given")
 	keep := fs.Bool("keep", false, "keep the throwaway database")
 	if err := fs.Parse(args); err != nil {
@@ -83,7 +84,7 @@ func runBenchPayouts(ctx context.Context, args []string) error {
 	}
 	var base *payoutBaseline
 	if *baselineToo {
-		if base, err = preparePayoutBaseline(ctx, pool, o, stmts.Load); err != nil {
+		if base, err = preparePayoutBaseline(ctx, pool, o, *pipelined, stmts.Load); err != nil {
 			return err
 		}
 		defer base.Close()
@@ -168,8 +169,12 @@ func printBaseline(ctx context.Context, pool *pgxpool.Pool, base *payoutBaseline
 	if faults {
 		note = "the baseline runs without faults: it has no resolution path"
 	}
-	fmt.Printf("  (%d workers, same tables, rows and simulator exchange as a payout, 3 commits per payout, synchronous_commit=%s for both)\n",
-		base.workers, syncCommit)
+	form := "a round trip per statement"
+	if base.pipelined {
+		form = "one round trip per phase"
+	}
+	fmt.Printf("  (%d workers, same tables, rows and simulator exchange as a payout; 3 commits per payout, %s; synchronous_commit=%s for both)\n",
+		base.workers, form, syncCommit)
 	if br.PerSecond > 0 {
 		fmt.Printf("ratio payouts/s / payout-shaped baseline: %.2fx   (%s)\n", perSecond/br.PerSecond, note)
 	}

@@ -91,6 +91,7 @@ type payoutBaseline struct {
 	runID     string
 	riverID   string // attempted_by, as River's client id
 	stmts     func() int64
+	pipelined bool // one round trip per phase (phase)
 	samples   []baselineSample
 }
 
@@ -130,8 +131,8 @@ func (r baselineResult) String() string {
 // pipeline's), their accounts and the provider's clearing shards, starts
 // its simulator (o.SimURL's, else one in process without faults, like the
 // pipeline's but for the faults) and warms up for o.Warmup.
-func preparePayoutBaseline(ctx context.Context, pool *pgxpool.Pool, o payoutsbench.Options, stmts func() int64) (*payoutBaseline, error) {
-	b := &payoutBaseline{pool: pool, workers: max(o.Workers, 1), stmts: stmts,
+func preparePayoutBaseline(ctx context.Context, pool *pgxpool.Pool, o payoutsbench.Options, pipelined bool, stmts func() int64) (*payoutBaseline, error) {
+	b := &payoutBaseline{pool: pool, workers: max(o.Workers, 1), stmts: stmts, pipelined: pipelined,
 		runID:  fmt.Sprintf("bl%d", time.Now().UnixNano()%1_000_000_000),
 		amount: money.MustParse("1.00", "BRL")}
 	host, _ := os.Hostname()
@@ -390,8 +391,72 @@ const recordPayoutSQL = `UPDATE payouts SET status = 'succeeded', updated_at = $
 // recordJobSQL: River's JobSetStateIfRunningMany completing the job.
 const recordJobSQL = `UPDATE river_job SET state = 'completed', finalized_at = $2 WHERE id = $1 AND state = 'running'`
 
+// stmt is one statement of a phase, and what its answer must be.
+type stmt struct {
+	what  string
+	sql   string
+	args  []any
+	check func(pgx.Rows) error
+}
+
+// one: the statement changes exactly one row.
+func one(what, sql string, args ...any) stmt { return stmt{what, sql, args, rowsAffected(1)} }
+
+// rowsAffected checks that a statement without RETURNING changed n rows.
+func rowsAffected(n int64) func(pgx.Rows) error {
+	return func(rows pgx.Rows) error {
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if got := rows.CommandTag().RowsAffected(); got != n {
+			return fmt.Errorf("%d rows changed, want %d", got, n)
+		}
+		return nil
+	}
+}
+
+// phase runs stmts in one transaction, one commit: in the pgbench-shaped
+// form BEGIN, each statement and COMMIT are a round trip each (as pgbench
+// and the ledger's pgbench-shaped baseline send them); pipelined, they go
+// in one pgx batch, one round trip, which PostgreSQL runs as one implicit
+// transaction (its answers are then checked after the commit: a wrong one
+// stops the run all the same).
+func (b *payoutBaseline) phase(ctx context.Context, stmts []stmt) error {
+	if b.pipelined {
+		batch := &pgx.Batch{}
+		for _, s := range stmts {
+			batch.Queue(s.sql, s.args...)
+		}
+		br := b.pool.SendBatch(ctx, batch)
+		for _, s := range stmts {
+			rows, err := br.Query()
+			if err == nil {
+				err = s.check(rows)
+			}
+			if err != nil {
+				_ = br.Close()
+				return fmt.Errorf("%s: %w", s.what, err)
+			}
+		}
+		return br.Close()
+	}
+	return pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		for _, s := range stmts {
+			rows, err := tx.Query(ctx, s.sql, s.args...)
+			if err == nil {
+				err = s.check(rows)
+			}
+			if err != nil {
+				return fmt.Errorf("%s: %w", s.what, err)
+			}
+		}
+		return nil
+	})
+}
+
 // payout makes one payout of b.amount for merchant m: open, send, record,
-// one commit each. Every statement must change exactly its row; anything
+// one commit each. Every statement must change exactly its rows; anything
 // else is an error that stops the run (the bench's database is then not
 // audited clean, which is what such an error deserves).
 func (b *payoutBaseline) payout(ctx context.Context, m baselineMerchant) error {
@@ -419,47 +484,40 @@ func (b *payoutBaseline) payout(ctx context.Context, m baselineMerchant) error {
 		return err
 	}
 	uniqueKey := sha256.Sum256([]byte("&kind=" + attempts.SubmitAttemptKind + "&args=" + string(args)))
-	kind := string(attempts.KindPixTransfer)
-	amount := b.amount.Decimal().String()
+	kind, op := string(attempts.KindPixTransfer), string(providers.OpPixTransfer)
+	var jobID int64
+	reserve, err := b.post(payouts.CauseReserve, aid, pid, m.id, m.available, m.reserved)
+	if err != nil {
+		return err
+	}
 
 	// Open.
-	var jobID int64
-	err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		if err := execOne(ctx, tx, openRequestSQL, m.id, "bl-"+pid, hash, pid, now); err != nil {
-			return fmt.Errorf("client key: %w", err)
-		}
-		if err := execOne(ctx, tx, openAttemptSQL, aid, kind, pid, b.prov.Name(), string(providers.OpPixTransfer), key, ref,
-			payload, sum[:], keyExpires, now); err != nil {
-			return fmt.Errorf("attempt: %w", err)
-		}
-		if err := execOne(ctx, tx, openEventSQL, aid, now, fmt.Sprintf("opened %s via %s (key and reference made before any I/O)",
-			providers.OpPixTransfer, b.prov.Name())); err != nil {
-			return fmt.Errorf("opened event: %w", err)
-		}
-		if err := tx.QueryRow(ctx, openJobSQL, string(args), attempts.SubmitAttemptKind, baselineQueue, uniqueKey[:],
-			riverLiveStatesMask).Scan(&jobID); err != nil {
-			return fmt.Errorf("submit job: %w", err)
-		}
-		if err := execOne(ctx, tx, openPayoutSQL, pid, m.id, kind, string(providers.OpPixTransfer), b.prov.Name(), amount,
-			cur.Code(), b.destJSON, aid, now); err != nil {
-			return fmt.Errorf("payout: %w", err)
-		}
-		return b.post(ctx, tx, payouts.CauseReserve, aid, pid, m.id, m.available, m.reserved)
-	})
-	if err != nil {
+	if err := b.phase(ctx, []stmt{
+		one("client key", openRequestSQL, m.id, "bl-"+pid, hash, pid, now),
+		one("attempt", openAttemptSQL, aid, kind, pid, b.prov.Name(), op, key, ref, payload, sum[:], keyExpires, now),
+		one("opened event", openEventSQL, aid, now, fmt.Sprintf("opened %s via %s (key and reference made before any I/O)",
+			op, b.prov.Name())),
+		{"submit job", openJobSQL, []any{string(args), attempts.SubmitAttemptKind, baselineQueue, uniqueKey[:], riverLiveStatesMask},
+			func(rows pgx.Rows) error {
+				var err error
+				jobID, err = pgx.CollectExactlyOneRow(rows, pgx.RowTo[int64])
+				return err
+			}},
+		one("payout", openPayoutSQL, pid, m.id, kind, op, b.prov.Name(), b.amount.Decimal().String(), cur.Code(), b.destJSON, aid, now),
+		// The reserve last, as the pipeline posts it: it locks the
+		// merchant's balance rows until COMMIT.
+		reserve,
+	}); err != nil {
 		return fmt.Errorf("open: %w", err)
 	}
 
-	// Send: the job taken and the call marked in flight, then the call.
+	// Send: the job taken and the call marked in flight (the bench's
+	// StaleCallAfter, as payoutsbench sets it), then the call.
 	started := time.Now()
-	err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		if err := execOne(ctx, tx, sendJobSQL, jobID, started, b.riverID); err != nil {
-			return fmt.Errorf("take job: %w", err)
-		}
-		// The pipeline's StaleCallAfter in the bench (payoutsbench).
-		return execOne(ctx, tx, sendMarkSQL, aid, started, started.Add(30*time.Second))
-	})
-	if err != nil {
+	if err := b.phase(ctx, []stmt{
+		one("take job", sendJobSQL, jobID, started, b.riverID),
+		one("mark call", sendMarkSQL, aid, started, started.Add(30*time.Second)),
+	}); err != nil {
 		return fmt.Errorf("send: %w", err)
 	}
 	sr := b.prov.Submit(ctx, providers.SubmitRequest{Operation: providers.OpPixTransfer, IdempotencyKey: key,
@@ -481,75 +539,58 @@ func (b *payoutBaseline) payout(ctx context.Context, m baselineMerchant) error {
 	if ex.ProviderRequestID != "" {
 		reqID = &ex.ProviderRequestID
 	}
-	err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		now := time.Now()
-		if err := execOne(ctx, tx, recordAttemptSQL, aid, now, sr.ProviderID, data); err != nil {
-			return fmt.Errorf("attempt: %w", err)
-		}
-		if _, err := tx.Exec(ctx, recordEventsSQL, aid, now, ex.Started, ex.Ended, ex.StatusCode, reqID, ex.WireCalls,
-			fmt.Sprintf("call 1: HTTP %d %s", ex.StatusCode, attempts.OutcomeSucceeded)); err != nil {
-			return fmt.Errorf("events: %w", err)
-		}
-		if err := execOne(ctx, tx, recordPayoutSQL, pid, now); err != nil {
-			return fmt.Errorf("payout: %w", err)
-		}
-		if err := execOne(ctx, tx, recordJobSQL, jobID, now); err != nil {
-			return fmt.Errorf("complete job: %w", err)
-		}
+	settle, err := b.post(payouts.CauseSettle, aid, pid, m.id, m.reserved, b.clearing[int(aid[0])%payouts.ClearingShards])
+	if err != nil {
+		return err
+	}
+	now = time.Now()
+	if err := b.phase(ctx, []stmt{
+		one("attempt", recordAttemptSQL, aid, now, sr.ProviderID, data),
+		{"events", recordEventsSQL, []any{aid, now, ex.Started, ex.Ended, ex.StatusCode, reqID, ex.WireCalls,
+			fmt.Sprintf("call 1: HTTP %d %s", ex.StatusCode, attempts.OutcomeSucceeded)}, rowsAffected(2)},
+		one("payout", recordPayoutSQL, pid, now),
+		one("complete job", recordJobSQL, jobID, now),
 		// The settle last, as the pipeline posts it: it locks the
 		// merchant's reserved account and a clearing shard until COMMIT.
-		return b.post(ctx, tx, payouts.CauseSettle, aid, pid, m.id, m.reserved, b.clearing[int(aid[0])%payouts.ClearingShards])
-	})
-	if err != nil {
+		settle,
+	}); err != nil {
 		return fmt.Errorf("record: %w", err)
 	}
 	return nil
 }
 
-// post moves b.amount from account from to account to with ledger_post,
-// as payouts.moveInput names it (key, cause, description, metadata).
-func (b *payoutBaseline) post(ctx context.Context, tx pgx.Tx, cause string, aid uuid.UUID, pid, merchant string, from, to int64) error {
+// post is the ledger_post statement moving b.amount from account from to
+// account to, as payouts.moveInput names it (key, cause, description,
+// metadata); its check wants every leg posted.
+func (b *payoutBaseline) post(cause string, aid uuid.UUID, pid, merchant string, from, to int64) (stmt, error) {
 	meta, err := json.Marshal(map[string]string{"payout_id": pid, "merchant_id": merchant})
 	if err != nil {
-		return err
+		return stmt{}, err
 	}
 	amt := b.amount.Decimal()
-	rows, err := tx.Query(ctx, baselinePostSQL, cause+":"+aid.String(), cause, aid.String(),
+	return stmt{cause, baselinePostSQL, []any{cause + ":" + aid.String(), cause, aid.String(),
 		fmt.Sprintf("%s %s of %s %s", cause, b.amount, attempts.KindPixTransfer, pid), string(meta),
-		[]int64{from, to}, []string{amt.Neg().String(), amt.String()}, b.amount.Currency().Code())
-	if err != nil {
-		return fmt.Errorf("%s: %w", cause, err)
-	}
-	defer rows.Close()
-	n := 0
-	for rows.Next() {
-		var outcome string
-		var detail *string
-		if err := rows.Scan(&outcome, &detail); err != nil {
-			return fmt.Errorf("%s: %w", cause, err)
-		}
-		if outcome != "posted" {
-			return fmt.Errorf("%s: ledger_post answered %s (%v)", cause, outcome, detail)
-		}
-		n++
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("%s: %w", cause, err)
-	}
-	if n == 0 {
-		return fmt.Errorf("%s: ledger_post answered nothing", cause)
-	}
-	return nil
-}
-
-// execOne runs sql and requires that it changed exactly one row.
-func execOne(ctx context.Context, tx pgx.Tx, sql string, args ...any) error {
-	tag, err := tx.Exec(ctx, sql, args...)
-	if err != nil {
-		return err
-	}
-	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("%d rows changed, want 1", tag.RowsAffected())
-	}
-	return nil
+		[]int64{from, to}, []string{amt.Neg().String(), amt.String()}, b.amount.Currency().Code()},
+		func(rows pgx.Rows) error {
+			defer rows.Close()
+			n := 0
+			for rows.Next() {
+				var outcome string
+				var detail *string
+				if err := rows.Scan(&outcome, &detail); err != nil {
+					return err
+				}
+				if outcome != "posted" {
+					return fmt.Errorf("ledger_post answered %s (%v)", outcome, detail)
+				}
+				n++
+			}
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			if n != 2 {
+				return fmt.Errorf("ledger_post answered %d legs, want 2", n)
+			}
+			return nil
+		}}, nil
 }
