@@ -16,7 +16,7 @@ import (
 func init() {
 	registerBenchmark(benchmark{
 		Name:    "payouts",
-		Summary: "payouts end to end through River against the simulated PSP, vs ledger transfers/s",
+		Summary: "payouts end to end through River against the simulated PSP, vs ledger transfers/s and a payout-shaped plain-SQL baseline",
 		Run:     runBenchPayouts,
 	})
 }
