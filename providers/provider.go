@@ -525,3 +525,37 @@ type Provider interface {
 type Recaller interface {
 	Recall(op Operation, reference string, payload []byte)
 }
+
+// Identity says which account at which PSP a provider name is configured
+// for (R4, R8, R16). Attempts keep only the provider's name: a lookup made
+// by another process, or after a restart, asks the account that process's
+// configuration names. Were it another account, it would answer "not
+// found", the attempt would fail after the consistency window, its reserve
+// would be freed and the retry would pay a second time. saldo serve records
+// each name's identity and refuses to start when the configured one
+// differs (cmd/saldo, provider_identities).
+type Identity struct {
+	// Account describes, without any secret, which account at which PSP
+	// ("stripe account acct_1 (live mode) at https://api.stripe.com"). It
+	// is compared, as text, with the one recorded at the last start. Empty
+	// when it could not be learned (Identity's error says why).
+	Account string
+	// Config is the non-secret configuration that chooses the account
+	// (URLs, client id, Pix keys). Always set, even with an error.
+	Config string
+	// Secret is the credential that chooses the account (an API key, an
+	// OAuth2 client secret), when there is one. Only a keyed hash of it is
+	// ever stored, in the configuration's fingerprint.
+	Secret Secret
+}
+
+// Identifier is an optional Provider interface: an adapter that can say
+// which account at which PSP it is configured for.
+type Identifier interface {
+	// Identity learns the configured account. An adapter that needs the
+	// PSP to tell (Stripe: which account the key belongs to) makes one
+	// exchange bounded by ctx; when the PSP does not answer it returns an
+	// error with Config and Secret still set, and the caller falls back to
+	// the configuration's fingerprint.
+	Identity(ctx context.Context) (Identity, error)
+}

@@ -6,7 +6,8 @@
 // parameters and 409 idempotency_key_in_use while the first request runs,
 // and expire after 24 hours; 429s, 401s and validation errors that are not
 // stored; a Search API that lags behind writes; lists newest first with
-// starting_after; scripted faults (a connection cut after the request was
+// starting_after; GET /v1/account naming the account the keys belong to
+// (WithAccount, WithKeys for a rotated key); scripted faults (a connection cut after the request was
 // written, a hang after the operation was recorded, a 500, a 429 with
 // Retry-After, a 403, a slow request); and signed webhook events.
 //
@@ -95,7 +96,8 @@ type Server struct {
 	srv *httptest.Server
 
 	mu        sync.Mutex
-	apiKey    string
+	apiKeys   map[string]bool // every key accepted, all of one account
+	account   string          // the account's id (GET /v1/account)
 	now       time.Time
 	clockReal bool
 	lag       time.Duration
@@ -129,9 +131,26 @@ func WithFakeClock(t time.Time) Option {
 	return func(s *Server) { s.now, s.clockReal = t, false }
 }
 
+// WithAccount sets the id of the account the keys belong to (GET
+// /v1/account). Default DefaultAccount.
+func WithAccount(id string) Option { return func(s *Server) { s.account = id } }
+
+// WithKeys makes the fake accept more keys of the same account too (a
+// rotated key: Stripe lets the old and new keys work side by side).
+func WithKeys(keys ...string) Option {
+	return func(s *Server) {
+		for _, k := range keys {
+			s.apiKeys[k] = true
+		}
+	}
+}
+
+// DefaultAccount is the account id the fake's keys belong to by default.
+const DefaultAccount = "acct_fake0000000000"
+
 // New starts a fake that accepts apiKey.
 func New(apiKey string, opts ...Option) *Server {
-	s := &Server{apiKey: apiKey, clockReal: true, balance: 10_000_000_000, objects: map[string]map[string]any{},
+	s := &Server{apiKeys: map[string]bool{apiKey: true}, account: DefaultAccount, clockReal: true, balance: 10_000_000_000, objects: map[string]map[string]any{},
 		visibleAt: map[string]time.Time{}, keys: map[string]*keyEntry{}, requests: map[string]int{},
 		stop: make(chan struct{})}
 	for _, o := range opts {
@@ -319,7 +338,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.requests[r.Method+" "+r.URL.Path]++
 	s.mu.Unlock()
-	if r.Header.Get("Authorization") != "Bearer "+s.apiKey {
+	if key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); !ok || !s.acceptsKey(key) {
 		// Stripe masks the key it was given.
 		st, b := apiError(http.StatusUnauthorized, "invalid_request_error", "", "Invalid API Key provided: "+mask(strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")), nil)
 		s.write(w, st, b, false)
@@ -338,6 +357,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	default:
 		w.WriteHeader(http.StatusMethodNotAllowed)
 	}
+}
+
+func (s *Server) acceptsKey(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.apiKeys[key]
 }
 
 func mask(key string) string {
@@ -627,6 +652,14 @@ func (s *Server) serveGet(w http.ResponseWriter, r *http.Request) {
 	var match func(o map[string]any) bool
 	isSearch := false
 	switch r.URL.Path {
+	case "/v1/account":
+		// The account the key belongs to, as Stripe answers it (the
+		// fields saldo reads, and a few more).
+		b, _ := json.Marshal(map[string]any{"id": s.account, "object": "account", "type": "standard",
+			"charges_enabled": true, "payouts_enabled": true, "country": "BR", "default_currency": "brl"})
+		s.mu.Unlock()
+		s.write(w, http.StatusOK, b, false)
+		return
 	case "/v1/payment_intents/search":
 		m := searchRe.FindStringSubmatch(q.Get("query"))
 		if m == nil {
