@@ -156,8 +156,8 @@ func runDev(ctx context.Context, args []string) error {
 	prov := srv.NewProvider(sim.WithHTTPSettings(providers.HTTPSettings{ConnectTimeout: time.Second, ReadTimeout: 3 * time.Second}))
 
 	return runProcess(ctx, processConfig{
-		OwnsDatabase: true,
-		DatabaseURL:  dbURL, Listen: addr, RunAPI: true, RunWorkers: true,
+		OwnsDatabase: true, Command: "dev",
+		DatabaseURL: dbURL, Listen: addr, RunAPI: true, RunWorkers: true,
 		Providers: []providers.Provider{prov}, PayoutProvider: prov.Name(), ChargeProvider: prov.Name(),
 		MaxWorkers: 20, Logger: log, ConsoleInsecure: true,
 		// As serve's defaults: a payout the sim proves it never did gets

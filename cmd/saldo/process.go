@@ -61,6 +61,13 @@ type processConfig struct {
 	RunAPI        bool
 	RunWorkers    bool
 	Providers     []providers.Provider
+	// AcceptProviderIdentity names the providers whose recorded account
+	// may be replaced by the configured one, when none of their attempts
+	// is open (--accept-provider-identity, checkProviderIdentities).
+	AcceptProviderIdentity []string
+	// IdentityWait bounds each provider's answer to which account it is
+	// configured for (default defaultIdentityWait).
+	IdentityWait time.Duration
 	// PayoutProvider and ChargeProvider name providers among Providers,
 	// for the operations Routes does not route.
 	PayoutProvider, ChargeProvider string
@@ -82,6 +89,9 @@ type processConfig struct {
 	// the process. Zero: one try.
 	StartupWait time.Duration
 	Logger      *slog.Logger
+	// Command names the saldo command running the process ("serve",
+	// "dev"), for the records it leaves.
+	Command string
 	// ConsoleInsecure serves the console's cookies without Secure (saldo
 	// dev, plain http on loopback).
 	ConsoleInsecure bool
@@ -151,6 +161,13 @@ func runProcess(ctx context.Context, pc processConfig) error {
 	}
 	if err == nil && !privs.OwnsRiver {
 		log.Info("River's daily reindex is left to the owner of its tables (docs/runbook.md, \"Two database roles\")")
+	}
+
+	// Before any worker, sender or resolver starts: each provider name
+	// still means the account it meant (R4, R8, R16).
+	if err := checkProviderIdentities(ctx, identityCheck{Pool: pool, Providers: pc.Providers,
+		Accept: pc.AcceptProviderIdentity, Wait: pc.IdentityWait, Actor: processActor(pc.Command), Log: log}); err != nil {
+		return err
 	}
 
 	reg := prometheus.NewRegistry()

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-
 	"github.com/saldo/saldo/attempts"
 	"github.com/saldo/saldo/charges"
 	"github.com/saldo/saldo/internal/engine"
@@ -126,6 +125,9 @@ func runServe(ctx context.Context, args []string) error {
 	routeSpec := fs.String("route", os.Getenv("SALDO_ROUTES"), "provider of each operation, as operation=provider pairs "+
 		"separated by commas, e.g. card_charge=stripe,pix_charge=pix,pix_transfer=pix; operations without a route go to "+
 		"the only configured provider; refunds always go to their charge's provider ($SALDO_ROUTES)")
+	acceptIdentity := fs.String("accept-provider-identity", os.Getenv("SALDO_ACCEPT_PROVIDER_IDENTITY"),
+		"provider names, separated by commas, whose recorded account (which account at which PSP the name means) may be "+
+			"replaced by the configured one: refused while one of their attempts is open (R16) ($SALDO_ACCEPT_PROVIDER_IDENTITY)")
 	connect := fs.Duration("provider-connect-timeout", env.duration("SALDO_PROVIDER_CONNECT_TIMEOUT", 3*time.Second),
 		"provider connect timeout: short, fail fast when the provider is down (R3)")
 	read := fs.Duration("provider-read-timeout", env.duration("SALDO_PROVIDER_READ_TIMEOUT", 30*time.Second),
@@ -283,6 +285,12 @@ func runServe(ctx context.Context, args []string) error {
 	if *retryMax < 1 || *retryWithin < 0 || *retryBackoff < 0 {
 		problems = append(problems, "--payout-max-attempts must be at least 1, --payout-retry-within and --payout-retry-backoff not negative")
 	}
+	var accept []string
+	for n := range strings.SplitSeq(*acceptIdentity, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			accept = append(accept, n)
+		}
+	}
 	if len(problems) > 0 {
 		return errors.New("refusing to start:\n  " + strings.Join(problems, "\n  "))
 	}
@@ -335,7 +343,7 @@ func runServe(ctx context.Context, args []string) error {
 		"default_provider", fallback)
 	return runProcess(ctx, processConfig{
 		DatabaseURL: u, ReadDatabaseURL: *readURL, ReadMaxLag: *readMaxLag, Listen: *listen, MetricsListen: *metricsListen, RunAPI: runAPI, RunWorkers: runWorkers,
-		Providers: provs, PayoutProvider: fallback, ChargeProvider: fallback, Routes: routes,
+		Providers: provs, AcceptProviderIdentity: accept, Command: "serve", PayoutProvider: fallback, ChargeProvider: fallback, Routes: routes,
 		PayoutRetry: payouts.RetryPolicy{MaxAttempts: *retryMax, Within: *retryWithin, Backoff: *retryBackoff},
 		MaxWorkers:  *maxWorkers, CompletedJobsKept: *jobsKept, NotifyDenyPrivate: !*notifyPrivate,
 		Attempts: attempts.Config{StaleCallAfter: *staleCall, JobTimeout: jobTimeout,
