@@ -261,3 +261,21 @@ func insertAttempt(t *testing.T, pool *pgxpool.Pool, provider string) string {
 }
 
 func sha256Sum(s string) [32]byte { return sha256.Sum256([]byte(s)) }
+
+// R16, R19: saldo reconcile reads a name's statement only at the account
+// the name means: a statement of another account would make every
+// attempt a divergence, or resolve one from a stranger's line.
+func TestReconcileCommandRefusesAnotherAccount_R16_R19(t *testing.T) {
+	t.Parallel()
+	dbURL := testdb.NewURL(t)
+	pool, err := pgxpool.New(context.Background(), dbURL)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	simA, simB := startSim(t), startSim(t)
+	require.NoError(t, checkAs(t, pool, time.Second, []providers.Provider{simA.NewProvider()}))
+	var out strings.Builder
+	err = runReconcile(context.Background(), []string{"--database-url", dbURL, "--sim-url", simB.URL(), "--provider", "sim",
+		"--date", time.Now().UTC().AddDate(0, 0, -3).Format(time.DateOnly)}, &out, false)
+	require.ErrorContains(t, err, "provider sim is recorded as sim at "+simA.URL())
+	require.NotContains(t, out.String(), "statement lines")
+}

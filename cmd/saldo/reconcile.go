@@ -136,6 +136,13 @@ func runReconcile(ctx context.Context, args []string, out io.Writer, tty bool) e
 		return fmt.Errorf("connect: %w", err)
 	}
 	defer pool.Close()
+	// A statement read at another account than the one the name's
+	// attempts went to would turn them all into divergences, or resolve
+	// them from a stranger's lines (R16, R19).
+	if err := checkProviderIdentities(ctx, identityCheck{Pool: pool, Providers: []providers.Provider{prov},
+		Actor: processActor("reconcile"), Log: log}); err != nil {
+		return err
+	}
 	// The engine wires the owners (payouts, charges) and their notifier,
 	// so a statement that resolves an attempt settles or credits it and
 	// tells the merchant, as a webhook would. No workers run here.
