@@ -536,7 +536,7 @@ type Recaller interface {
 // differs (cmd/saldo, provider_identities).
 type Identity struct {
 	// Account describes, without any secret, which account at which PSP
-	// ("stripe account acct_1 (live mode) at https://api.stripe.com"). It
+	// ("stripe account acct_1 (live mode)", "sim at http://sim:8089"). It
 	// is compared, as text, with the one recorded at the last start. Empty
 	// when it could not be learned (Identity's error says why).
 	Account string

@@ -120,6 +120,13 @@ func TestRotatedStripeKeySameAccountIsAccepted_R16(t *testing.T) {
 	require.NotEqual(t, before.Fingerprint, after.Fingerprint, "the fingerprint follows the confirmed configuration")
 	require.Equal(t, []string{"recorded", "fingerprint_changed"}, after.Events)
 
+	// The same account behind another base URL (a proxy in front of
+	// Stripe) is the same account too.
+	proxy := stripefake.New(newKey, stripefake.WithAccount("acct_1ROT"))
+	t.Cleanup(proxy.Close)
+	require.NoError(t, checkAs(t, pool, time.Second, []providers.Provider{stripeAt(t, proxy.URL(), newKey)}))
+	require.Equal(t, []string{"recorded", "fingerprint_changed", "fingerprint_changed"}, identityOf(t, pool, "stripe").Events)
+
 	// Neither key, nor a plain hash of one, is stored.
 	var stored string
 	require.NoError(t, pool.QueryRow(context.Background(), `SELECT row_to_json(i)::text FROM provider_identities i`).Scan(&stored))

@@ -18,7 +18,8 @@ var _ providers.Identifier = (*Provider)(nil)
 var ErrIdentityUnknown = errors.New("stripe: account of the API key unknown")
 
 // Identity asks Stripe which account the API key belongs to (GET
-// /v1/account, one exchange bounded by ctx) and reads the mode from the
+// /v1/account, one exchange bounded by ctx; Stripe answers it for every
+// key of an account, test or live) and reads the mode from the
 // key's prefix: a test key and a live key of one account are two worlds
 // whose objects never see each other (R16). The key itself is only in
 // Secret, hashed (keyed) into the configuration's fingerprint.
@@ -29,9 +30,13 @@ func (p *Provider) Identity(ctx context.Context) (providers.Identity, error) {
 	if ex.Err != nil {
 		return id, fmt.Errorf("%w: GET /v1/account: %w", ErrIdentityUnknown, ex.Err)
 	}
-	if ex.StatusCode != http.StatusOK {
-		// A 401 (key wrong or revoked) or 403 (a restricted key without
-		// the permission) says nothing about the account.
+	switch ex.StatusCode {
+	case http.StatusOK:
+	case http.StatusForbidden:
+		return id, fmt.Errorf("%w: GET /v1/account answered 403: a restricted key needs read access to the account",
+			ErrIdentityUnknown)
+	default:
+		// A 401 (key wrong or revoked), a 5xx: nothing about the account.
 		return id, fmt.Errorf("%w: GET /v1/account answered %d", ErrIdentityUnknown, ex.StatusCode)
 	}
 	var acct struct {
@@ -41,7 +46,9 @@ func (p *Provider) Identity(ctx context.Context) (providers.Identity, error) {
 	if err := json.Unmarshal(ex.Body, &acct); err != nil || acct.Object != "account" || !strings.HasPrefix(acct.ID, "acct_") {
 		return id, fmt.Errorf("%w: GET /v1/account answered 200 without an account id", ErrIdentityUnknown)
 	}
-	id.Account = fmt.Sprintf("stripe account %s (%s mode) at %s", acct.ID, keyMode(p.key), p.baseURL)
+	// The base URL is not part of it (only of the fingerprint): a proxy in
+	// front of Stripe is still the same account.
+	id.Account = fmt.Sprintf("stripe account %s (%s mode)", acct.ID, keyMode(p.key))
 	return id, nil
 }
 
