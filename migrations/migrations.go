@@ -6,7 +6,9 @@
 // since 00019: the ledger's next files take 00100-00109), 00020-00029
 // attempts, 00030-00039 payouts, 00040-00049 charges, 00050-00059 api,
 // 00060-00069 reconcile, 00070-00079 console, 00080-00089 later attempts and
-// payouts files. Up is idempotent and safe when several processes run it at once: it
+// payouts files. From 00100 on, every package's next file takes the next
+// free number (goose applies files in order: a lower number added after a
+// higher one has run would be refused as missing). Up is idempotent and safe when several processes run it at once: it
 // holds a PostgreSQL session advisory lock for the whole run.
 package migrations
 
