@@ -8,8 +8,9 @@
 // 00060-00069 reconcile, 00070-00079 console, 00080-00089 later attempts and
 // payouts files. From 00100 on, every package's next file takes the next
 // free number (goose applies files in order: a lower number added after a
-// higher one has run would be refused as missing). Up is idempotent and safe when several processes run it at once: it
-// holds a PostgreSQL session advisory lock for the whole run.
+// higher one has run would be refused as missing). Up is idempotent and
+// safe when several processes run it at once: it holds a PostgreSQL session
+// advisory lock for the whole run.
 package migrations
 
 import (
