@@ -8,9 +8,12 @@
 // statuses match attempts, one ledger effect per final attempt) and
 // charges' (every paid charge credited exactly once with the legs its fee
 // and splits say, nothing credited for an unpaid charge, at most one
-// succeeded attempt per charge, statuses match attempts) and
-// reconciliation's (no open divergence of the highest severity: money the
-// provider moved that the ledger does not show, or moved twice; R19).
+// succeeded attempt per charge, statuses match attempts), refunds' (a
+// refund, its attempts and its ledger legs have its charge's merchant,
+// currency and provider; R21), reconciliation's (no open divergence of the
+// highest severity: money the provider moved that the ledger does not
+// show, or moved twice; R19) and the ledger's reversals' (each the exact
+// negation of its original, at most one per original).
 //
 // `saldo audit verify` prints it; tests run it after every concurrency,
 // crash and chaos scenario.
@@ -32,7 +35,7 @@ import (
 
 // Violation is one broken invariant.
 type Violation struct {
-	Area   string // ledger, attempts, payouts, charges, reconcile
+	Area   string // ledger, attempts, payouts, charges, refunds, reconcile
 	Check  string
 	Detail string
 }
@@ -72,7 +75,8 @@ type Check struct {
 }
 
 // Checks are the per-area checks Run performs after ledger.Verify, in order.
-// `saldo audit verify` runs the same list.
+// `saldo audit verify` runs the same list (a check of area "ledger",
+// Reversals, is printed on ledger.Verify's line).
 var Checks = []Check{
 	{Area: "attempts", Run: func(ctx context.Context, db *pgxpool.Pool) ([]Violation, error) {
 		vs, err := attempts.Verify(ctx, db)
@@ -98,6 +102,7 @@ var Checks = []Check{
 		}
 		return out, err
 	}},
+	Refunds,
 	{Area: "reconcile", Run: func(ctx context.Context, db *pgxpool.Pool) ([]Violation, error) {
 		vs, err := reconcile.Verify(ctx, db)
 		out := make([]Violation, 0, len(vs))
@@ -106,6 +111,7 @@ var Checks = []Check{
 		}
 		return out, err
 	}},
+	Reversals,
 }
 
 // Run runs ledger.Verify and every Check against db.
