@@ -118,9 +118,19 @@ type Attempt struct {
 	// when the current run of them began (nil after an answered lookup).
 	LookupsUnanswered int
 	UnansweredSince   *time.Time
+	// LookupsProcessing counts the answered lookups that found the
+	// operation processing: they move the attempt along the resolve
+	// schedule but not toward MaxLookups (LookupsUndecided, R18).
+	LookupsProcessing int
 	LastLookupAt      *time.Time
 	NextLookupAt      *time.Time
 	ProcessingFrom    *time.Time
+	// ProcessingExpectedBy is when the provider last said it expects the
+	// operation it reports processing to end (providers'
+	// ExpectedBy), capped at ProcessingFrom + MaxProcessingExpectedAfter;
+	// nil when it stated none. The review of a long "processing" ages
+	// from it (ProcessingReviewAt, R18).
+	ProcessingExpectedBy *time.Time
 	Review            bool
 	ReviewReason      string
 	ReviewAt          *time.Time
@@ -155,9 +165,17 @@ type Attempt struct {
 func (a Attempt) CallInFlight() bool { return a.CallCount > a.CallsRecorded }
 
 // LookupsAnswered is how many lookups the provider answered (found or not
-// found): the attempt's step on the resolve schedule, and what MaxLookups
-// counts.
+// found): the attempt's step on the resolve schedule.
 func (a Attempt) LookupsAnswered() int { return a.LookupCount - a.LookupsUnanswered }
+
+// LookupsUndecided is how many answered lookups could not tell the
+// outcome (not found while that proves nothing yet): the answered ones
+// less those that found the operation processing. It is what MaxLookups
+// bounds (R18); a provider that keeps saying "processing" is bounded by
+// the processing deadline instead (ProcessingReviewAt). It never goes
+// down: an attempt unknown for many lookups, then processing, then
+// unknown again keeps every undecided lookup counted.
+func (a Attempt) LookupsUndecided() int { return a.LookupsAnswered() - a.LookupsProcessing }
 
 // Acknowledged reports whether the provider ever named or acknowledged the
 // operation: a provider id, a provider state, or a recorded acknowledgement
@@ -181,7 +199,8 @@ const attemptColumns = `id, kind, subject_id, provider, operation, idempotency_k
 	key_expires_at, lookup_count, last_lookup_at, next_lookup_at, processing_since, review,
 	review_reason, review_at, unknown_at, resolved_at, resolved_by, data, created_at, updated_at,
 	acknowledged_at, acknowledgement, diverged_at, divergence, divergence_settled_at, divergence_settled_by,
-	divergence_settlement, lookups_unanswered, unanswered_since, call_deadline_at`
+	divergence_settlement, lookups_unanswered, unanswered_since, call_deadline_at, lookups_processing,
+	processing_expected_by`
 
 // qualifiedAttemptColumns is attemptColumns of the table aliased a.
 var qualifiedAttemptColumns = sqlcols.Qualify("a", attemptColumns)
@@ -202,7 +221,7 @@ func scanAttemptAfter(row pgx.Row, before ...any) (Attempt, error) {
 		&a.KeyExpiresAt, &a.LookupCount, &a.LastLookupAt, &a.NextLookupAt, &a.ProcessingFrom, &a.Review,
 		&reviewReason, &a.ReviewAt, &a.UnknownAt, &a.ResolvedAt, &resolvedBy, &data, &a.CreatedAt, &a.UpdatedAt,
 		&a.AcknowledgedAt, &ack, &a.DivergedAt, &divergence, &a.DivergenceSettledAt, &settledBy, &settlement,
-		&a.LookupsUnanswered, &a.UnansweredSince, &a.CallDeadlineAt)...)
+		&a.LookupsUnanswered, &a.UnansweredSince, &a.CallDeadlineAt, &a.LookupsProcessing, &a.ProcessingExpectedBy)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return a, ErrNotFound
 	}

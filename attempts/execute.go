@@ -308,10 +308,12 @@ func (s *Service) unansweredTooLong(a Attempt, now time.Time) (string, bool) {
 // provider answered it) as countLookupsSQL counts the resolver's: in
 // lookup_count and last_lookup_at, and an unanswered one in
 // lookups_unanswered and the run of them that began at unanswered_since
-// (NULL again after an answered one). It also returns how many lookups of
+// (NULL again after an answered one), and one that found the operation
+// processing ($4) in lookups_processing. It also returns how many lookups of
 // the attempt the current run holds: the number the next wait backs off by.
 const countResendLookupSQL = `UPDATE attempts SET lookup_count = lookup_count + 1, last_lookup_at = $2, updated_at = $2,
 		lookups_unanswered = lookups_unanswered + CASE WHEN $3 THEN 0 ELSE 1 END,
+		lookups_processing = lookups_processing + CASE WHEN $4 THEN 1 ELSE 0 END,
 		unanswered_since = CASE WHEN $3 THEN NULL ELSE coalesce(unanswered_since, $2) END
 	WHERE id = $1
 	RETURNING (SELECT count(*) FROM attempt_events e WHERE e.attempt_id = attempts.id AND e.type = 'lookup'
@@ -365,7 +367,8 @@ func (s *Service) lookupBeforeResend(ctx context.Context, prov providers.Provide
 		if err := insertLookupEvent(ctx, tx, la, lr, class, ActorWorker, lnow); err != nil {
 			return err
 		}
-		la, err = scanAttemptAfter(tx.QueryRow(ctx, countResendLookupSQL, la.ID, lnow, class.answered()), &inRun)
+		la, err = scanAttemptAfter(tx.QueryRow(ctx, countResendLookupSQL, la.ID, lnow, class.answered(),
+			foundProcessing(lr, class)), &inRun)
 		if err != nil {
 			return fmt.Errorf("attempts: count lookup of %s: %w", a.ID, err)
 		}
@@ -581,7 +584,7 @@ func (s *Service) applyOutcome(ctx context.Context, tx pgx.Tx, after *afterCommi
 		out.a = tr.Attempt
 		return out, err
 	case OutcomeProcessing:
-		out.a, err = s.markProcessing(ctx, tx, la, ActorWorker, sr.ProviderID, sr.Data)
+		out.a, err = s.markProcessing(ctx, tx, la, ActorWorker, sr.ProviderID, sr.Data, sr.ExpectedBy)
 		if errors.Is(err, ErrProviderIDMismatch) {
 			out.a, err = s.flagReview(ctx, tx, after, la, ActorWorker, fmt.Sprintf(
 				"call %d reported provider id %q, recorded %q", callNo, sr.ProviderID, la.ProviderID))

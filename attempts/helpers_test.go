@@ -67,6 +67,8 @@ type fakeOp struct {
 	State     string `json:"state"`
 	Code      string `json:"code,omitempty"`
 	Amount    string `json:"amount"`
+	// ExpectedBy: when the provider says a processing operation ends.
+	ExpectedBy time.Time `json:"expected_by,omitzero"`
 }
 
 // fakePSP is a small provider over real HTTP (httptest) that records every
@@ -87,7 +89,9 @@ type fakePSP struct {
 	// lookupFails are the answers of the next lookups, one each, before
 	// any other: an HTTP status, with its Retry-After when set.
 	lookupFails []lookupFail
-	release     chan struct{}
+	// expectedBy is the ExpectedBy of the operations submits record.
+	expectedBy time.Time
+	release    chan struct{}
 }
 
 func newFakePSP(t testing.TB, plan ...behaviour) *fakePSP {
@@ -165,6 +169,25 @@ func (p *fakePSP) setOp(ref, state string) {
 	p.ops[ref] = &fakeOp{ID: "op_" + ref[:12], Reference: ref, State: state}
 }
 
+// setExpectedBy sets when the provider says the operation with reference
+// ref ends ("" for ref: every operation submits record from now on).
+func (p *fakePSP) setExpectedBy(ref string, at time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ref == "" {
+		p.expectedBy = at
+		return
+	}
+	p.ops[ref].ExpectedBy = at
+}
+
+// dropOp forgets the operation with reference ref: lookups answer 404.
+func (p *fakePSP) dropOp(ref string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.ops, ref)
+}
+
 func (p *fakePSP) submit(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	key := r.Header.Get("Idempotency-Key")
@@ -182,7 +205,8 @@ func (p *fakePSP) submit(w http.ResponseWriter, r *http.Request) {
 		if op, ok := p.byKey[key]; ok && key != "" {
 			return op
 		}
-		op := &fakeOp{ID: "op_" + in.Reference[:12], Reference: in.Reference, State: state, Code: code, Amount: in.Amount}
+		op := &fakeOp{ID: "op_" + in.Reference[:12], Reference: in.Reference, State: state, Code: code, Amount: in.Amount,
+			ExpectedBy: p.expectedBy}
 		if key == "" { // no idempotency keys: every send is a new operation
 			op.ID = fmt.Sprintf("op_%s_%d", in.Reference[:12], p.submits)
 		}
@@ -312,13 +336,15 @@ func (p *testProvider) Submit(ctx context.Context, req providers.SubmitRequest) 
 	r := providers.SubmitResult{Exchange: ex}
 	if ex.Err == nil && len(ex.Body) > 0 {
 		var body struct {
-			ID         string `json:"id"`
-			State      string `json:"state"`
-			Code       string `json:"code"`
-			Refinement string `json:"refinement"`
+			ID         string    `json:"id"`
+			State      string    `json:"state"`
+			Code       string    `json:"code"`
+			Refinement string    `json:"refinement"`
+			ExpectedBy time.Time `json:"expected_by"`
 		}
 		if json.Unmarshal(ex.Body, &body) == nil {
 			r.ProviderID, r.State, r.FailureCode = body.ID, providers.State(body.State), body.Code
+			r.ExpectedBy = body.ExpectedBy
 			r.Refinement = providers.Refinement(body.Refinement)
 			if ex.StatusCode == 409 {
 				r.Refinement = providers.RefineInFlight
@@ -338,6 +364,7 @@ func (p *testProvider) Lookup(ctx context.Context, op providers.Operation, refer
 		var o fakeOp
 		if err := json.Unmarshal(ex.Body, &o); err == nil {
 			lr.Found, lr.ProviderID, lr.State, lr.FailureCode, lr.Amount = true, o.ID, providers.State(o.State), o.Code, o.Amount
+			lr.ExpectedBy = o.ExpectedBy
 		}
 	}
 	return lr, nil

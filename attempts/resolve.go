@@ -40,6 +40,9 @@ type report struct {
 	Data          []byte
 	Evidence      json.RawMessage
 	ActorID       string
+	// ExpectedBy: when the provider expects a processing operation to end
+	// (zero: it did not say); markProcessing keeps it.
+	ExpectedBy time.Time
 }
 
 type lookupClass string
@@ -53,6 +56,13 @@ const (
 // answered: the provider answered the lookup (found, or not found); an
 // inconclusive one is unanswered and proves nothing (lookups_unanswered).
 func (c lookupClass) answered() bool { return c != lookupInconclusive }
+
+// foundProcessing: the lookup lr, of class c, found the operation and the
+// provider says it is processing (lookups_processing): an answer, but not
+// one MaxLookups bounds (Attempt.LookupsUndecided, R18).
+func foundProcessing(lr providers.LookupResult, c lookupClass) bool {
+	return c == lookupFound && lr.State == providers.StateProcessing
+}
 
 // classifyLookup: found needs a readable answer naming a state; not found
 // needs a clean 404 or an empty 200 search result, with no error from the
@@ -80,7 +90,7 @@ func classifyLookup(lr providers.LookupResult) lookupClass {
 
 func lookupState(lr providers.LookupResult) report {
 	return report{State: lr.State, ProviderID: lr.ProviderID, FailureCode: lr.FailureCode,
-		FailureReason: lr.FailureReason, Data: lr.Data, Amount: lr.Amount, Currency: lr.Currency}
+		FailureReason: lr.FailureReason, Data: lr.Data, Amount: lr.Amount, Currency: lr.Currency, ExpectedBy: lr.ExpectedBy}
 }
 
 // checkReport compares what a provider's report says about the operation
@@ -252,7 +262,7 @@ func (s *Service) applyReport(ctx context.Context, tx pgx.Tx, after *afterCommit
 		return tr.Attempt, tr.Transitioned, nil
 	case providers.StateProcessing:
 		// "processing" never downgrades anything: a final attempt ignores it.
-		na, err := s.markProcessing(ctx, tx, a, actor, r.ProviderID, r.Data)
+		na, err := s.markProcessing(ctx, tx, a, actor, r.ProviderID, r.Data, r.ExpectedBy)
 		if errors.Is(err, ErrProviderIDMismatch) {
 			na, err = s.flagReview(ctx, tx, after, a, actor, fmt.Sprintf("%s reported provider id %q, recorded %q",
 				actor, r.ProviderID, a.ProviderID))
@@ -308,9 +318,13 @@ type ResolveResult struct {
 // the provider's consistency window has passed since the last call ended or
 // was given up (R16), and never when the provider already named or
 // acknowledged the operation.
-// After MaxLookups lookups, or ProcessingReviewAfter of "processing", or
-// for a provider that cannot look up, the attempt goes to review with an
-// alert, never to automatic failure.
+// After MaxLookups answered lookups that could not tell the outcome
+// (LookupsUndecided: lookups that found it processing do not count), or
+// once "processing" is late (ProcessingReviewAt: ProcessingReviewAfter
+// since it began and the provider's own expected end plus
+// ProcessingExpectedMargin, both past), or for a provider that cannot look
+// up, the attempt goes to review with an alert, never to automatic
+// failure (R18).
 func (s *Service) Resolve(ctx context.Context, id uuid.UUID) (ResolveResult, error) {
 	// Read with the other executors' and resolvers' reads (getMany).
 	a, err := s.getter.Do(ctx, id)
@@ -344,10 +358,10 @@ func (s *Service) Resolve(ctx context.Context, id uuid.UUID) (ResolveResult, err
 	case a.NextLookupAt != nil && now.Before(*a.NextLookupAt):
 		res.RetryIn = a.NextLookupAt.Sub(now)
 		return res, nil
-	case a.LookupsAnswered() >= s.cfg.MaxLookups:
-		return review(fmt.Sprintf("%d answered lookups and the outcome is still unclear (R18)", a.LookupsAnswered()))
-	case a.ProcessingFrom != nil && now.Sub(*a.ProcessingFrom) >= s.cfg.ProcessingReviewAfter:
-		return review(fmt.Sprintf("provider reports processing since %s (R18)", fmtTime(a.ProcessingFrom)))
+	case a.LookupsUndecided() >= s.cfg.MaxLookups:
+		return review(fmt.Sprintf("%d answered lookups could not tell the outcome and it is still unclear (R18)", a.LookupsUndecided()))
+	case a.ProcessingFrom != nil && !now.Before(s.ProcessingReviewAt(a)):
+		return review(s.processingLateReason(a))
 	}
 	if reason, ok := s.unansweredTooLong(a, now); ok {
 		return review(reason)
@@ -366,6 +380,55 @@ func (s *Service) Resolve(ctx context.Context, id uuid.UUID) (ResolveResult, err
 	return r.res, err
 }
 
+// ProcessingReviewAt is when an attempt the provider reports processing
+// (ProcessingFrom set) goes to review for it (R18): ProcessingReviewAfter
+// after processing began, or, when the provider said when it expects the
+// operation to end (ProcessingExpectedBy), that date plus
+// ProcessingExpectedMargin if later. The date is capped at
+// MaxProcessingExpectedAfter after processing began (again here, whatever
+// wrote it), so no provider's date keeps an attempt out of review for
+// longer. The zero time for an attempt never reported processing.
+func (s *Service) ProcessingReviewAt(a Attempt) time.Time {
+	if a.ProcessingFrom == nil {
+		return time.Time{}
+	}
+	at := a.ProcessingFrom.Add(s.cfg.ProcessingReviewAfter)
+	if e := s.processingExpectedBy(a); e != nil {
+		if late := e.Add(s.cfg.ProcessingExpectedMargin); late.After(at) {
+			at = late
+		}
+	}
+	return at
+}
+
+// processingExpectedBy is a's ProcessingExpectedBy capped at
+// MaxProcessingExpectedAfter after ProcessingFrom (nil when it has none).
+func (s *Service) processingExpectedBy(a Attempt) *time.Time {
+	if a.ProcessingExpectedBy == nil || a.ProcessingFrom == nil {
+		return a.ProcessingExpectedBy
+	}
+	e, _ := capExpectedBy(*a.ProcessingFrom, *a.ProcessingExpectedBy)
+	return e
+}
+
+// processingLateReason is the review reason of an attempt still processing
+// at its ProcessingReviewAt: since when, and the provider's expected end
+// when it gave one.
+func (s *Service) processingLateReason(a Attempt) string {
+	e := s.processingExpectedBy(a)
+	if e == nil {
+		return fmt.Sprintf("provider reports processing since %s, more than %s, and never said when it expects it to end (R18)",
+			fmtTime(a.ProcessingFrom), s.cfg.ProcessingReviewAfter)
+	}
+	capped := ""
+	if e.Equal(a.ProcessingFrom.Add(MaxProcessingExpectedAfter)) {
+		capped = fmt.Sprintf(" (the provider's date capped at %s after processing began)", MaxProcessingExpectedAfter)
+	}
+	return fmt.Sprintf("provider reports processing since %s and expected it to end by %s%s: still processing %s after "+
+		"that (margin %s) and more than %s since it began (R18)", fmtTime(a.ProcessingFrom), fmtTime(e), capped,
+		s.clock.Now().Sub(*e).Round(time.Minute), s.cfg.ProcessingExpectedMargin, s.cfg.ProcessingReviewAfter)
+}
+
 // lookedUp is one lookup's answer for the resolver to record and apply.
 type lookedUp struct {
 	a      Attempt
@@ -382,16 +445,21 @@ type lookedUp struct {
 // schedules the next. $4 says, for each id of $1, whether the provider
 // answered that lookup (found or not found); $5 is the provider's
 // Retry-After for an unanswered one, in microseconds (0 when it gave
-// none). The schedule's step is the number of answered lookups: after the
+// none); $6 whether it found the operation processing (counted in
+// lookups_processing: not toward MaxLookups, R18). The schedule's step is
+// the number of answered lookups, "processing" ones included: after the
 // nth answered lookup the next comes after ResolveSchedule[n] ($3, in
-// microseconds; the last entry repeats). An unanswered lookup leaves the
-// step where it was: the next comes after the same delay again, or after
-// the Retry-After when longer. The CTE locks the attempts in id order
-// first, as record batches lock theirs.
+// microseconds; the last entry repeats), so an operation the provider
+// keeps processing for a day (a Pix cob, a payout in transit) is looked
+// up at the schedule's longest delay, not every few seconds. An
+// unanswered lookup leaves the step where it was: the next comes after
+// the same delay again, or after the Retry-After when longer. The CTE
+// locks the attempts in id order first, as record batches lock theirs.
 var countLookupsSQL = `WITH o AS MATERIALIZED (SELECT id FROM attempts WHERE id = ANY ($1::uuid[]) ORDER BY id FOR UPDATE),
-	l AS (SELECT * FROM unnest($1::uuid[], $4::boolean[], $5::bigint[]) AS l (id, answered, wait_us))
+	l AS (SELECT * FROM unnest($1::uuid[], $4::boolean[], $5::bigint[], $6::boolean[]) AS l (id, answered, wait_us, processing))
 	UPDATE attempts a SET lookup_count = a.lookup_count + 1, last_lookup_at = $2::timestamptz, updated_at = $2::timestamptz,
 		lookups_unanswered = a.lookups_unanswered + CASE WHEN l.answered THEN 0 ELSE 1 END,
+		lookups_processing = a.lookups_processing + CASE WHEN l.processing THEN 1 ELSE 0 END,
 		unanswered_since = CASE WHEN l.answered THEN NULL ELSE coalesce(a.unanswered_since, $2::timestamptz) END,
 		next_lookup_at = $2::timestamptz + greatest(l.wait_us,
 			($3::bigint[])[least(a.lookup_count - a.lookups_unanswered + CASE WHEN l.answered THEN 1 ELSE 0 END,
@@ -406,15 +474,17 @@ var countLookupsSQL = `WITH o AS MATERIALIZED (SELECT id FROM attempts WHERE id 
 func (s *Service) applyLookups(ctx context.Context, tx pgx.Tx, after *afterCommit, lus []lookedUp, now time.Time) ([]ResolveResult, error) {
 	ids := make([]uuid.UUID, len(lus))
 	answered := make([]bool, len(lus))
+	processing := make([]bool, len(lus))
 	waitMicros := make([]int64, len(lus))
 	for i, lu := range lus {
 		ids[i] = lu.a.ID
 		answered[i] = lu.class.answered()
+		processing[i] = foundProcessing(lu.lr, lu.class)
 		if !answered[i] {
 			waitMicros[i] = min(lu.lr.Exchange.RetryAfter, s.cfg.ResolveSchedule[len(s.cfg.ResolveSchedule)-1]).Microseconds()
 		}
 	}
-	counted, err := s.queryByIDs(ctx, tx, countLookupsSQL, ids, now, s.scheduleMicros, answered, waitMicros)
+	counted, err := s.queryByIDs(ctx, tx, countLookupsSQL, ids, now, s.scheduleMicros, answered, waitMicros, processing)
 	if err != nil {
 		return nil, fmt.Errorf("attempts: record %d lookups: %w", len(lus), err)
 	}
@@ -746,6 +816,10 @@ type ResolveInput struct {
 	// Evidence, optional JSON, is kept on the transition event it causes
 	// (a reconciliation run's statement line, an operator's evidence).
 	Evidence json.RawMessage
+	// ExpectedBy, for a processing report: when the provider expects the
+	// operation to end (providers.WebhookEvent.ExpectedBy); zero when it
+	// did not say. It moves the review of a long "processing" (R18).
+	ExpectedBy time.Time
 }
 
 // ResolveByReference applies a provider's statement to the attempt with that
@@ -807,7 +881,7 @@ func (s *Service) ResolveByReference(ctx context.Context, in ResolveInput) (Reso
 		na, tr, err := s.applyReport(ctx, tx, after, a, actor, report{Provider: in.Provider, Operation: in.Operation,
 			Amount: in.Amount, Currency: in.Currency, State: in.State, ProviderID: in.ProviderID,
 			FailureCode: in.FailureCode, FailureReason: in.FailureReason, Data: in.Data, ActorID: in.Actor,
-			Evidence: in.Evidence}, reason)
+			Evidence: in.Evidence, ExpectedBy: in.ExpectedBy}, reason)
 		if errors.Is(err, ErrProviderIDMismatch) || errors.Is(err, ErrReportMismatch) {
 			mismatch, err = err, nil
 		}
@@ -1127,7 +1201,7 @@ func (s *Service) recordManualLookup(ctx context.Context, tx pgx.Tx, after *afte
 		return a, err
 	}
 	var inRun int
-	la, err := scanAttemptAfter(tx.QueryRow(ctx, countResendLookupSQL, a.ID, now, class.answered()), &inRun)
+	la, err := scanAttemptAfter(tx.QueryRow(ctx, countResendLookupSQL, a.ID, now, class.answered(), foundProcessing(lr, class)), &inRun)
 	if err != nil {
 		return a, fmt.Errorf("attempts: count the operator's lookup of %s: %w", a.ID, err)
 	}

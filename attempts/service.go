@@ -167,12 +167,24 @@ type Config struct {
 	// provider's Retry-After when longer (capped at the schedule's longest
 	// delay).
 	ResolveSchedule []time.Duration
-	// MaxLookups answered lookups before an unresolved attempt goes to
-	// review (R18). Default 60 (about a day with the default schedule).
+	// MaxLookups answered lookups that could not tell the outcome (not
+	// found while that proves nothing yet) before an unresolved attempt
+	// goes to review (R18). Default 60 (about a day with the default
+	// schedule). Lookups that found the operation processing do not count
+	// (Attempt.LookupsUndecided): the processing deadline bounds them.
 	MaxLookups int
 	// ProcessingReviewAfter: an attempt the provider keeps reporting as
-	// processing for this long goes to review. Default 24h.
+	// processing for this long goes to review, unless the provider said it
+	// expects the operation to end later (ProcessingExpectedMargin).
+	// Default 24h.
 	ProcessingReviewAfter time.Duration
+	// ProcessingExpectedMargin: an attempt whose provider stated when it
+	// expects the processing operation to end (a Stripe payout's arrival
+	// date, a Pix cob's expiry: providers' ExpectedBy) goes to review only
+	// once that date plus this margin has passed too (and never later
+	// than MaxProcessingExpectedAfter after processing began, plus this
+	// margin). Default 6h.
+	ProcessingExpectedMargin time.Duration
 	// UnansweredReviewAfter: an attempt whose lookups have gone unanswered
 	// this long in a row (the provider's lookups down, or refusing saldo)
 	// goes to review (R18). Default 24h.
@@ -198,6 +210,19 @@ type Config struct {
 	// (BreakerConfig; the zero value turns them off).
 	Breaker BreakerConfig
 }
+
+// DefaultProcessingExpectedMargin is Config.ProcessingExpectedMargin when
+// zero: a payout expected on a day is late some hours after it, not at
+// midnight.
+const DefaultProcessingExpectedMargin = 6 * time.Hour
+
+// MaxProcessingExpectedAfter caps the date a provider can give for the end
+// of a processing operation (ExpectedBy): at most this long after the
+// attempt was first reported processing. A bogus or far-future date (a
+// provider's bug, a cob created with a year-long expiracao) thus delays
+// the review of a stuck attempt, and the reserve it holds, by a month at
+// most, never for ever (R18).
+const MaxProcessingExpectedAfter = 30 * 24 * time.Hour
 
 // DefaultJobTimeout bounds one submit or resolve job when Config.JobTimeout
 // is zero; it must exceed a provider's connect + TLS + read timeouts.
@@ -272,6 +297,7 @@ func New(cfg Config) (*Service, error) {
 	def(&cfg.SendBackoffMax, 5*time.Minute)
 	def(&cfg.AuthRefusedWait, 10*time.Minute)
 	def(&cfg.ProcessingReviewAfter, 24*time.Hour)
+	def(&cfg.ProcessingExpectedMargin, DefaultProcessingExpectedMargin)
 	def(&cfg.UnansweredReviewAfter, 24*time.Hour)
 	def(&cfg.StaleCallAfter, 5*time.Minute)
 	def(&cfg.SweepInterval, time.Minute)

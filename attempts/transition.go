@@ -248,8 +248,13 @@ func (s *Service) acknowledge(ctx context.Context, tx pgx.Tx, after *afterCommit
 
 // markProcessing records that the provider accepted the operation and has not
 // finished it: the attempt stays open (pending stays pending, unknown stays
-// unknown) and a resolver job follows it up.
-func (s *Service) markProcessing(ctx context.Context, tx pgx.Tx, a Attempt, actor Actor, providerID string, data []byte) (Attempt, error) {
+// unknown) and a resolver job follows it up. expectedBy, when not zero, is
+// when the provider says it expects the operation to end: kept (the latest
+// statement replaces an earlier one; a report without one keeps it) and
+// capped at MaxProcessingExpectedAfter after processing began
+// (capExpectedBy), the review's deadline (ProcessingReviewAt, R18).
+func (s *Service) markProcessing(ctx context.Context, tx pgx.Tx, a Attempt, actor Actor, providerID string, data []byte,
+	expectedBy time.Time) (Attempt, error) {
 	if !a.Status.Open() {
 		return a, nil
 	}
@@ -274,10 +279,17 @@ func (s *Service) markProcessing(ctx context.Context, tx pgx.Tx, a Attempt, acto
 		nl := now.Add(s.firstLookupDelay())
 		nextLookup = &nl
 	}
+	since := now
+	if a.ProcessingFrom != nil {
+		since = *a.ProcessingFrom
+	}
+	expected, capped := capExpectedBy(since, expectedBy)
 	na, err := scanAttempt(tx.QueryRow(ctx, `UPDATE attempts SET provider_state = 'processing',
 		processing_since = COALESCE(processing_since, $2), provider_id = COALESCE(provider_id, $3),
-		data = COALESCE($4, data), next_lookup_at = COALESCE(next_lookup_at, $5), next_send_at = NULL, updated_at = $2
-		WHERE id = $1 AND status = $6 RETURNING `+attemptColumns, a.ID, now, sqlcols.Nullable(providerID), d, nextLookup, a.Status))
+		data = COALESCE($4, data), next_lookup_at = COALESCE(next_lookup_at, $5), next_send_at = NULL, updated_at = $2,
+		processing_expected_by = COALESCE($7, processing_expected_by)
+		WHERE id = $1 AND status = $6 RETURNING `+attemptColumns, a.ID, now, sqlcols.Nullable(providerID), d, nextLookup, a.Status,
+		expected))
 	if errors.Is(err, ErrNotFound) {
 		return a, nil
 	}
@@ -285,10 +297,19 @@ func (s *Service) markProcessing(ctx context.Context, tx pgx.Tx, a Attempt, acto
 		return a, err
 	}
 	if first {
+		reason := "provider reports processing"
+		if expected != nil {
+			reason += ", expected to end by " + fmtTime(expected)
+		}
 		if err := insertEvent(ctx, tx, Event{AttemptID: a.ID, At: now, Type: EventProcessing, Actor: actor,
-			Reason: "provider reports processing"}); err != nil {
+			Reason: reason}); err != nil {
 			return a, err
 		}
+	}
+	if capped {
+		s.log.WarnContext(ctx, "provider expects a processing operation to end beyond the cap; the review deadline is capped",
+			"attempt_id", a.ID, "kind", a.Kind, "provider", a.Provider, "reference", a.Reference,
+			"expected_by", expectedBy, "capped_at", *expected, "actor", actor)
 	}
 	if !na.Review {
 		if err := s.enqueueResolveFor(ctx, tx, na); err != nil {
@@ -296,4 +317,22 @@ func (s *Service) markProcessing(ctx context.Context, tx pgx.Tx, a Attempt, acto
 		}
 	}
 	return na, nil
+}
+
+// capExpectedBy is the end date a provider stated for a processing
+// operation (zero: none, nil) as the attempts core keeps it: at most
+// MaxProcessingExpectedAfter after since (when the attempt was first
+// reported processing), so that a bogus far-future date cannot keep a
+// stuck attempt, and its reserve, out of review for ever (R18). capped
+// reports that the date was cut.
+func capExpectedBy(since, expectedBy time.Time) (*time.Time, bool) {
+	if expectedBy.IsZero() {
+		return nil, false
+	}
+	limit := since.Add(MaxProcessingExpectedAfter)
+	if expectedBy.After(limit) {
+		return &limit, true
+	}
+	e := expectedBy.UTC()
+	return &e, false
 }

@@ -300,7 +300,7 @@ func (s *Service) HandleProviderEvent(ctx context.Context, providerName string, 
 	res, err := s.attempts.ResolveByReference(ctx, attempts.ResolveInput{Reference: ev.Reference, Provider: providerName,
 		Operation: ev.Operation, Amount: ev.Amount, Currency: ev.Currency, State: ev.State,
 		ProviderID: ev.ProviderID, FailureCode: ev.FailureCode, FailureReason: ev.FailureReason, Data: ev.Data,
-		Source: attempts.SourceWebhook, Actor: ev.ID, Reason: fmt.Sprintf("webhook %s (%s)", ev.ID, ev.Type)})
+		ExpectedBy: ev.ExpectedBy, Source: attempts.SourceWebhook, Actor: ev.ID, Reason: fmt.Sprintf("webhook %s (%s)", ev.ID, ev.Type)})
 	if errors.Is(err, attempts.ErrReportMismatch) || errors.Is(err, attempts.ErrProviderIDMismatch) {
 		// Flagged for review by the attempts core; nothing credited. The
 		// webhook answers "review" as it does for a payout's attempt, not

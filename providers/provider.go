@@ -378,6 +378,14 @@ type SubmitResult struct {
 	// Data is operation-specific output worth keeping (for pix_charge: the
 	// copy-and-paste payload and expiry), as JSON.
 	Data []byte
+	// ExpectedBy, when the provider states it, is when it expects an
+	// operation it reports processing to end (a Stripe payout's
+	// arrival_date, a Pix cob's expiry plus the adapter's grace). The
+	// attempts core sends an attempt that stays processing to review only
+	// once this instant plus a margin has passed (and its own
+	// ProcessingReviewAfter), and caps how far a provider's date can push
+	// that review (R18). Zero when the provider states none.
+	ExpectedBy time.Time
 }
 
 // LookupResult is the outcome of a lookup by reference. Found == false with a
@@ -393,6 +401,8 @@ type LookupResult struct {
 	FailureCode   string
 	FailureReason string
 	Data          []byte
+	// ExpectedBy as SubmitResult.ExpectedBy.
+	ExpectedBy time.Time
 }
 
 // WebhookEvent is a verified event from the provider.
@@ -412,6 +422,8 @@ type WebhookEvent struct {
 	Currency      string
 	OccurredAt    time.Time
 	Data          []byte
+	// ExpectedBy as SubmitResult.ExpectedBy.
+	ExpectedBy time.Time
 }
 
 // Storable reports a verified event that PostgreSQL could not store or
