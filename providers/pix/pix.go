@@ -329,6 +329,7 @@ func (p *Provider) Submit(ctx context.Context, req providers.SubmitRequest) prov
 		if r.ok && wellShaped(req.Operation, r.providerID) {
 			res.ProviderID, res.State, res.Data = r.providerID, r.state, r.data
 			res.FailureCode, res.FailureReason = r.failureCode, r.failureReason
+			res.ExpectedBy = r.expectedBy
 		}
 		return res
 	}
@@ -379,6 +380,9 @@ type read struct {
 	failureReason string
 	amount        string
 	data          []byte
+	// expectedBy: when the PSP's answer says the operation ends at the
+	// latest (an ATIVA cob: its expiry plus ExpiryGrace); zero otherwise.
+	expectedBy time.Time
 }
 
 // CobData is a pix_charge's Data, in the shape package charges reads
@@ -400,7 +404,11 @@ type CobData struct {
 // expiry (plus ExpiryGrace) has passed, then failed cob_expired; CONCLUIDA
 // is succeeded with the paying Pix's endToEndId as the provider id and its
 // valor as the amount (valor.original when it has none), processing while
-// no Pix names an endToEndId; a removed cob is failed.
+// no Pix names an endToEndId; a removed cob is failed. An ATIVA cob whose
+// expiry is known is expected to end by its expiry plus ExpiryGrace (paid
+// before, failed cob_expired after): its expectedBy, so that the attempts
+// core's review of a long "processing" ages from it rather than from a
+// fixed delay shorter than the cob (R18).
 func (p *Provider) readCob(body []byte, txid string, created bool) read {
 	var c cob
 	if err := json.Unmarshal(body, &c); err != nil || c.TxID != txid {
@@ -423,6 +431,9 @@ func (p *Provider) readCob(body []byte, txid string, created bool) read {
 	r := read{ok: true, amount: c.Valor.Original}
 	switch c.Status {
 	case CobAtiva:
+		if !d.ExpiresAt.IsZero() {
+			r.expectedBy = d.ExpiresAt.Add(p.cfg.ExpiryGrace)
+		}
 		switch {
 		case created:
 			r.state = providers.StateSucceeded
@@ -642,7 +653,8 @@ func lookupResult(ex providers.Exchange, op providers.Operation, reference strin
 		return providers.LookupResult{Exchange: ex}
 	}
 	return providers.LookupResult{Exchange: ex, Found: true, ProviderID: r.providerID, State: r.state,
-		Amount: r.amount, Currency: "BRL", FailureCode: r.failureCode, FailureReason: r.failureReason, Data: r.data}
+		Amount: r.amount, Currency: "BRL", FailureCode: r.failureCode, FailureReason: r.failureReason, Data: r.data,
+		ExpectedBy: r.expectedBy}
 }
 
 // itemProblem is why an answer or notice about op is not the PSP's word on

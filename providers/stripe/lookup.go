@@ -118,7 +118,7 @@ func (p *Provider) Lookup(ctx context.Context, op providers.Operation, reference
 	res.ProviderID, res.State = best.ID, best.State
 	res.Amount, res.Currency = best.Amount, best.Currency
 	res.FailureCode, res.FailureReason = best.FailureCode, best.FailureReason
-	res.Data = best.Data
+	res.Data, res.ExpectedBy = best.Data, best.ExpectedBy
 	return res, nil
 }
 

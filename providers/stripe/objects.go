@@ -23,6 +23,9 @@ type view struct {
 	FailureReason string
 	Created       time.Time
 	Data          []byte
+	// ExpectedBy is when Stripe expects a processing operation to end
+	// (a payout's arrival date); zero when it states none.
+	ExpectedBy time.Time
 }
 
 // paths of the create endpoints, by operation.
@@ -150,7 +153,12 @@ func viewTransfer(t *stripego.Transfer) view {
 }
 
 // viewPayout: pending and in_transit are processing; paid succeeded;
-// failed and canceled failed (with failure_code).
+// failed and canceled failed (with failure_code). A processing payout's
+// ExpectedBy is the end of its arrival_date (a UTC date, as Stripe gives
+// it: the payout becomes paid some time during that day, weekends and bank
+// holidays already counted by Stripe), so that a payout in transit for two
+// business days, or over a weekend, reaches review only once it is late
+// (R18).
 func viewPayout(po *stripego.Payout) view {
 	v := base(providers.OpBankPayout, po.ID, po.Metadata, po.Amount, po.Currency, po.Created)
 	switch po.Status {
@@ -166,7 +174,12 @@ func viewPayout(po *stripego.Payout) view {
 		v.State = providers.StateProcessing
 	}
 	if po.ArrivalDate != 0 {
-		v.Data, _ = json.Marshal(map[string]string{"arrival_date": time.Unix(po.ArrivalDate, 0).UTC().Format(time.DateOnly)})
+		arrival := time.Unix(po.ArrivalDate, 0).UTC()
+		v.Data, _ = json.Marshal(map[string]string{"arrival_date": arrival.Format(time.DateOnly)})
+		if v.State == providers.StateProcessing {
+			day := time.Date(arrival.Year(), arrival.Month(), arrival.Day(), 0, 0, 0, 0, time.UTC)
+			v.ExpectedBy = day.AddDate(0, 0, 1)
+		}
 	}
 	return v
 }

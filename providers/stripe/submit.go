@@ -82,7 +82,7 @@ func (p *Provider) readSubmit(op providers.Operation, ex providers.Exchange) pro
 		if v, ok := parseObject(op, ex.Body); ok {
 			res.ProviderID, res.State = v.ID, v.State
 			res.FailureCode, res.FailureReason = v.FailureCode, v.FailureReason
-			res.Data = v.Data
+			res.Data, res.ExpectedBy = v.Data, v.ExpectedBy
 		}
 		return res
 	}

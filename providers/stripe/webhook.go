@@ -99,7 +99,7 @@ func (p *Provider) ParseWebhook(header http.Header, body []byte, now time.Time) 
 	}
 	out.Operation, out.Reference, out.ProviderID, out.State = v.Operation, v.Reference, v.ID, v.State
 	out.FailureCode, out.FailureReason = v.FailureCode, v.FailureReason
-	out.Amount, out.Currency, out.Data = v.Amount, v.Currency, v.Data
+	out.Amount, out.Currency, out.Data, out.ExpectedBy = v.Amount, v.Currency, v.Data, v.ExpectedBy
 	if ev.Type == "payment_intent.payment_failed" && out.State == providers.StateProcessing {
 		// The event says the confirmation failed even if the object was
 		// caught in between.
