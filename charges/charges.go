@@ -385,10 +385,15 @@ type ChargeRequest struct {
 // names them (the API's JSON names).
 const (
 	FieldPixExpiresIn = "pix_expires_in_seconds"
-	// MaxPixExpiry is the longest cob a charge asks for: with the Pix
-	// adapter's grace after expiry, well inside the attempts core's default
-	// ProcessingReviewAfter (24h). A deployment lowering that setting
-	// keeps it above the longest cob plus the grace (docs/configuration.md).
+	// MaxPixExpiry is the longest cob a charge asks for: the API's
+	// documented range (pix_expires_in_seconds up to 82800). It no longer
+	// has to stay under the attempts core's ProcessingReviewAfter: the Pix
+	// adapter states each cob's expiry plus its grace (ExpectedBy) and an
+	// unpaid cob reaches review only once that, plus
+	// ProcessingExpectedMargin, has passed (R18), whatever
+	// ProcessingReviewAfter is; the core caps such a date at
+	// attempts.MaxProcessingExpectedAfter (30 days) after the cob's
+	// creation, so a longer limit would stay reviewable.
 	MaxPixExpiry    = 23 * time.Hour
 	FieldPayerName  = "payer_name"
 	FieldPayerTaxID = "payer_tax_id"
@@ -449,11 +454,10 @@ func (s *Service) validate(req *ChargeRequest) error {
 		if req.PixExpiresIn == 0 {
 			req.PixExpiresIn = s.pixExpiry
 		}
-		// At most MaxPixExpiry: the Pix adapter reports an unpaid cob
-		// "processing" until its expiry plus its grace (10 min), and the
-		// attempts core sends an attempt "processing" for longer than its
-		// ProcessingReviewAfter (default 24h) to review: a 24h cob went to
-		// review, with its alert, minutes before it would simply expire.
+		// At most MaxPixExpiry (the API's range). The Pix adapter reports
+		// an unpaid cob "processing" until its expiry plus its grace, and
+		// says so (ExpectedBy): the attempts core's review of it ages from
+		// that date, not from ProcessingReviewAfter alone (R18).
 		if req.PixExpiresIn < time.Minute || req.PixExpiresIn > MaxPixExpiry || req.PixExpiresIn%time.Second != 0 {
 			return invalid(FieldPixExpiresIn, "whole seconds between 1 minute and 23 hours")
 		}

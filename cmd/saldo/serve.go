@@ -12,12 +12,10 @@ import (
 	"time"
 
 	"github.com/saldo/saldo/attempts"
-	"github.com/saldo/saldo/charges"
 	"github.com/saldo/saldo/internal/engine"
 	"github.com/saldo/saldo/internal/replica"
 	"github.com/saldo/saldo/payouts"
 	"github.com/saldo/saldo/providers"
-	"github.com/saldo/saldo/providers/pix"
 	"github.com/saldo/saldo/providers/sim"
 	"github.com/saldo/saldo/providers/stripe"
 )
@@ -154,7 +152,12 @@ func runServe(ctx context.Context, args []string) error {
 	unansweredReview := fs.Duration("unanswered-review-after", env.duration("SALDO_UNANSWERED_REVIEW_AFTER", 24*time.Hour),
 		"an attempt whose lookups have gone unanswered this long in a row goes to the review queue (R18) ($SALDO_UNANSWERED_REVIEW_AFTER)")
 	processingReview := fs.Duration("processing-review-after", env.duration("SALDO_PROCESSING_REVIEW_AFTER", 24*time.Hour),
-		"an attempt the provider keeps reporting as processing this long goes to the review queue ($SALDO_PROCESSING_REVIEW_AFTER)")
+		"an attempt the provider keeps reporting as processing this long goes to the review queue, unless the provider "+
+			"said it ends later (see --processing-expected-margin) ($SALDO_PROCESSING_REVIEW_AFTER)")
+	processingMargin := fs.Duration("processing-expected-margin", env.duration("SALDO_PROCESSING_EXPECTED_MARGIN",
+		attempts.DefaultProcessingExpectedMargin),
+		"an attempt still processing past the end its provider stated (a Stripe payout's arrival date, a Pix cob's expiry; "+
+			"capped at 30 days after it began processing) plus this margin goes to the review queue ($SALDO_PROCESSING_EXPECTED_MARGIN)")
 	staleCall := fs.Duration("stale-call-after", env.duration("SALDO_STALE_CALL_AFTER", 5*time.Minute),
 		"a call started this long ago with nothing recorded is unknown; must exceed the longest provider call by at least 1s: "+
 			"connect + TLS handshake (5s) + read, or with a Pix PSP the attempt job timeout (that + 30s), since a Pix call "+
@@ -274,13 +277,8 @@ func runServe(ctx context.Context, args []string) error {
 	if *maxLookups < 1 || *unansweredReview <= 0 || *processingReview <= 0 {
 		problems = append(problems, "--max-lookups must be at least 1, --unanswered-review-after and --processing-review-after positive")
 	}
-	if pixf.enabled() && *processingReview < charges.MaxPixExpiry+pix.DefaultExpiryGrace {
-		// An unpaid cob is "processing" until its expiry plus the adapter's
-		// grace: shorter, every long cob reaches review (with its alert)
-		// before it can expire (found by review).
-		problems = append(problems, fmt.Sprintf("--processing-review-after %s is shorter than the longest Pix cob (%s) plus "+
-			"the adapter's grace after expiry (%s): unpaid cobs would reach review before they expire",
-			*processingReview, charges.MaxPixExpiry, pix.DefaultExpiryGrace))
+	if *processingMargin <= 0 {
+		problems = append(problems, "--processing-expected-margin must be positive")
 	}
 	if *retryMax < 1 || *retryWithin < 0 || *retryBackoff < 0 {
 		problems = append(problems, "--payout-max-attempts must be at least 1, --payout-retry-within and --payout-retry-backoff not negative")
@@ -348,7 +346,7 @@ func runServe(ctx context.Context, args []string) error {
 		MaxWorkers:  *maxWorkers, CompletedJobsKept: *jobsKept, NotifyDenyPrivate: !*notifyPrivate,
 		Attempts: attempts.Config{StaleCallAfter: *staleCall, JobTimeout: jobTimeout,
 			ResolveSchedule: resolveSchedule, MaxLookups: *maxLookups, UnansweredReviewAfter: *unansweredReview,
-			ProcessingReviewAfter: *processingReview,
+			ProcessingReviewAfter: *processingReview, ProcessingExpectedMargin: *processingMargin,
 			Breaker: attempts.BreakerConfig{Window: *breakerWindow, MinCalls: *breakerMin, FailureRate: *breakerRate,
 				OpenFor: *breakerOpen}},
 		ShutdownTimeout: *shutdown, StartupWait: *startupWait, Logger: log,

@@ -32,14 +32,16 @@ func serveExitOutput(t *testing.T, env []string, args ...string) string {
 	return string(out)
 }
 
-// docs/configuration.md: --processing-review-after stays above 23h10m (the
-// longest cob a charge may ask for, charges.MaxPixExpiry 23h, plus the Pix
-// adapter's 10 min of grace), "or unpaid cobs reach review before they
-// expire". With a Pix PSP configured, serve refuses to start on 1h and names
-// the flag. Before, serve took 1h without a word, and every Pix charge whose
-// payer had not paid within the hour went to the review queue, with its
-// alert, while still payable (found by review).
-func TestServeRefusesProcessingReviewBelowTheLongestCob(t *testing.T) {
+// R18: with a Pix PSP configured, serve takes a --processing-review-after
+// shorter than the longest cob (1h). It used to refuse one below 23h10m
+// (charges.MaxPixExpiry plus the adapter's grace): every unpaid cob then
+// reached review, with its alert, while still payable. The Pix adapter now
+// states each cob's expiry plus grace (ExpectedBy) and the attempts core
+// reviews a processing attempt only once that has passed too (plus
+// --processing-expected-margin), whatever --processing-review-after says:
+// the refusal protected nothing any more, and kept an operator from
+// reviewing stuck payouts sooner.
+func TestServeTakesAProcessingReviewShorterThanTheLongestCob_R18(t *testing.T) {
 	t.Parallel()
 	certs, err := pixtest.NewCerts(t.TempDir())
 	require.NoError(t, err)
@@ -48,10 +50,19 @@ func TestServeRefusesProcessingReviewBelowTheLongestCob(t *testing.T) {
 		"--pix-token-url", "https://psp.example/oauth/token", "--pix-client-id", "saldo", "--pix-key", "chave@example.com",
 		"--pix-cert-file", certs.ClientCertFile, "--pix-key-file", certs.ClientKeyFile, "--pix-ca-file", certs.CAFile)
 	t.Logf("serve:\n%s", out)
-	require.Contains(t, out, "refusing to start",
-		"serve refuses --processing-review-after 1h with a Pix PSP (cobs live up to 23h10m)")
-	require.Contains(t, out, "--processing-review-after", "the refusal names the flag")
-	require.NotContains(t, out, "database unreachable", "serve stops before the database")
+	require.NotContains(t, out, "refusing to start", "a cob's review ages from its own expiry, not from this setting")
+	require.Contains(t, out, "database unreachable", "serve got as far as the database")
+}
+
+// R18: --processing-expected-margin must be positive; serve refuses 0 and
+// names the flag (the attempts core would silently take its default).
+func TestServeRefusesANonPositiveProcessingExpectedMargin_R18(t *testing.T) {
+	t.Parallel()
+	err := runServe(t.Context(), []string{"--database-url=postgres://saldo@127.0.0.1:1/saldo", "--sim-url=",
+		"--processing-expected-margin", "0s"})
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "refusing to start")
+	require.Contains(t, err.Error(), "--processing-expected-margin must be positive", "the refusal names the flag:\n%v", err)
 }
 
 // --breaker-failure-rate is in (0, 1]: serve refuses NaN (which
