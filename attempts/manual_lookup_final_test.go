@@ -15,7 +15,9 @@ import (
 // unknown for ever with every operator decision refused (R18, R22).
 func TestManualLookupFoundFailedResolvesAnAttemptInReview_R18_R22(t *testing.T) {
 	t.Parallel()
-	h := setup(t, harnessOpts{tune: func(c *Config) { c.MaxLookups = 1 }})
+	// In review by the processing deadline: "processing" answers no longer
+	// count toward MaxLookups (R18).
+	h := setup(t, harnessOpts{tune: func(c *Config) { c.MaxLookups = 1; c.ProcessingReviewAfter = time.Hour }})
 	a := unknownUnacked(t, h)
 	h.psp.setOp(a.Reference, "processing")
 	h.clock.Advance(5 * time.Minute)
