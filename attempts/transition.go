@@ -306,7 +306,8 @@ func (s *Service) markProcessing(ctx context.Context, tx pgx.Tx, a Attempt, acto
 			return a, err
 		}
 	}
-	if capped {
+	if capped && (a.ProcessingExpectedBy == nil || !a.ProcessingExpectedBy.Equal(*expected)) {
+		// Once per attempt, not at every lookup repeating the date.
 		s.log.WarnContext(ctx, "provider expects a processing operation to end beyond the cap; the review deadline is capped",
 			"attempt_id", a.ID, "kind", a.Kind, "provider", a.Provider, "reference", a.Reference,
 			"expected_by", expectedBy, "capped_at", *expected, "actor", actor)
