@@ -255,7 +255,7 @@ func (s *Server) handleProviderEvent(ctx context.Context, provider string, ev pr
 	res, err := s.att.ResolveByReference(ctx, attempts.ResolveInput{Reference: ev.Reference, Provider: provider,
 		Operation: ev.Operation, Amount: ev.Amount, Currency: ev.Currency, State: ev.State,
 		ProviderID: ev.ProviderID, FailureCode: ev.FailureCode, FailureReason: ev.FailureReason, Data: ev.Data,
-		Source: attempts.SourceWebhook, Actor: ev.ID, Reason: fmt.Sprintf("webhook %s (%s) reports %s", ev.ID, ev.Type, ev.State)})
+		ExpectedBy: ev.ExpectedBy, Source: attempts.SourceWebhook, Actor: ev.ID, Reason: fmt.Sprintf("webhook %s (%s) reports %s", ev.ID, ev.Type, ev.State)})
 	switch {
 	case errors.Is(err, attempts.ErrNotFound):
 		s.log.WarnContext(ctx, "api: webhook for an unknown reference", "provider", provider, "event_id", ev.ID, "reference", ev.Reference)

@@ -29,9 +29,12 @@ func (c *cobClock) Advance(d time.Duration) { c.off.Add(int64(d)) }
 // 23 h) expires unpaid without ever reaching the review queue under saldo
 // serve's defaults. The Pix adapter reports an unpaid cob "processing"
 // until its expiry plus ExpiryGrace (10 min), and the resolver sends an
-// attempt "processing" for ProcessingReviewAfter (24 h) to review: a 24 h
-// cob, accepted before, went to review with its alert minutes before it
-// simply expired (found by review). A 24 h cob is now refused.
+// attempt "processing" to review at the later of ProcessingReviewAfter
+// (24 h) and the cob's own expected end (its expiry plus the grace, plus
+// --processing-expected-margin). A 24 h cob, accepted once, went to review
+// with its alert minutes before it simply expired (found by review); the
+// expected end now prevents that for any length, and 23 h stays the API's
+// documented longest cob.
 func TestLongestPixCobExpiresWithoutReview_R15_R18(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -57,7 +60,7 @@ func TestLongestPixCobExpiresWithoutReview_R15_R18(t *testing.T) {
 
 	_, err = e.Charges.Create(ctx, charges.ChargeRequest{MerchantID: "m1", Kind: charges.KindPix,
 		Amount: money.MustParse("30.00", "BRL"), PixExpiresIn: 24 * time.Hour})
-	require.ErrorIs(t, err, charges.ErrInvalid, "a 24 h cob would reach review before it expires")
+	require.ErrorIs(t, err, charges.ErrInvalid, "23 h is the longest cob the API takes")
 	ch, err := e.Charges.Create(ctx, charges.ChargeRequest{MerchantID: "m1", Kind: charges.KindPix,
 		Amount: money.MustParse("30.00", "BRL"), PixExpiresIn: charges.MaxPixExpiry})
 	require.NoError(t, err)

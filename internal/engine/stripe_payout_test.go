@@ -317,3 +317,38 @@ func TestFailoverSkipsAProviderThatCannotPayTheDestination_R16_R22(t *testing.T)
 	require.NoError(t, err)
 	require.True(t, res.OK(), res.Summary())
 }
+
+// R18: a bank payout's expected arrival, when only a webhook states it,
+// is kept on the attempt, so that a payout in transit for days reaches
+// review by its own date, not by --processing-review-after. Before, the
+// webhook route dropped the date (the lookups and the submit answer kept
+// it).
+func TestStripePayoutWebhookKeepsTheExpectedArrival_R18(t *testing.T) {
+	t.Parallel()
+	w := newPayoutAPI(t, "bank_payout=stripe")
+	ctx, e := w.ctx, w.e
+	code, body := w.post(t, "/v1/merchants/m1/payouts", map[string]any{"operation": "bank_payout", "amount": "42.50",
+		"currency": "USD", "destination": map[string]any{"stripe_bank_account": "ba_1SaldoLojaUSD", "holder_name": "Loja"}})
+	require.Equal(t, http.StatusCreated, code, "%v", body)
+	po, err := e.Payouts.Get(ctx, "m1", body["id"].(string))
+	require.NoError(t, err)
+	r, err := e.Attempts.Execute(ctx, *po.CurrentAttemptID)
+	require.NoError(t, err)
+	require.Equal(t, attempts.OutcomeProcessing, r.Outcome)
+	// Forget what the submit answer said, so that only the webhook can
+	// say it again.
+	_, err = w.pool.Exec(ctx, `UPDATE attempts SET processing_expected_by = NULL WHERE id = $1`, r.Attempt.ID)
+	require.NoError(t, err)
+
+	w.fake.SetStatus(r.Attempt.ProviderID, "in_transit", "")
+	arrival := time.Unix(int64(w.fake.Object(r.Attempt.ProviderID)["arrival_date"].(float64)), 0).UTC()
+	evt := w.fake.Event("payout.updated", r.Attempt.ProviderID)
+	status, err := stripefake.Deliver(ctx, w.url+"/v1/webhooks/stripe", stripeE2EWebhookSecret, time.Now(), evt)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, status)
+	a, err := e.Attempts.Get(ctx, w.pool, r.Attempt.ID)
+	require.NoError(t, err)
+	require.Equal(t, attempts.StatusPending, a.Status)
+	require.NotNil(t, a.ProcessingExpectedBy, "the webhook's arrival date was dropped")
+	require.False(t, a.ProcessingExpectedBy.Before(arrival), "expected by %s, before the arrival date %s", a.ProcessingExpectedBy, arrival)
+}
