@@ -310,14 +310,17 @@ func (n *Notifier) PayoutDiverged(ctx context.Context, tx pgx.Tx, p payouts.Payo
 
 // ChargeDiverged records a charge.diverged event: the provider reported
 // charge c paid (attempt a) after saldo resolved it failed or expired (the
-// payer's money arrived and was not credited), or failed after it was paid
-// (a reversal: the merchant was credited with money that did not arrive);
-// an operator settles it. It is
-// charges.Config.OnDiverged.
+// payer's money arrived and was not credited), failed after it was paid
+// (a reversal: the merchant was credited with money that did not arrive),
+// or disputed (a chargeback: the card network took the money back); an
+// operator settles it. It is charges.Config.OnDiverged.
 func (n *Notifier) ChargeDiverged(ctx context.Context, tx pgx.Tx, c charges.Charge, a attempts.Attempt) error {
+	d, err := divergedOfIn(ctx, tx, chargeJSONOf(c), a)
+	if err != nil {
+		return err
+	}
 	return n.record(ctx, tx, []notice{{merchantID: c.MerchantID, typ: "charge.diverged", objectID: c.ID,
-		dedupe: "charge:" + c.ID + ":diverged:" + a.ID.String(),
-		data:   divergedOf(chargeJSONOf(c), a)}})
+		dedupe: "charge:" + c.ID + ":diverged:" + a.ID.String(), data: d}})
 }
 
 // divergedJSON is a *.diverged event's data: the payout or charge as it
@@ -330,24 +333,46 @@ type divergedJSON struct {
 	Kind       string     `json:"divergence_kind"`
 }
 
+// The divergence kinds (attempts.Divergence*), as *.diverged events name
+// them.
 const (
 	// DivergencePaidAfterFailure: the provider reported the operation
 	// succeeded after saldo resolved it failed (money moved that the ledger
 	// released or never credited).
-	DivergencePaidAfterFailure = "paid_after_failure"
+	DivergencePaidAfterFailure = attempts.DivergencePaidAfterFailure
 	// DivergenceReversal: the provider reported the operation failed after
 	// it succeeded (a payout returned, a refund failed late, a charge that
 	// did not settle): the ledger shows money moved that came back or never
 	// arrived.
-	DivergenceReversal = "reversal"
+	DivergenceReversal = attempts.DivergenceReversal
+	// DivergenceDispute: a paid card charge was disputed and the card
+	// network took its money back (a chargeback); it may come back if the
+	// merchant wins.
+	DivergenceDispute = attempts.DivergenceDispute
 )
 
+// divergedOf is the data of a divergence whose kind its attempt's status
+// tells (a payout's: paid after failure or a reversal).
 func divergedOf(object any, a attempts.Attempt) divergedJSON {
 	kind := DivergencePaidAfterFailure
 	if a.Status == attempts.StatusSucceeded {
 		kind = DivergenceReversal
 	}
 	return divergedJSON{Object: object, AttemptID: a.ID.String(), DivergedAt: a.DivergedAt, Kind: kind}
+}
+
+// divergedOfIn is divergedOf with the kind the divergence was recorded
+// with (a charge's may be a dispute), read in tx.
+func divergedOfIn(ctx context.Context, tx pgx.Tx, object any, a attempts.Attempt) (divergedJSON, error) {
+	d := divergedOf(object, a)
+	kind, err := attempts.DivergenceKind(ctx, tx, a.ID)
+	if err != nil {
+		return d, err
+	}
+	if kind != "" {
+		d.Kind = kind
+	}
+	return d, nil
 }
 
 // ChargeFinal records a charge.<status> event (paid, failed, expired) like

@@ -85,6 +85,10 @@ func problemFor(err error) Problem {
 		detail := "only a paid charge can be refunded"
 		if nr, ok := errors.AsType[*charges.NotRefundableError](err); ok && nr.Reason != "" {
 			detail = "charge " + nr.ChargeID + " is not refundable: " + nr.Reason
+			if nr.Disputed {
+				// Stripe's own code for the refund of a charged-back charge.
+				return Problem{Status: http.StatusConflict, Code: "charge_disputed", Title: "Charge disputed", Detail: detail}
+			}
 		}
 		return Problem{Status: http.StatusConflict, Code: "not_refundable", Title: "Not refundable", Detail: detail}
 	case errors.Is(err, payouts.ErrRefundExceedsCharge):

@@ -707,37 +707,13 @@ func (s *Service) lateConflict(ctx context.Context, tx pgx.Tx, after *afterCommi
 		}
 	}
 	if why != "" {
-		na, err := scanAttempt(tx.QueryRow(ctx, `UPDATE attempts SET diverged_at = $2, divergence = $3,
-			review = true, review_reason = $3, review_at = $2, updated_at = $2
-			WHERE id = $1 AND status = $4 AND diverged_at IS NULL RETURNING `+attemptColumns, a.ID, now, why, a.Status))
-		switch {
-		case errors.Is(err, ErrNotFound):
-			// Already diverged: the note is enough.
-		case err != nil:
-			return a, fmt.Errorf("attempts: record divergence of %s: %w", a.ID, err)
-		default:
-			a = na
-			if err := insertEvent(ctx, tx, Event{AttemptID: a.ID, At: now, Type: EventReview, Actor: actor, Reason: why}); err != nil {
-				return a, err
-			}
-			if err := s.holdSiblings(ctx, tx, after, na, actor); err != nil {
-				return a, err
-			}
-			if o, ok := s.owner(na.Kind).(DivergenceOwner); ok {
-				if err := o.AttemptDiverged(ctx, tx, na); err != nil {
-					return a, fmt.Errorf("attempts: owner of diverged %s: %w", na.ID, err)
-				}
-			}
-			after.add(func() {
-				s.log.ErrorContext(ctx, "provider contradicts a final attempt: divergence, review", "attempt_id", na.ID,
-					"kind", na.Kind, "provider", na.Provider, "reference", na.Reference, "status", na.Status,
-					"resolved_by", na.ResolvedBy, "reported", said, "reported_by", actor)
-				s.metrics.divergence(na)
-				s.metrics.reviewFlagged(na)
-				if s.cfg.OnReview != nil {
-					s.cfg.OnReview(na, why)
-				}
-			})
+		kind := DivergencePaidAfterFailure
+		if a.Status == StatusSucceeded {
+			kind = DivergenceReversal
+		}
+		var err error
+		if a, _, err = s.recordDivergence(ctx, tx, after, a, actor, kind, why, said); err != nil {
+			return a, err
 		}
 	}
 	after.add(func() {

@@ -115,6 +115,9 @@ type NotRefundableError struct {
 	Status   Status
 	// Reason, when set, is why a paid charge is not refundable.
 	Reason string
+	// Disputed: the charge is disputed (a chargeback); the API answers
+	// charge_disputed.
+	Disputed bool
 }
 
 func (e *NotRefundableError) Error() string {
@@ -943,17 +946,24 @@ func (s *Service) LockForRefund(ctx context.Context, tx pgx.Tx, merchantID, char
 	// R19): the money may never have arrived, and a refund would pay out
 	// what was not received. Refused while the divergence stands, and
 	// after it is settled too: the operator booked it, and the charge stays
-	// paid only as history (R9).
-	var reversed bool
-	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM attempts WHERE direction = 'in' AND subject_id = $1
-		AND status = 'succeeded' AND diverged_at IS NOT NULL)`, c.ID).Scan(&reversed); err != nil {
+	// paid only as history (R9). A disputed charge (a chargeback: the card
+	// network took the money back) likewise: the cardholder already has
+	// the money or may get it, a refund would return it twice, and Stripe
+	// refuses it (charge_disputed).
+	var kind *string
+	err = tx.QueryRow(ctx, `SELECT divergence_kind FROM attempts WHERE direction = 'in' AND subject_id = $1
+		AND status = 'succeeded' AND diverged_at IS NOT NULL ORDER BY diverged_at LIMIT 1`, c.ID).Scan(&kind)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return c, nil
+	case err != nil:
 		return c, err
+	case kind != nil && *kind == attempts.DivergenceDispute:
+		return c, &NotRefundableError{ChargeID: c.ID, Status: c.Status, Disputed: true,
+			Reason: "the charge is disputed: the card network took its money back (a chargeback, a divergence an operator settles)"}
 	}
-	if reversed {
-		return c, &NotRefundableError{ChargeID: c.ID, Status: c.Status,
-			Reason: "the provider reported it failed after it was paid (a divergence an operator settles)"}
-	}
-	return c, nil
+	return c, &NotRefundableError{ChargeID: c.ID, Status: c.Status,
+		Reason: "the provider reported it failed after it was paid (a divergence an operator settles)"}
 }
 
 // ListParams filters a merchant's charges. Cursor is opaque (from a previous

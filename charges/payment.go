@@ -280,6 +280,9 @@ func (s *Service) refresh(ctx context.Context, c Charge) (Charge, error) {
 // expired cob expires it. A "processing" event for a cob moves the charge to
 // awaiting_payment with its payload.
 func (s *Service) HandleProviderEvent(ctx context.Context, providerName string, ev providers.WebhookEvent) (bool, error) {
+	if ev.Dispute != nil {
+		return s.handleDispute(ctx, providerName, ev)
+	}
 	if ev.Reference == "" {
 		return false, nil
 	}
@@ -319,6 +322,67 @@ func (s *Service) HandleProviderEvent(ctx context.Context, providerName string, 
 		return true, err
 	}
 	return true, nil
+}
+
+// handleDispute applies a card dispute the provider reports (ev.Dispute)
+// to the card charge whose attempt holds the disputed payment
+// (ev.ProviderID) at providerName: attempts.RecordDispute notes every
+// report, and the first one that says the money was withdrawn makes the
+// succeeded attempt's divergence of kind dispute (R9, R19): review,
+// needs_attention, charge.diverged, the charge no longer refundable
+// (LockForRefund), the audit reporting it until an operator books it and
+// settles it. Nothing moves in the ledger: a dispute may be won (the
+// money comes back) or lost, and the operator books what happened.
+// handled is false when no charge attempt holds the payment (the event is
+// acknowledged as unmatched).
+func (s *Service) handleDispute(ctx context.Context, providerName string, ev providers.WebhookEvent) (bool, error) {
+	d := ev.Dispute
+	if ev.ProviderID == "" || ev.ID == "" {
+		s.log.WarnContext(ctx, "charges: dispute names no payment saldo could hold", "provider", providerName,
+			"event_id", ev.ID, "dispute", d.ID)
+		return false, nil
+	}
+	res, err := s.attempts.RecordDispute(ctx, attempts.DisputeReport{Provider: providerName, ProviderID: ev.ProviderID,
+		EventID: ev.ID, Withdrawn: d.Withdrawn, Note: disputeNote(providerName, ev)})
+	if errors.Is(err, attempts.ErrNotFound) {
+		s.log.WarnContext(ctx, "charges: dispute of a payment no charge attempt holds", "provider", providerName,
+			"event_id", ev.ID, "dispute", d.ID, "provider_id", ev.ProviderID)
+		return false, nil
+	}
+	if err != nil {
+		return true, err
+	}
+	if res.Attempt.Kind != attempts.KindCardCharge && res.Attempt.Kind != attempts.KindPixCharge {
+		// Only a charge's attempt is in; noted on it all the same.
+		s.log.ErrorContext(ctx, "charges: dispute of an incoming attempt that is not a charge's", "attempt_id", res.Attempt.ID,
+			"kind", res.Attempt.Kind, "event_id", ev.ID)
+	}
+	if d.Reinstated && !res.Duplicate && res.Attempt.DivergenceSettledAt != nil {
+		// The operator settled the dispute's divergence (booked the
+		// withdrawal) before the money came back: what came back is the
+		// merchant's again, and only a human books it.
+		s.log.ErrorContext(ctx, "charges: disputed funds reinstated after the divergence was settled: book them back to the merchant",
+			"attempt_id", res.Attempt.ID, "charge_id", res.Attempt.SubjectID, "dispute", d.ID, "event_id", ev.ID)
+	}
+	return true, nil
+}
+
+// disputeNote is what a dispute report says, for the attempt's note and
+// divergence: the dispute, its amount, reason and status, and what the
+// operator does about it.
+func disputeNote(providerName string, ev providers.WebhookEvent) string {
+	d := ev.Dispute
+	note := fmt.Sprintf("%s %s %s: dispute %s of %s %s, reason %q, status %q", providerName, ev.Type, ev.ID, d.ID,
+		ev.Amount, ev.Currency, d.Reason, d.Status)
+	switch {
+	case d.Reinstated:
+		return note + ": the disputed money came back (won); the operator books back whatever was booked for it and settles the divergence"
+	case d.Lost:
+		return note + ": the dispute is lost, the money stays withdrawn; the operator books it against the merchant (a negative funding) and settles the divergence"
+	case d.Withdrawn:
+		return note + ": the card network took the money back from the platform's balance"
+	}
+	return note + ": an inquiry; nothing was withdrawn"
 }
 
 // PollResult says what one Poll did.

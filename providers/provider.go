@@ -424,6 +424,29 @@ type WebhookEvent struct {
 	Data          []byte
 	// ExpectedBy as SubmitResult.ExpectedBy.
 	ExpectedBy time.Time
+	// Dispute, when set, says the event is about a card dispute of the
+	// payment ProviderID names (Amount and Currency are the disputed
+	// amount's), not a report of an operation's state: Reference is then
+	// the dispute's own id (never an attempt reference) and State
+	// processing, so a consumer that does not know disputes moves nothing.
+	Dispute *Dispute
+}
+
+// Dispute is a card dispute as a provider reports it: a cardholder asked
+// the card network for a paid charge's money back.
+type Dispute struct {
+	// ID is the provider's dispute id; Status and Reason its words
+	// (Stripe: needs_response, under_review, won, lost, warning_*;
+	// fraudulent, product_not_received, ...).
+	ID, Status, Reason string
+	// Withdrawn: the provider took, or has taken, the disputed money from
+	// the platform's balance (a chargeback, whatever became of it since),
+	// not an inquiry that takes nothing.
+	Withdrawn bool
+	// Reinstated: the money came back (the dispute was won).
+	Reinstated bool
+	// Lost: the dispute is closed and the money stays withdrawn.
+	Lost bool
 }
 
 // Storable reports a verified event that PostgreSQL could not store or
@@ -433,7 +456,8 @@ type WebhookEvent struct {
 func (e WebhookEvent) Storable() error {
 	for _, f := range []struct{ name, v string }{{"id", e.ID}, {"type", e.Type}, {"operation", string(e.Operation)},
 		{"reference", e.Reference}, {"provider id", e.ProviderID}, {"state", string(e.State)},
-		{"failure code", e.FailureCode}, {"failure reason", e.FailureReason}, {"amount", e.Amount}, {"currency", e.Currency}} {
+		{"failure code", e.FailureCode}, {"failure reason", e.FailureReason}, {"amount", e.Amount}, {"currency", e.Currency},
+		{"dispute", e.disputeText()}} {
 		if !pgtext.Valid(f.v) {
 			return fmt.Errorf("%w: its %s holds NUL or invalid UTF-8", ErrMalformedWebhook, f.name)
 		}
@@ -450,6 +474,14 @@ func (e WebhookEvent) Storable() error {
 		return fmt.Errorf("%w: its provider id is longer than %d bytes", ErrMalformedWebhook, MaxProviderIDLength)
 	}
 	return nil
+}
+
+// disputeText is the text fields of e's dispute, for Storable.
+func (e WebhookEvent) disputeText() string {
+	if e.Dispute == nil {
+		return ""
+	}
+	return e.Dispute.ID + e.Dispute.Status + e.Dispute.Reason
 }
 
 // MaxProviderIDLength bounds the provider id a provider's event may carry.

@@ -34,6 +34,9 @@ const WebhookTolerance = webhook.DefaultTolerance
 //     charge.refund.updated, whose object is the refund too): refund;
 //   - transfer.created / .updated / .reversed: account_transfer;
 //   - payout.created / .updated / .paid / .failed / .canceled: bank_payout;
+//   - charge.dispute.created / .updated / .funds_withdrawn /
+//     .funds_reinstated / .closed: a card dispute (parseDispute) of the
+//     PaymentIntent the dispute names, as WebhookEvent.Dispute;
 //
 // each with the object's amount and currency (the attempts core moves money
 // only when they match the attempt, issue 13) and our reference from its
@@ -86,6 +89,9 @@ func (p *Provider) ParseWebhook(header http.Header, body []byte, now time.Time) 
 	if err := json.Unmarshal(ev.Data.Raw, &objType); err != nil || objType.ID == "" {
 		return providers.WebhookEvent{}, fmt.Errorf("%w: data.object without id", providers.ErrMalformedWebhook)
 	}
+	if strings.HasPrefix(string(ev.Type), "charge.dispute.") && objType.Object == "dispute" {
+		return parseDispute(out, ev.Type, ev.Data.Raw)
+	}
 	op, mapped := eventOperation(ev.Type, objType.Object)
 	if !mapped {
 		return notOurs(out, objType.ID), nil
@@ -105,6 +111,55 @@ func (p *Provider) ParseWebhook(header http.Header, body []byte, now time.Time) 
 		// caught in between.
 		out.State = providers.StateFailed
 	}
+	return out, nil
+}
+
+// Dispute statuses that say the money was withdrawn: a chargeback at any
+// stage (Stripe withdraws the disputed amount and its fee when it opens
+// one). warning_needs_response, warning_under_review and warning_closed
+// are an inquiry, which takes nothing; prevented never reached the
+// balance.
+var withdrawnStatus = map[stripego.DisputeStatus]bool{stripego.DisputeStatusNeedsResponse: true,
+	stripego.DisputeStatusUnderReview: true, stripego.DisputeStatusWon: true, stripego.DisputeStatusLost: true}
+
+// parseDispute maps a charge.dispute.* event (its object a Dispute, read
+// with stripe-go's type: id, amount, currency, charge, payment_intent,
+// reason, status, balance_transactions) to a WebhookEvent whose Dispute is
+// set: ProviderID is the disputed PaymentIntent (what a card_charge
+// attempt holds), Amount and Currency the disputed amount (it may differ
+// from the charge's: a part of the order, currency conversion), Reference
+// the dispute id (no attempt reference, R13) and State processing, so the
+// event moves no attempt's status. The money was withdrawn when the event
+// is funds_withdrawn or funds_reinstated, when the dispute lists a balance
+// transaction, or when its status is a chargeback's (withdrawnStatus):
+// whichever of the events comes first (they may come in any order) says
+// so. It came back when the event is funds_reinstated or the dispute is
+// won. A dispute without a PaymentIntent (a charge saldo did not make
+// through one) has no ProviderID and matches nothing.
+func parseDispute(out providers.WebhookEvent, t stripego.EventType, raw []byte) (providers.WebhookEvent, error) {
+	var d stripego.Dispute
+	if err := json.Unmarshal(raw, &d); err != nil || d.ID == "" || d.Object != "dispute" {
+		return providers.WebhookEvent{}, fmt.Errorf("%w: %s: unreadable dispute", providers.ErrMalformedWebhook, t)
+	}
+	if d.Amount <= 0 || d.Currency == "" {
+		return providers.WebhookEvent{}, fmt.Errorf("%w: %s: dispute %s without a positive amount and a currency",
+			providers.ErrMalformedWebhook, t, d.ID)
+	}
+	disp := &providers.Dispute{ID: d.ID, Status: string(d.Status), Reason: string(d.Reason),
+		Withdrawn: t == stripego.EventTypeChargeDisputeFundsWithdrawn || t == stripego.EventTypeChargeDisputeFundsReinstated ||
+			len(d.BalanceTransactions) > 0 || withdrawnStatus[d.Status],
+		Reinstated: t == stripego.EventTypeChargeDisputeFundsReinstated || d.Status == stripego.DisputeStatusWon,
+		Lost:       d.Status == stripego.DisputeStatusLost}
+	data := map[string]string{"dispute": d.ID, "status": string(d.Status), "reason": string(d.Reason)}
+	if d.Charge != nil && d.Charge.ID != "" {
+		data["charge"] = d.Charge.ID
+	}
+	out.Operation, out.Reference, out.State, out.Dispute = providers.OpCardCharge, d.ID, providers.StateProcessing, disp
+	if d.PaymentIntent != nil && d.PaymentIntent.ID != "" {
+		out.ProviderID, data["payment_intent"] = d.PaymentIntent.ID, d.PaymentIntent.ID
+	}
+	out.Amount, out.Currency = toMajor(d.Amount, string(d.Currency)), strings.ToUpper(string(d.Currency))
+	out.Data, _ = json.Marshal(data)
 	return out, nil
 }
 

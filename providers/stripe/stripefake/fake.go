@@ -264,6 +264,110 @@ func (s *Server) Reverse(id string) map[string]any {
 	return clone(o)
 }
 
+// DisputeFee is what the fake withdraws from the balance besides the
+// disputed amount when it opens a chargeback (minor units), as Stripe's
+// dispute fee.
+const DisputeFee = 1500
+
+// OpenDispute opens a chargeback of PaymentIntent pi's charge, as a card
+// network does when a cardholder disputes it: a Dispute (amount, the
+// charge's currency, charge, payment_intent, reason, status
+// needs_response, is_charge_refundable false) whose balance_transactions
+// list the withdrawal of the amount plus DisputeFee from the balance, and
+// the events Stripe sends for it, in its order: charge.dispute.created
+// then charge.dispute.funds_withdrawn, each a snapshot of the dispute now
+// (sign and deliver them with Sign or Deliver, in any order a test wants).
+// From now on a refund of pi is refused with charge_disputed. An inquiry
+// (inquiry true) withdraws nothing: status warning_needs_response, no
+// balance transaction, refundable, and only charge.dispute.created.
+func (s *Server) OpenDispute(pi string, amount int64, reason string, inquiry bool) (map[string]any, [][]byte) {
+	s.mu.Lock()
+	p := s.objects[pi]
+	if p == nil || p["object"] != "payment_intent" || p["status"] != "succeeded" {
+		s.mu.Unlock()
+		panic("stripefake: OpenDispute of " + pi + ", not a succeeded PaymentIntent")
+	}
+	now := s.clock()
+	d := map[string]any{"object": "dispute", "amount": amount, "currency": p["currency"], "charge": p["latest_charge"],
+		"payment_intent": pi, "reason": reason, "status": "needs_response", "created": now.Unix(), "metadata": map[string]any{},
+		"is_charge_refundable": false, "balance_transactions": []any{}, "enhanced_eligibility_types": []any{},
+		"evidence": map[string]any{}, "evidence_details": map[string]any{"has_evidence": false, "past_due": false,
+			"submission_count": 0, "due_by": now.Add(7 * 24 * time.Hour).Unix()}}
+	types := []string{"charge.dispute.created"}
+	if inquiry {
+		d["status"], d["is_charge_refundable"] = "warning_needs_response", true
+	}
+	s.add(d)
+	if !inquiry {
+		d["balance_transactions"] = []any{s.disputeTxn(d, -amount, DisputeFee, "dispute", "Chargeback withdrawal for "+fmt.Sprint(p["latest_charge"]))}
+		s.balance -= amount + DisputeFee
+		types = append(types, "charge.dispute.funds_withdrawn")
+	}
+	s.mu.Unlock()
+	return s.Object(d["id"].(string)), s.events(d["id"].(string), types...)
+}
+
+// CloseDispute closes dispute id as won or lost, as the card network
+// decides it, and returns the events Stripe sends: won gives the
+// disputed amount back (a second balance transaction) with
+// charge.dispute.funds_reinstated then charge.dispute.closed; lost keeps
+// it withdrawn, with charge.dispute.closed.
+func (s *Server) CloseDispute(id string, won bool) (map[string]any, [][]byte) {
+	s.mu.Lock()
+	d := s.objects[id]
+	if d == nil || d["object"] != "dispute" {
+		s.mu.Unlock()
+		panic("stripefake: CloseDispute of " + id + ", not a dispute")
+	}
+	types := []string{"charge.dispute.closed"}
+	if won {
+		d["status"] = "won"
+		d["balance_transactions"] = append(d["balance_transactions"].([]any),
+			s.disputeTxn(d, toInt(d["amount"]), 0, "dispute_reversal", "Chargeback reversal for "+fmt.Sprint(d["charge"])))
+		s.balance += toInt(d["amount"])
+		types = []string{"charge.dispute.funds_reinstated", "charge.dispute.closed"}
+	} else {
+		d["status"] = "lost"
+	}
+	s.mu.Unlock()
+	return s.Object(id), s.events(id, types...)
+}
+
+// disputeTxn is a balance transaction of dispute d (type adjustment).
+// Caller holds mu.
+func (s *Server) disputeTxn(d map[string]any, amount, fee int64, category, description string) map[string]any {
+	s.seq++
+	now := s.clock().Unix()
+	feeDetails := []any{}
+	if fee > 0 {
+		feeDetails = append(feeDetails, map[string]any{"amount": fee, "currency": d["currency"], "description": "Dispute fee", "type": "stripe_fee"})
+	}
+	return map[string]any{"id": fmt.Sprintf("txn_fake%06d", s.seq), "object": "balance_transaction", "amount": amount,
+		"available_on": now, "balance_type": "payments", "created": now, "currency": d["currency"], "description": description,
+		"fee": fee, "fee_details": feeDetails, "net": amount - fee, "reporting_category": category, "source": d["id"],
+		"status": "available", "type": "adjustment"}
+}
+
+// disputeOf is the dispute of PaymentIntent pi, nil when none. Caller
+// holds mu.
+func (s *Server) disputeOf(pi string) map[string]any {
+	for _, id := range s.order {
+		if o := s.objects[id]; o["object"] == "dispute" && o["payment_intent"] == pi {
+			return o
+		}
+	}
+	return nil
+}
+
+// events is Event for each type, in order, of object id as it is now.
+func (s *Server) events(id string, types ...string) [][]byte {
+	out := make([][]byte, 0, len(types))
+	for _, t := range types {
+		out = append(out, s.Event(t, id))
+	}
+	return out
+}
+
 // Seed adds an object as if created at created (for lists and statements).
 func (s *Server) Seed(object string, amount int64, currency, reference string, created time.Time) map[string]any {
 	s.mu.Lock()
@@ -300,7 +404,7 @@ func clone(o map[string]any) map[string]any {
 }
 
 var prefixes = map[string]string{"payment_intent": "pi_", "refund": "re_", "transfer": "tr_", "payout": "po_", "event": "evt_",
-	"charge": "ch_"}
+	"charge": "ch_", "dispute": "dp_"}
 
 // add gives o an id and stores it. Caller holds mu.
 func (s *Server) add(o map[string]any) {
@@ -574,6 +678,10 @@ func (s *Server) create(path string, form url.Values) (int, []byte) {
 		}
 		if pi["status"] != "succeeded" {
 			return apiError(http.StatusBadRequest, "invalid_request_error", "charge_not_refundable", "This PaymentIntent has no successful charge to refund.", nil)
+		}
+		if d := s.disputeOf(pi["id"].(string)); d != nil && d["is_charge_refundable"] != true {
+			return apiError(http.StatusBadRequest, "invalid_request_error", "charge_disputed",
+				"Charge "+fmt.Sprint(pi["latest_charge"])+" has been charged back; cannot issue a refund.", map[string]any{"stored": true})
 		}
 		var refunded int64
 		for _, id := range s.order {
