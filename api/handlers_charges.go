@@ -36,6 +36,10 @@ type ChargeJSON struct {
 	PaidBy        string            `json:"paid_by,omitempty"`
 	CreatedAt     time.Time         `json:"created_at"`
 	UpdatedAt     time.Time         `json:"updated_at"`
+	// NeedsAttention: an attempt of the charge has a divergence (paid after
+	// it failed, failed after it was paid, disputed) no operator has
+	// settled yet.
+	NeedsAttention bool `json:"needs_attention"`
 }
 
 type chargeSplitJSON struct {
@@ -56,7 +60,8 @@ func chargeJSONOf(c charges.Charge) ChargeJSON {
 	out := ChargeJSON{ID: c.ID, MerchantID: c.MerchantID, Kind: string(c.Kind), Provider: c.Provider,
 		Amount: c.Amount.Format(), Currency: c.Amount.Currency().Code(), Description: c.Description, Metadata: c.Metadata,
 		Status: string(c.Status), FailureCode: c.FailureCode, FailureReason: c.FailureReason, Reference: c.Reference,
-		ProviderID: c.ProviderID, PaidAt: utcPtr(c.PaidAt), PaidBy: c.PaidBy, CreatedAt: c.CreatedAt.UTC(), UpdatedAt: c.UpdatedAt.UTC()}
+		ProviderID: c.ProviderID, PaidAt: utcPtr(c.PaidAt), PaidBy: c.PaidBy, CreatedAt: c.CreatedAt.UTC(), UpdatedAt: c.UpdatedAt.UTC(),
+		NeedsAttention: c.NeedsAttention}
 	if c.Fee.IsValid() {
 		out.Fee = c.Fee.Format()
 	} else {

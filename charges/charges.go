@@ -340,6 +340,11 @@ type Charge struct {
 	CreditTransactionID int64     `json:"credit_transaction_id,omitempty"`
 	CreatedAt           time.Time `json:"created_at"`
 	UpdatedAt           time.Time `json:"updated_at"`
+	// NeedsAttention: the provider contradicted an attempt of the charge
+	// (paid after it failed, failed after it was paid, disputed) and no
+	// operator has settled that divergence yet (R9, R19). Set by Get, List
+	// and the charge.diverged notification.
+	NeedsAttention bool `json:"needs_attention"`
 }
 
 // PixPayment is what the payer needs: the BR Code copy-and-paste payload,
@@ -921,7 +926,41 @@ func (s *Service) Get(ctx context.Context, merchantID, id string) (Charge, error
 	if err != nil {
 		return c, err
 	}
-	return s.refresh(ctx, c)
+	if c, err = s.refresh(ctx, c); err != nil {
+		return c, err
+	}
+	cs := []Charge{c}
+	err = markAttention(ctx, s.pool, cs)
+	return cs[0], err
+}
+
+// markAttention sets NeedsAttention on the charges of cs with an attempt
+// whose divergence is not settled, in one statement (attempts_subject).
+func markAttention(ctx context.Context, db attempts.DB, cs []Charge) error {
+	if len(cs) == 0 {
+		return nil
+	}
+	ids := make([]string, len(cs))
+	for i, c := range cs {
+		ids[i] = c.ID
+	}
+	rows, err := db.Query(ctx, `SELECT DISTINCT subject_id FROM attempts WHERE subject_id = ANY ($1::text[])
+		AND direction = 'in' AND diverged_at IS NOT NULL AND divergence_settled_at IS NULL`, ids)
+	if err != nil {
+		return fmt.Errorf("charges: divergences of %d charges: %w", len(cs), err)
+	}
+	diverged := map[string]bool{}
+	var id string
+	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error {
+		diverged[id] = true
+		return nil
+	}); err != nil {
+		return fmt.Errorf("charges: divergences of %d charges: %w", len(cs), err)
+	}
+	for i := range cs {
+		cs[i].NeedsAttention = diverged[cs[i].ID]
+	}
+	return nil
 }
 
 // LockForRefund locks the charge row FOR UPDATE inside the caller's
@@ -1001,6 +1040,9 @@ func (s *Service) List(ctx context.Context, p ListParams) ([]Charge, string, err
 		return nil, "", err
 	}
 	out, next := keyset.Trim(out, limit, func(x Charge) (time.Time, string) { return x.CreatedAt, x.ID })
+	if err := markAttention(ctx, s.pool, out); err != nil {
+		return nil, "", err
+	}
 	return out, next, nil
 }
 

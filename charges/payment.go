@@ -62,6 +62,9 @@ func (s *Service) AttemptDiverged(ctx context.Context, tx pgx.Tx, a attempts.Att
 	if err != nil {
 		return fmt.Errorf("charges: charge %s of diverged attempt %s: %w", a.SubjectID, a.ID, err)
 	}
+	// a's divergence, recorded in tx, is not settled: the charge needs
+	// attention in what its merchant is told.
+	c.NeedsAttention = true
 	return s.onDiverged(ctx, tx, c, a)
 }
 
