@@ -116,3 +116,53 @@ func TestChargeFailedAfterPaidIsNotRefundable_R9_R19_R21(t *testing.T) {
 		map[string]any{"amount": "30.00", "currency": "BRL"})
 	require.Equal(t, http.StatusConflict, rf.Status, "still not refundable once settled: the money did not arrive")
 }
+
+// R9, R19: the kind of a divergence is kept with its evidence (migration
+// 00107): a charge the provider reports failed after it was paid is a
+// reversal, its charge needs_attention until the operator settles it; the
+// kind never changes once recorded, and a dispute or a reversal is only
+// ever recorded on a succeeded attempt (PostgreSQL refuses the rest).
+func TestDivergenceKindIsKeptWithTheEvidence_R9_R19(t *testing.T) {
+	t.Parallel()
+	e := setup(t, sim.Config{})
+	card := map[string]any{"kind": "card", "amount": "20.00", "currency": "BRL", "card_token": "tok_visa"}
+	r := e.post("/v1/merchants/m1/charges", e.m1, "kind-ch-1", card)
+	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
+	c := r.json(t)
+	require.Equal(t, false, c["needs_attention"])
+	a := e.execute(c["attempt_id"].(string))
+	require.Equal(t, attempts.StatusSucceeded, a.Status)
+	kind, err := attempts.DivergenceKind(e.ctx, e.pool, a.ID)
+	require.NoError(t, err)
+	require.Empty(t, kind)
+
+	_, err = e.att.ResolveByReference(e.ctx, attempts.ResolveInput{Reference: a.Reference, Provider: a.Provider,
+		Operation: providers.Operation(a.Operation), Amount: "20.00", Currency: "BRL", State: providers.StateFailed,
+		Source: attempts.SourceWebhook, Actor: "evt_kind_failed"})
+	require.NoError(t, err)
+	kind, err = attempts.DivergenceKind(e.ctx, e.pool, a.ID)
+	require.NoError(t, err)
+	require.Equal(t, attempts.DivergenceReversal, kind)
+	require.Equal(t, true, e.get("/v1/merchants/m1/charges/"+c["id"].(string), e.m1).json(t)["needs_attention"])
+
+	_, err = e.pool.Exec(e.ctx, `UPDATE attempts SET divergence_kind = 'dispute' WHERE id = $1`, a.ID)
+	require.Error(t, err, "the kind is evidence: never changed")
+
+	// A succeeded attempt's divergence is a reversal or a dispute, never
+	// paid_after_failure, and no other kind exists; none without a kind.
+	r = e.post("/v1/merchants/m1/charges", e.m1, "kind-ch-2", card)
+	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
+	b := e.execute(r.json(t)["attempt_id"].(string))
+	require.Equal(t, attempts.StatusSucceeded, b.Status)
+	for _, k := range []string{"paid_after_failure", "refund"} {
+		_, err = e.pool.Exec(e.ctx, `UPDATE attempts SET diverged_at = now(), divergence = 'x', divergence_kind = $2
+			WHERE id = $1`, b.ID, k)
+		require.Error(t, err, k)
+	}
+	_, err = e.pool.Exec(e.ctx, `UPDATE attempts SET divergence_kind = 'dispute' WHERE id = $1`, b.ID)
+	require.Error(t, err, "a kind without a divergence")
+
+	_, err = e.att.SettleDivergence(e.ctx, a.ID, "op-kind", "charge reversed; merchant debited by adjustment a-9")
+	require.NoError(t, err)
+	require.Equal(t, false, e.get("/v1/merchants/m1/charges/"+c["id"].(string), e.m1).json(t)["needs_attention"])
+}
