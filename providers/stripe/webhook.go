@@ -56,7 +56,9 @@ const WebhookTolerance = webhook.DefaultTolerance
 // header with two, or with whitespace).
 // The event's API version is not required to match stripe-go's
 // (IgnoreAPIVersionMismatch): the adapter reads only id, type, amount,
-// currency, status, metadata and failure fields, which every version has.
+// currency, status, metadata and failure fields, and a dispute's charge,
+// payment_intent, reason and balance_transactions, which every version
+// has.
 func (p *Provider) ParseWebhook(header http.Header, body []byte, now time.Time) (providers.WebhookEvent, error) {
 	if p.secret == "" {
 		return providers.WebhookEvent{}, fmt.Errorf("%w: no Stripe webhook secret configured", providers.ErrBadSignature)

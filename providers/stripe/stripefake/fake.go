@@ -9,7 +9,10 @@
 // starting_after; GET /v1/account naming the account the keys belong to
 // (WithAccount, WithKeys for a rotated key); scripted faults (a connection cut after the request was
 // written, a hang after the operation was recorded, a 500, a 429 with
-// Retry-After, a 403, a slow request); and signed webhook events.
+// Retry-After, a 403, a slow request); signed webhook events; and card
+// disputes (OpenDispute, CloseDispute: the Dispute object, its balance
+// transactions, the charge.dispute.* events Stripe sends, and refunds of
+// the disputed charge refused with charge_disputed).
 //
 // It is a test double of Stripe, not of saldo: nothing in it knows saldo's
 // code.
