@@ -79,10 +79,13 @@ func TestVerifyIgnoresPlantedOperators_R23(t *testing.T) {
 		`SET session_replication_role = replica`,
 		`UPDATE ledger_postings p SET amount = amount + 10, balance_after = balance_after + 10
 		 FROM ledger_transactions t WHERE t.id = p.transaction_id AND t.idempotency_key = 't1' AND p.leg = 2`,
-		`UPDATE ledger_postings p SET hash = sha256(convert_to(concat_ws('|', 'saldo-ledger-posting-v1',
+		`UPDATE ledger_postings p SET hash = sha256(convert_to(concat_ws('|', 'saldo-ledger-posting-v2',
 			p.account_id, p.seq, p.transaction_id, p.leg, trim_scale(p.amount)::text, p.currency,
-			trim_scale(p.balance_after)::text, (extract(epoch FROM p.posted_at) * 1000000)::bigint), 'UTF8') || '\x'::bytea)
-		 FROM ledger_transactions t WHERE t.id = p.transaction_id AND t.idempotency_key = 't1' AND p.leg = 2`,
+			trim_scale(p.balance_after)::text, (extract(epoch FROM p.posted_at) * 1000000)::bigint,
+			t.cause_kind, 0, length(t.cause_id), t.cause_id, length(t.idempotency_key), t.idempotency_key), 'UTF8')
+			|| a.chain_genesis)
+		 FROM ledger_transactions t, ledger_accounts a
+		 WHERE t.id = p.transaction_id AND t.idempotency_key = 't1' AND p.leg = 2 AND a.id = p.account_id`,
 		`UPDATE ledger_accounts a SET balance = p.balance_after, last_hash = p.hash
 		 FROM ledger_postings p WHERE p.account_id = a.id AND p.seq = a.last_seq AND a.code = '` + b.Code + `'`,
 		`SET session_replication_role = origin`,

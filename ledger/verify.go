@@ -40,6 +40,11 @@ const (
 	// ViolationTimeOrder: a posting's posted_at is earlier than the previous
 	// posting's of the same account (BalanceAt relies on the order).
 	ViolationTimeOrder ViolationKind = "posted_at_backwards"
+	// ViolationChainGenesis: a v2 account's stored genesis is not the hash
+	// of its identity (its code, owner, purpose, currency or allow_negative
+	// changed since it was opened, or the genesis did), or an account's
+	// chain version is not one Verify knows.
+	ViolationChainGenesis ViolationKind = "chain_genesis_mismatch"
 )
 
 // AllViolationKinds lists every kind, in report order.
@@ -47,6 +52,7 @@ var AllViolationKinds = []ViolationKind{
 	ViolationBalanceMismatch, ViolationChainHead, ViolationUnbalancedTransaction,
 	ViolationForbiddenNegative, ViolationSequenceGap, ViolationBalanceAfter,
 	ViolationHashChain, ViolationCurrency, ViolationOrphanPosting, ViolationTimeOrder,
+	ViolationChainGenesis,
 }
 
 // Violation is one piece of damage found by Verify.
@@ -125,7 +131,12 @@ func (r *Report) add(v Violation) {
 // was ever below zero (checked on every balance_after); per-account
 // sequences are gap-free; each balance_after is the previous one plus the
 // amount; every posting's hash matches its content and chains to the
-// previous posting of its account.
+// previous posting of its account, by the account's chain version (v1:
+// the posting alone, from nothing; v2, accounts opened since migration
+// 00108: also its transaction's cause, reversed transaction and
+// idempotency key, from a genesis hash of the account's identity, so a
+// re-attributed transaction or a changed account identity breaks the
+// chain); a v2 account's stored genesis is the hash of its identity.
 //
 // The hash is recomputed by an expression inside Verify's own query, not by
 // a function stored in the database, so a replaced database function cannot
@@ -166,6 +177,37 @@ func Verify(ctx context.Context, db DBTX) (Report, error) {
 // be chosen over pg_catalog's numeric one reached through a cast, and could
 // call an unbalanced transaction balanced (TestVerifyIgnoresPlantedOperators_R23).
 
+// genesisSQL is a v2 account's genesis hash, recomputed from the identity
+// columns of the ledger_accounts row a (migration 00108): the chain of its
+// postings starts from it, and so does its head while it has none. Verify
+// never trusts the genesis stored on the row for the chain, only reports
+// when it differs (ViolationChainGenesis).
+const genesisSQL = `sha256(convert_to(concat_ws('|', 'saldo-ledger-account-v2', a.id, a.code,
+	a.owner_kind, a.owner_id, a.purpose, a.currency, a.allow_negative), 'UTF8'))`
+
+// postingHashSQL is the hash posting p must have, given the hash of the
+// previous posting of its account (prev, NULL for the first) and of its
+// account a's chain version: v1 (accounts opened before migration 00108)
+// covers the posting alone and starts from the empty string; v2 also covers
+// its transaction t's cause, reversed transaction and idempotency key (free
+// text, each after its length) and starts from the account's genesis.
+func postingHashSQL(prev string) string {
+	return `CASE WHEN coalesce(a.chain_version, 1) = 1
+		THEN sha256(convert_to(concat_ws('|', 'saldo-ledger-posting-v1',
+			p.account_id, p.seq, p.transaction_id, p.leg,
+			trim_scale(p.amount)::text, p.currency, trim_scale(p.balance_after)::text,
+			(extract(epoch FROM p.posted_at) * 1000000)::bigint), 'UTF8')
+			|| coalesce(` + prev + `, '\x'::bytea))
+		ELSE sha256(convert_to(concat_ws('|', 'saldo-ledger-posting-v2',
+			p.account_id, p.seq, p.transaction_id, p.leg,
+			trim_scale(p.amount)::text, p.currency, trim_scale(p.balance_after)::text,
+			(extract(epoch FROM p.posted_at) * 1000000)::bigint,
+			t.cause_kind, coalesce(t.reverses_id, 0), length(t.cause_id), t.cause_id,
+			length(t.idempotency_key), t.idempotency_key), 'UTF8')
+			|| coalesce(` + prev + `, ` + genesisSQL + `))
+		END`
+}
+
 // verifyPostings walks every account's history in sequence order once.
 func verifyPostings(ctx context.Context, db DBTX, rep *Report) error {
 	rows, err := db.Query(ctx, `
@@ -179,14 +221,12 @@ func verifyPostings(ctx context.Context, db DBTX, rep *Report) error {
 			       coalesce(p.posted_at < lag(p.posted_at) OVER w, false) AS backwards,
 			       p.balance_after <> coalesce(lag(p.balance_after) OVER w, 0) + p.amount AS bad_after,
 			       coalesce(NOT a.allow_negative AND p.balance_after < 0::numeric, false) AS negative,
-			       p.hash <> sha256(convert_to(concat_ws('|', 'saldo-ledger-posting-v1',
-			           p.account_id, p.seq, p.transaction_id, p.leg,
-			           trim_scale(p.amount)::text, p.currency, trim_scale(p.balance_after)::text,
-			           (extract(epoch FROM p.posted_at) * 1000000)::bigint), 'UTF8')
-			           || coalesce(lag(p.hash) OVER w, '\x'::bytea)) AS bad_hash,
+			       coalesce(p.hash <> `+postingHashSQL("lag(p.hash) OVER w")+`, true) AS bad_hash,
 			       coalesce(p.currency <> a.currency, false) AS bad_currency,
-			       a.id IS NULL OR NOT EXISTS (SELECT 1 FROM ledger_transactions t WHERE t.id = p.transaction_id) AS orphan
-			FROM ledger_postings p LEFT JOIN ledger_accounts a ON a.id = p.account_id
+			       a.id IS NULL OR t.id IS NULL AS orphan
+			FROM ledger_postings p
+			LEFT JOIN ledger_accounts a ON a.id = p.account_id
+			LEFT JOIN ledger_transactions t ON t.id = p.transaction_id
 			WINDOW w AS (PARTITION BY p.account_id ORDER BY p.seq)
 		) x
 		WHERE gap OR bad_after OR negative OR bad_hash OR bad_currency OR orphan OR backwards`)
@@ -221,7 +261,7 @@ func verifyPostings(ctx context.Context, db DBTX, rep *Report) error {
 			rep.add(v)
 		}
 		if badHash {
-			v.Kind, v.Detail = ViolationHashChain, "hash does not match the posting's content and the previous posting's hash"
+			v.Kind, v.Detail = ViolationHashChain, "hash does not match the posting's content (with its transaction's cause and key, chain v2) and the previous posting's hash (the account's genesis, chain v2, for the first)"
 			rep.add(v)
 		}
 		if bc {
@@ -253,24 +293,31 @@ func orNone[T any](p *T, none string) string {
 // verifyAccounts compares each account row with its history.
 func verifyAccounts(ctx context.Context, db DBTX, rep *Report) error {
 	rows, err := db.Query(ctx, `
-		SELECT a.code, a.balance::text, coalesce(s.total, 0)::text, coalesce(lp.balance_after::text, ''),
-		       a.last_seq, coalesce(s.max_seq, 0),
-		       a.balance <> coalesce(s.total, 0)
-		           OR (a.last_seq > 0 AND lp.balance_after IS DISTINCT FROM a.balance) AS bad_balance,
-		       a.last_seq <> coalesce(s.max_seq, 0)
-		           OR a.last_hash IS DISTINCT FROM coalesce(lp.hash, '\x'::bytea) AS bad_head,
-		       (NOT a.allow_negative OR a.owner_kind = 'merchant') AND a.balance < 0::numeric AS negative,
-		       a.owner_kind = 'merchant' AND a.allow_negative AS merchant_may_go_negative
-		FROM ledger_accounts a
-		LEFT JOIN (SELECT account_id, sum(amount) AS total, max(seq) AS max_seq
-		           FROM ledger_postings GROUP BY account_id) s ON s.account_id = a.id
-		LEFT JOIN ledger_postings lp ON lp.account_id = a.id AND lp.seq = a.last_seq
-		WHERE a.balance <> coalesce(s.total, 0)
-		   OR (a.last_seq > 0 AND lp.balance_after IS DISTINCT FROM a.balance)
-		   OR a.last_seq <> coalesce(s.max_seq, 0)
-		   OR a.last_hash IS DISTINCT FROM coalesce(lp.hash, '\x'::bytea)
-		   OR ((NOT a.allow_negative OR a.owner_kind = 'merchant') AND a.balance < 0::numeric)
-		   OR (a.owner_kind = 'merchant' AND a.allow_negative)`)
+		SELECT code, balance, total, last_after, last_seq, max_seq, bad_balance, bad_head, negative,
+		       merchant_may_go_negative, bad_genesis, chain_version
+		FROM (
+			SELECT a.code, a.balance::text, coalesce(s.total, 0)::text AS total,
+			       coalesce(lp.balance_after::text, '') AS last_after,
+			       a.last_seq, coalesce(s.max_seq, 0) AS max_seq, a.chain_version,
+			       a.balance <> coalesce(s.total, 0)
+			           OR (a.last_seq > 0 AND lp.balance_after IS DISTINCT FROM a.balance) AS bad_balance,
+			       -- An account without postings has its chain's start as
+			       -- its head: nothing (v1) or its genesis (v2).
+			       a.last_seq <> coalesce(s.max_seq, 0)
+			           OR a.last_hash IS DISTINCT FROM coalesce(lp.hash,
+			               CASE WHEN a.chain_version = 1 THEN '\x'::bytea ELSE `+genesisSQL+` END) AS bad_head,
+			       (NOT a.allow_negative OR a.owner_kind = 'merchant') AND a.balance < 0::numeric AS negative,
+			       a.owner_kind = 'merchant' AND a.allow_negative AS merchant_may_go_negative,
+			       CASE a.chain_version
+			           WHEN 1 THEN a.chain_genesis IS NOT NULL
+			           WHEN 2 THEN a.chain_genesis IS DISTINCT FROM `+genesisSQL+`
+			           ELSE true END AS bad_genesis
+			FROM ledger_accounts a
+			LEFT JOIN (SELECT account_id, sum(amount) AS total, max(seq) AS max_seq
+			           FROM ledger_postings GROUP BY account_id) s ON s.account_id = a.id
+			LEFT JOIN ledger_postings lp ON lp.account_id = a.id AND lp.seq = a.last_seq
+		) x
+		WHERE bad_balance OR bad_head OR negative OR merchant_may_go_negative OR bad_genesis`)
 	if err != nil {
 		return fmt.Errorf("ledger: verify: accounts: %w", err)
 	}
@@ -281,9 +328,11 @@ func verifyAccounts(ctx context.Context, db DBTX, rep *Report) error {
 			lastSeq, maxSeq                 int64
 			badBalance, badHead, negative   bool
 			merchantMayGoNegative           bool
+			badGenesis                      bool
+			version                         int16
 		)
 		if err := rows.Scan(&code, &balance, &total, &lastAfter, &lastSeq, &maxSeq, &badBalance, &badHead, &negative,
-			&merchantMayGoNegative); err != nil {
+			&merchantMayGoNegative, &badGenesis, &version); err != nil {
 			return fmt.Errorf("ledger: verify: accounts: %w", err)
 		}
 		if badBalance {
@@ -304,6 +353,17 @@ func verifyAccounts(ctx context.Context, db DBTX, rep *Report) error {
 			// row is not trusted to say otherwise (found by review).
 			rep.add(Violation{Kind: ViolationForbiddenNegative, AccountCode: code,
 				Detail: "a merchant's account is marked allow_negative"})
+		}
+		if badGenesis {
+			d := fmt.Sprintf("chain v%d: the stored genesis is not the hash of the account's identity (code, owner, purpose, currency, allow_negative changed since it was opened?)", version)
+			switch version {
+			case 1:
+				d = "chain v1 account carries a genesis (a v2 account turned v1?)"
+			case 2:
+			default:
+				d = fmt.Sprintf("unknown chain version %d", version)
+			}
+			rep.add(Violation{Kind: ViolationChainGenesis, AccountCode: code, Detail: d})
 		}
 	}
 	if err := rows.Err(); err != nil {

@@ -85,7 +85,7 @@ func TestVerifyDetectsDamage(t *testing.T) {
 		exec(t, admin, `SELECT * FROM ledger_post('bad', 'test', 'bad', '', NULL, NULL, NULL,
 			'{0,0,0}', ARRAY[$1, $2, $3], '{-5.00,4.00,1.00}', '{BRL,BRL,BRL}')`, a, b, c.Code)
 		exec(t, admin, `DELETE FROM ledger_postings WHERE account_id = $1`, c.ID)
-		exec(t, admin, `UPDATE ledger_accounts SET balance = 0, last_seq = 0, last_hash = '\x', last_posted_at = NULL
+		exec(t, admin, `UPDATE ledger_accounts SET balance = 0, last_seq = 0, last_hash = chain_genesis, last_posted_at = NULL
 			WHERE id = $1`, c.ID)
 		rep := expect(t, ctx, f.pool, true, map[ledger.ViolationKind]int64{ledger.ViolationUnbalancedTransaction: 1})
 		require.Contains(t, rep.Violations[0].Detail, "BRL -1")
