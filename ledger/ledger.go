@@ -25,7 +25,12 @@
 // per-account sequence number and a sha256 over its canonical content chained
 // to the previous posting of the same account. The chain is per account and
 // computed under the account row lock the write holds anyway: there is no
-// ledger-wide lock. Transactions and postings cannot be updated or deleted
+// ledger-wide lock. Accounts opened since migration 00108 chain version 2:
+// each posting's hash also covers its transaction's cause, reversed
+// transaction and idempotency key, and the chain starts from a genesis hash
+// of the account's identity, so re-attributing a transaction or changing an
+// account's identity breaks it; older accounts stay version 1
+// (docs/architecture.md, "The ledger's hash chain"). Transactions and postings cannot be updated or deleted
 // (triggers refuse it); a correction is a reversal (Reverse). Verify replays
 // the whole history and reports any damage.
 //
