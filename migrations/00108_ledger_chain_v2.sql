@@ -417,17 +417,14 @@ BEGIN
                          length(p_cause_id), p_cause_id, length(p_key), p_key);
     FOR i IN 1..n LOOP
         j := l_acc[i];
-        IF a_ver[j] = 1 THEN
-            l_hash[i] := sha256(convert_to(concat_ws('|', 'saldo-ledger-posting-v1',
-                a_id[j], l_seq[i], v_tx, i,
-                trim_scale(p_amounts[i])::text, p_currencies[i], trim_scale(l_bal[i])::text,
-                v_micros), 'UTF8') || a_hash[j]);
-        ELSE
-            l_hash[i] := sha256(convert_to(concat_ws('|', 'saldo-ledger-posting-v2',
-                a_id[j], l_seq[i], v_tx, i,
-                trim_scale(p_amounts[i])::text, p_currencies[i], trim_scale(l_bal[i])::text,
-                v_micros, v_cause), 'UTF8') || a_hash[j]);
-        END IF;
+        -- One expression (a CASE, not an IF): each PL/pgSQL statement
+        -- costs an evaluation of its own per leg.
+        l_hash[i] := sha256(convert_to(CASE WHEN a_ver[j] = 1
+            THEN concat_ws('|', 'saldo-ledger-posting-v1', a_id[j], l_seq[i], v_tx, i,
+                trim_scale(p_amounts[i])::text, p_currencies[i], trim_scale(l_bal[i])::text, v_micros)
+            ELSE concat_ws('|', 'saldo-ledger-posting-v2', a_id[j], l_seq[i], v_tx, i,
+                trim_scale(p_amounts[i])::text, p_currencies[i], trim_scale(l_bal[i])::text, v_micros,
+                v_cause) END, 'UTF8') || a_hash[j]);
         a_hash[j] := l_hash[i];
     END LOOP;
 
@@ -633,20 +630,18 @@ BEGIN
         IF l_prev_i[i] IS NOT NULL THEN
             l_prev[i] := hashes[l_prev_i[i]];
         END IF;
-        -- Each account's chain version (00108; see ledger_post_general). A
-        -- batch reverses nothing: the reversed id is 0.
-        IF l_ver[i] = 1 THEN
-            hashes[i] := sha256(convert_to(concat_ws('|', 'saldo-ledger-posting-v1',
+        -- Each account's chain version (00108; see ledger_post_general),
+        -- in one expression. A batch reverses nothing: the reversed id is 0.
+        hashes[i] := sha256(convert_to(CASE WHEN l_ver[i] = 1
+            THEN concat_ws('|', 'saldo-ledger-posting-v1',
                 account_ids[i], seqs[i], transaction_ids[k], p_legs[i],
                 trim_scale(p_amounts[i])::text, p_currencies[i], trim_scale(balances_after[i])::text,
-                v_micros), 'UTF8') || l_prev[i]);
-        ELSE
-            hashes[i] := sha256(convert_to(concat_ws('|', 'saldo-ledger-posting-v2',
+                v_micros)
+            ELSE concat_ws('|', 'saldo-ledger-posting-v2',
                 account_ids[i], seqs[i], transaction_ids[k], p_legs[i],
                 trim_scale(p_amounts[i])::text, p_currencies[i], trim_scale(balances_after[i])::text,
                 v_micros, p_cause_kinds[k], 0, length(p_cause_ids[k]), p_cause_ids[k],
-                length(p_keys[k]), p_keys[k]), 'UTF8') || l_prev[i]);
-        END IF;
+                length(p_keys[k]), p_keys[k]) END, 'UTF8') || l_prev[i]);
         IF l_last[i] THEN
             u_id := u_id || account_ids[i];
             u_bal := u_bal || balances_after[i];
