@@ -303,9 +303,12 @@ func payoutNotice(p payouts.Payout) notice {
 // the divergence's transaction. Its data is the payout as it stands, with
 // the diverged attempt's id.
 func (n *Notifier) PayoutDiverged(ctx context.Context, tx pgx.Tx, p payouts.Payout, a attempts.Attempt) error {
+	d, err := divergedOfIn(ctx, tx, payoutJSON(p), a)
+	if err != nil {
+		return err
+	}
 	return n.record(ctx, tx, []notice{{merchantID: p.MerchantID, typ: "payout.diverged", objectID: p.ID,
-		dedupe: "payout:" + p.ID + ":diverged:" + a.ID.String(),
-		data:   divergedOf(payoutJSON(p), a)}})
+		dedupe: "payout:" + p.ID + ":diverged:" + a.ID.String(), data: d}})
 }
 
 // ChargeDiverged records a charge.diverged event: the provider reported
@@ -349,6 +352,10 @@ const (
 	// network took its money back (a chargeback); it may come back if the
 	// merchant wins.
 	DivergenceDispute = attempts.DivergenceDispute
+	// DivergenceSecondOperation: the provider reported another operation
+	// succeeded under the reference of an attempt that succeeded as its
+	// own (a cob paid twice, a transfer made twice): money moved twice.
+	DivergenceSecondOperation = attempts.DivergenceSecondOperation
 )
 
 // divergedOf is the data of a divergence whose kind its attempt's status
@@ -362,7 +369,8 @@ func divergedOf(object any, a attempts.Attempt) divergedJSON {
 }
 
 // divergedOfIn is divergedOf with the kind the divergence was recorded
-// with (a charge's may be a dispute), read in tx.
+// with (a charge's may be a dispute; a second operation is on a succeeded
+// attempt as a reversal is), read in tx.
 func divergedOfIn(ctx context.Context, tx pgx.Tx, object any, a attempts.Attempt) (divergedJSON, error) {
 	d := divergedOf(object, a)
 	kind, err := attempts.DivergenceKind(ctx, tx, a.ID)

@@ -2,92 +2,11 @@ package attempts
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
-
-// Divergence kinds (attempts.divergence_kind, migration 00107): which way a
-// provider contradicted a final attempt. Every divergence has one, and it
-// never changes once recorded.
-const (
-	// DivergencePaidAfterFailure: the provider reported the operation
-	// succeeded after saldo resolved it failed (money moved that the ledger
-	// released or never credited). The attempt is failed.
-	DivergencePaidAfterFailure = "paid_after_failure"
-	// DivergenceReversal: the provider reported the operation failed after
-	// it succeeded (a payout returned, a refund failed late, a charge that
-	// did not settle). The attempt is succeeded.
-	DivergenceReversal = "reversal"
-	// DivergenceDispute: the card network took a paid charge's money back
-	// from the platform's balance (a chargeback, RecordDispute). The
-	// attempt is succeeded; the money may come back if the merchant wins.
-	DivergenceDispute = "dispute"
-)
-
-// recordDivergence records on a (locked in tx, final) what the provider
-// said against it: diverged_at, divergence (why) and its kind, review, a
-// review event; it holds the subject's unsent attempts (holdSiblings),
-// tells the owner (DivergenceOwner, its notification) and, after commit,
-// logs, counts and calls OnReview. An attempt already diverged keeps its
-// divergence (the evidence never changes, R9): diverged is false and the
-// caller's note is all. said is what the provider reported, for the log.
-func (s *Service) recordDivergence(ctx context.Context, tx pgx.Tx, after *afterCommit, a Attempt, actor Actor,
-	kind, why, said string) (_ Attempt, diverged bool, _ error) {
-	now := s.clock.Now()
-	why = truncate(why, 2000)
-	na, err := scanAttempt(tx.QueryRow(ctx, `UPDATE attempts SET diverged_at = $2, divergence = $3, divergence_kind = $5,
-		review = true, review_reason = $3, review_at = $2, updated_at = $2
-		WHERE id = $1 AND status = $4 AND diverged_at IS NULL RETURNING `+attemptColumns, a.ID, now, why, a.Status, kind))
-	switch {
-	case errors.Is(err, ErrNotFound):
-		// Already diverged: the note is enough.
-		return a, false, nil
-	case err != nil:
-		return a, false, fmt.Errorf("attempts: record divergence of %s: %w", a.ID, err)
-	}
-	if err := insertEvent(ctx, tx, Event{AttemptID: na.ID, At: now, Type: EventReview, Actor: actor, Reason: why}); err != nil {
-		return na, false, err
-	}
-	if err := s.holdSiblings(ctx, tx, after, na, actor); err != nil {
-		return na, false, err
-	}
-	if o, ok := s.owner(na.Kind).(DivergenceOwner); ok {
-		if err := o.AttemptDiverged(ctx, tx, na); err != nil {
-			return na, false, fmt.Errorf("attempts: owner of diverged %s: %w", na.ID, err)
-		}
-	}
-	after.add(func() {
-		s.log.ErrorContext(ctx, "provider contradicts a final attempt: divergence, review", "attempt_id", na.ID,
-			"kind", na.Kind, "provider", na.Provider, "reference", na.Reference, "status", na.Status,
-			"resolved_by", na.ResolvedBy, "reported", said, "reported_by", actor, "divergence_kind", kind)
-		s.metrics.divergence(na)
-		s.metrics.reviewFlagged(na)
-		if s.cfg.OnReview != nil {
-			s.cfg.OnReview(na, why)
-		}
-	})
-	return na, true, nil
-}
-
-// DivergenceKind is the kind (Divergence*) of attempt id's divergence, ""
-// when it has none. db may be the transaction that recorded it.
-func DivergenceKind(ctx context.Context, db DB, id uuid.UUID) (string, error) {
-	var kind *string
-	if err := db.QueryRow(ctx, `SELECT divergence_kind FROM attempts WHERE id = $1`, id).Scan(&kind); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return "", ErrNotFound
-		}
-		return "", fmt.Errorf("attempts: divergence kind of %s: %w", id, err)
-	}
-	if kind == nil {
-		return "", nil
-	}
-	return *kind, nil
-}
 
 // DisputeReport is a provider's word about a card dispute of an incoming
 // payment (a Stripe charge.dispute.* webhook), for RecordDispute.

@@ -231,6 +231,18 @@ func (s *Service) applyReport(ctx context.Context, tx pgx.Tx, after *afterCommit
 				}
 				return na, false, err
 			}
+			if errors.Is(err, ErrReportMismatch) && a.Status == StatusSucceeded && r.State == providers.StateSucceeded &&
+				(r.Provider == "" || r.Provider == a.Provider) && a.ProviderID != "" && r.ProviderID != "" &&
+				r.ProviderID != a.ProviderID {
+				// Another operation, of another amount or operation, that
+				// moved money under the reference of an attempt that
+				// succeeded as its own: paid or charged twice all the same.
+				na, serr := s.secondOperation(ctx, tx, after, na, actor, r)
+				if serr != nil && !errors.Is(serr, ErrProviderIDMismatch) {
+					return na, false, serr
+				}
+				return na, false, err
+			}
 			return na, false, err
 		}
 	}
@@ -246,7 +258,8 @@ func (s *Service) applyReport(ctx context.Context, tx pgx.Tx, after *afterCommit
 				return a, false, err
 			}
 			if a.ProviderID != "" && r.ProviderID != "" && r.ProviderID != a.ProviderID {
-				return a, false, s.secondOperation(ctx, tx, after, a, actor, r)
+				a, err := s.secondOperation(ctx, tx, after, a, actor, r)
+				return a, false, err
 			}
 			return a, false, nil
 		}
@@ -275,27 +288,91 @@ func (s *Service) applyReport(ctx context.Context, tx pgx.Tx, after *afterCommit
 	return a, false, fmt.Errorf("%w: provider state %q", ErrInvalid, r.State)
 }
 
-// secondOperation keeps, as a note, a report naming another provider
-// operation (r.ProviderID) in the final status the attempt a already has
-// under its recorded one: a second operation under our reference (a cob
-// paid twice, a transfer made twice). Nothing moves (R9): the status and
-// the ledger stay; the note, an ERROR log and saldo_attempts_conflicts_total
-// say it now, and reconciliation reports it as double_payment.
-func (s *Service) secondOperation(ctx context.Context, tx pgx.Tx, after *afterCommit, a Attempt, actor Actor, r report) error {
-	reason := fmt.Sprintf("%s reported %s as provider operation %q for an attempt already %s as %q: a second operation "+
-		"under our reference; nothing moved, reconciliation reports it (double_payment)", actor, r.State, r.ProviderID,
-		a.Status, a.ProviderID)
-	if err := insertEvent(ctx, tx, Event{AttemptID: a.ID, At: s.clock.Now(), Type: EventNote, Actor: actor,
-		ActorID: r.ActorID, Reason: truncate(reason, maxErrorText)}); err != nil {
-		return err
+// secondOperation handles a report naming another provider operation
+// (r.ProviderID) in the final status the attempt a already has under its
+// recorded one: a second operation under our reference (a cob paid twice
+// by the payer, a transfer made twice). Nothing moves (R9: the status, the
+// provider id and the ledger stay), but someone was paid or charged twice:
+// a succeeded second operation is a divergence of kind second_operation
+// (recordDivergence: review with an alert, the owner's needs_attention and
+// *.diverged, saldo_attempts_divergences_total, the audit reporting it
+// until an operator books the return and settles it). A report naming a
+// provider id another attempt holds (providerIDHolder: a PSP's bug, a
+// forged or misrouted notice) is no less in front of a human: the same
+// divergence, whose text says whose id it is. A failed second operation
+// moved no money: a note, an ERROR log and saldo_attempts_conflicts_total.
+//
+// The same second operation reported again (a redelivery, the lookup, the
+// statement) changes nothing: its note, keyed by the second provider id,
+// is found. Another one on an attempt that has diverged already (settled
+// or not) never replaces the recorded divergence (the evidence never
+// changes): it is a note with an ERROR log and an alert (OnReview).
+//
+// It returns ErrProviderIDMismatch (the report contradicts the recorded
+// provider id; the webhook answers "review") except for a repeat.
+func (s *Service) secondOperation(ctx context.Context, tx pgx.Tx, after *afterCommit, a Attempt, actor Actor, r report) (Attempt, error) {
+	var seen bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM attempt_events WHERE attempt_id = $1 AND type = 'note'
+		AND evidence->>'second_provider_id' = $2)`, a.ID, r.ProviderID).Scan(&seen); err != nil {
+		return a, fmt.Errorf("attempts: second operation %q of %s: %w", r.ProviderID, a.ID, err)
 	}
-	after.add(func() {
-		s.log.ErrorContext(ctx, "provider reports a second operation for a final attempt", "attempt_id", a.ID, "kind", a.Kind,
-			"provider", a.Provider, "reference", a.Reference, "status", a.Status, "provider_id", a.ProviderID,
-			"reported_provider_id", r.ProviderID, "actor", actor)
-		s.metrics.conflict(a)
-	})
-	return nil
+	if seen {
+		return a, nil
+	}
+	holder, err := providerIDHolder(ctx, tx, a, r.ProviderID)
+	if err != nil {
+		return a, err
+	}
+	what := fmt.Sprintf("%s reported %s as provider operation %q for reference %s, whose attempt is already %s as %q",
+		actor, r.State, r.ProviderID, a.Reference, a.Status, a.ProviderID)
+	if holder != "" {
+		what += fmt.Sprintf(" (attempt %s holds %q: perhaps a report about another operation)", holder, r.ProviderID)
+	}
+	evidence, err := json.Marshal(map[string]any{"second_provider_id": r.ProviderID, "state": r.State,
+		"recorded_provider_id": a.ProviderID, "held_by_attempt": holder, "report": r.Evidence})
+	if err != nil {
+		return a, err
+	}
+	now := s.clock.Now()
+	if err := insertEvent(ctx, tx, Event{AttemptID: a.ID, At: now, Type: EventNote, Actor: actor, ActorID: r.ActorID,
+		Reason: truncate(what+": a second operation under our reference; nothing moved", maxErrorText),
+		Evidence: evidence}); err != nil {
+		return a, err
+	}
+	after.add(func() { s.metrics.conflict(a) })
+	if a.Status != StatusSucceeded {
+		after.add(func() {
+			s.log.ErrorContext(ctx, "provider reports a second operation, failed, for a final attempt: noted", "attempt_id", a.ID,
+				"kind", a.Kind, "provider", a.Provider, "reference", a.Reference, "status", a.Status, "provider_id", a.ProviderID,
+				"reported_provider_id", r.ProviderID, "held_by", holder, "actor", actor)
+		})
+		return a, ErrProviderIDMismatch
+	}
+	twice := "money moved twice under it (the payer was charged twice; the merchant was credited once)"
+	if a.Kind.direction() == "out" {
+		twice = "money left twice under it (paid out twice; the ledger shows it once)"
+	}
+	why := fmt.Sprintf("divergence (second operation): %s: %s; a human books the return or refund of the second "+
+		"operation and settles it (R9, R19)", what, twice)
+	na, diverged, err := s.recordDivergence(ctx, tx, after, a, actor, DivergenceSecondOperation, why,
+		"succeeded as "+r.ProviderID)
+	if err != nil {
+		return na, err
+	}
+	if !diverged {
+		// The divergence recorded first stays (evidence); this one is the
+		// note, and a human is alerted to it.
+		after.add(func() {
+			s.log.ErrorContext(ctx, "provider reports another second operation for an attempt already diverged: noted, alert",
+				"attempt_id", a.ID, "kind", a.Kind, "provider", a.Provider, "reference", a.Reference,
+				"provider_id", a.ProviderID, "reported_provider_id", r.ProviderID, "held_by", holder, "actor", actor,
+				"divergence_settled", a.DivergenceSettledAt != nil)
+			if s.cfg.OnReview != nil {
+				s.cfg.OnReview(a, why)
+			}
+		})
+	}
+	return na, ErrProviderIDMismatch
 }
 
 // ResolveResult says what a resolution did.

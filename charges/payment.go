@@ -455,10 +455,12 @@ func (s *Service) Poll(ctx context.Context, chargeID string) (PollResult, error)
 			Operation: providers.OpPixCharge, Amount: lr.Amount, Currency: lr.Currency, State: lr.State,
 			ProviderID: lr.ProviderID, FailureCode: lr.FailureCode, FailureReason: lr.FailureReason, Data: lr.Data,
 			Source: attempts.SourceResolver, Actor: PollPixChargeKind, Reason: "poll: lookup found " + string(lr.State)})
-		if errors.Is(err, attempts.ErrReportMismatch) {
-			// Flagged for review with an alert; nothing credited. The poll
-			// goes on: the provider may still report the cob expired, and
-			// an operator decides the rest.
+		if errors.Is(err, attempts.ErrReportMismatch) || errors.Is(err, attempts.ErrProviderIDMismatch) {
+			// Flagged for review with an alert (or, for a cob paid in the
+			// meantime, the second Pix the lookup names recorded as a
+			// divergence); nothing credited. The poll goes on: the
+			// provider may still report the cob expired, and an operator
+			// decides the rest.
 			err, rr = nil, attempts.ResolveResult{}
 		}
 		if err != nil {

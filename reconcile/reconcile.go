@@ -775,6 +775,17 @@ func (s *Service) matchGroup(ctx context.Context, st *runState, ls []line, a, ot
 					"succeeded as provider operation %s: a double payment", x.Operation, x.Amount, x.Currency, id, ref,
 					a.Kind, a.SubjectID, a.ProviderID),
 				provider: linesSide(ls), our: our})
+			// The attempts core records the second operation on the
+			// attempt as a divergence (second_operation: review,
+			// needs_attention, *.diverged, the audit until an operator
+			// settles it), as a webhook or a lookup that named it first
+			// did; the same operation seen again, by any of them or by a
+			// later run, is found by its provider id and adds nothing
+			// (R9, R19). Its status and the ledger stay.
+			if _, err := s.report(ctx, st, *a, x); err != nil && !errors.Is(err, attempts.ErrReportMismatch) &&
+				!errors.Is(err, attempts.ErrProviderIDMismatch) {
+				return nil, false, err
+			}
 		}
 		if len(own) == 0 {
 			return out, false, nil
