@@ -127,3 +127,61 @@ func TestDoublePaymentAcrossDaysLedgerTotals_R19(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, r2.NewDivergences)
 }
+
+// R9, R19: the double payment a statement shows is the attempt's second
+// operation too: the run hands it to the attempts core, which records the
+// divergence (second_operation) on the succeeded attempt (review,
+// needs_attention, the audit until settled), as a webhook naming it would
+// have. Idempotent by the second operation's provider id: a webhook that
+// named it first, and a second run, add nothing on the attempt (one note,
+// one divergence, one review) and reconciliation keeps one double_payment.
+func TestDoublePaymentIsTheAttemptsSecondOperationDivergence_R9_R19(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	a := e.paid("10.00")
+	b := e.paid("10.00")
+	for _, x := range []attempts.Attempt{a, b} {
+		require.NoError(t, e.srv.AddStatementLie(sim.StatementLie{Kind: sim.LieAdd, Reference: x.Reference, ID: "op_twice_" + x.Reference,
+			Operation: providers.OpPixTransfer, Amount: "10.00", Currency: "BRL", At: day.Add(11 * time.Hour)}))
+	}
+	// b's second operation was reported by a webhook before the run.
+	_, err := e.att.ResolveByReference(e.ctx, attempts.ResolveInput{Reference: b.Reference, Provider: e.prov.Name(),
+		State: providers.StateSucceeded, ProviderID: "op_twice_" + b.Reference, Source: attempts.SourceWebhook, Actor: "evt_b"})
+	require.ErrorIs(t, err, attempts.ErrProviderIDMismatch)
+	bd, err := e.att.Get(e.ctx, e.pool, b.ID)
+	require.NoError(t, err)
+	require.NotNil(t, bd.DivergedAt)
+	events := func(x attempts.Attempt) int {
+		evs, err := e.att.Events(e.ctx, e.pool, x.ID)
+		require.NoError(t, err)
+		return len(evs)
+	}
+	bEvents := events(b)
+
+	e.clock.Set(day.Add(51 * time.Hour))
+	e.run()
+	require.Len(t, byKind(e.all())[reconcile.KindDoublePayment], 2)
+	ga, err := e.att.Get(e.ctx, e.pool, a.ID)
+	require.NoError(t, err)
+	require.Equal(t, attempts.StatusSucceeded, ga.Status)
+	require.NotNil(t, ga.DivergedAt, "the statement's double payment is the attempt's divergence")
+	require.True(t, ga.Review)
+	require.Contains(t, ga.Divergence, "op_twice_"+a.Reference)
+	kind, err := attempts.DivergenceKind(e.ctx, e.pool, a.ID)
+	require.NoError(t, err)
+	require.Equal(t, attempts.DivergenceSecondOperation, kind)
+	require.Equal(t, bEvents, events(b), "the webhook recorded b's already: the run adds nothing on it")
+	gb, err := e.att.Get(e.ctx, e.pool, b.ID)
+	require.NoError(t, err)
+	require.Equal(t, bd.DivergedAt, gb.DivergedAt)
+
+	aEvents := events(a)
+	again := e.run()
+	require.Zero(t, again.NewDivergences)
+	require.Equal(t, aEvents, events(a), "a second run adds nothing on the attempt")
+	require.Len(t, byKind(e.all())[reconcile.KindDoublePayment], 2)
+	require.Equal(t, 1, e.settles(a), "nothing moves")
+	vs, err := attempts.Verify(e.ctx, e.pool)
+	require.NoError(t, err)
+	require.Len(t, vs, 2, "both divergences reported until settled")
+}

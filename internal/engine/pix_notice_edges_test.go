@@ -194,11 +194,13 @@ func TestPixNoticeRepeatingAnEndToEndIDForAnotherTxidGoesToReview_R9_R17(t *test
 	require.Equal(t, before, merchantBalances(t, pool), "nothing credited twice")
 
 	// Charge C, already paid by its own Pix, then named with A's
-	// endToEndId: the attempts core keeps it as a note (a second
-	// operation under C's txid, ERROR log, conflicts metric; R9), credits
-	// nothing and changes nothing. (It is not put in review: that is the
-	// attempts core's secondOperation, which does not ask whether another
-	// attempt holds the endToEndId.)
+	// endToEndId: a report naming, for C's txid, an operation attempt A
+	// holds. It credits nothing and changes neither charge, but it is in
+	// front of a human as B's is (R9, R17, R19): C's succeeded attempt
+	// diverges (second_operation; the divergence names A's attempt), is in
+	// the review queue, and the webhook says "review". Before, it was only
+	// a note (secondOperation did not ask whether another attempt holds
+	// the endToEndId, nor asked anyone to act).
 	chC, c := open()
 	e2eC, err := srv.PayCob(c.Reference)
 	require.NoError(t, err)
@@ -207,17 +209,36 @@ func TestPixNoticeRepeatingAnEndToEndIDForAnotherTxidGoesToReview_R9_R17(t *test
 	paid := merchantBalances(t, pool)
 	code, ack = pixPost(t, hs.URL, notice(e2eA, c.Reference))
 	require.Equal(t, http.StatusOK, code)
-	require.NotEqual(t, api.WebhookDuplicate, ack["outcome"], "not dropped as A's duplicate")
-	var notes int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM attempt_events WHERE attempt_id = $1 AND type = 'note'
-		AND reason LIKE '%second operation%'`, c.ID).Scan(&notes))
-	require.Equal(t, 1, notes, "the contradiction is kept on C")
+	require.Equal(t, api.WebhookReview, ack["outcome"], "not dropped as A's duplicate, not only noted")
+	gc, err := e.Attempts.Get(ctx, pool, c.ID)
+	require.NoError(t, err)
+	require.Equal(t, attempts.StatusSucceeded, gc.Status)
+	require.Equal(t, e2eC, gc.ProviderID)
+	require.NotNil(t, gc.DivergedAt, "C is in front of a human")
+	require.True(t, gc.Review)
+	require.Contains(t, gc.Divergence, a.ID.String(), "the divergence names the attempt that holds the endToEndId")
+	q, _, err := e.Attempts.ReviewQueue(ctx, pool, attempts.ReviewQueueParams{})
+	require.NoError(t, err)
+	inQueue := map[string]bool{}
+	for _, x := range q {
+		inQueue[x.ID.String()] = true
+	}
+	require.True(t, inQueue[c.ID.String()], "C is in the review queue")
+	ga, err := e.Attempts.Get(ctx, pool, a.ID)
+	require.NoError(t, err)
+	require.Nil(t, ga.DivergedAt, "A, whose endToEndId it is, is not touched")
 	cc, err := e.Charges.Get(ctx, "m1", chC.ID)
 	require.NoError(t, err)
 	require.Equal(t, e2eC, cc.ProviderID)
+	require.True(t, cc.NeedsAttention)
 	require.Equal(t, paid, merchantBalances(t, pool), "nothing credited twice")
 
 	res, err := audit.Run(ctx, pool)
+	require.NoError(t, err)
+	require.False(t, res.OK(), "the audit reports C's divergence until an operator settles it")
+	_, err = e.Attempts.SettleDivergence(ctx, c.ID, "op-1", "PSP notice misrouted: A's Pix named with C's txid; nothing to return")
+	require.NoError(t, err)
+	res, err = audit.Run(ctx, pool)
 	require.NoError(t, err)
 	require.True(t, res.OK(), res.Summary())
 }
