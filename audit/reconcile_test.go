@@ -21,7 +21,8 @@ import (
 // Issue 16 (R19): the audit is clean after an honest reconciliation and
 // fails while a double payment the statement shows is open (a critical
 // divergence: reconcile/double_payment); an operator's resolution with a
-// reason clears it.
+// reason clears it, and the settlement of the attempt's second_operation
+// divergence the run recorded clears the rest (R9, R19).
 func TestRunReportsOpenDoublePayment_R19(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -74,6 +75,9 @@ func TestRunReportsOpenDoublePayment_R19(t *testing.T) {
 	require.Len(t, found, 1, res.Summary())
 	require.Equal(t, "double_payment", found[0].Check)
 	require.Contains(t, found[0].Detail, r.Attempt.Reference)
+	// The run also handed the second operation to the attempts core: the
+	// payout's attempt has diverged (second_operation, R9, R19).
+	require.Contains(t, res.Summary(), "attempts/diverged", res.Summary())
 
 	// The ledger-totals divergence the duplicate also causes is high, not
 	// critical: the audit reports only the highest severity.
@@ -87,6 +91,12 @@ func TestRunReportsOpenDoublePayment_R19(t *testing.T) {
 			require.True(t, changed)
 		}
 	}
+	res, err = audit.Run(ctx, pool)
+	require.NoError(t, err)
+	require.False(t, res.OK(), "the attempt's divergence stands until an operator settles it")
+	require.NotContains(t, res.Summary(), "double_payment")
+	_, err = att.SettleDivergence(ctx, r.Attempt.ID, "key_op", "the PSP reversed the copy, ticket 7")
+	require.NoError(t, err)
 	res, err = audit.Run(ctx, pool)
 	require.NoError(t, err)
 	require.True(t, res.OK(), res.Summary())
