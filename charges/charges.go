@@ -988,10 +988,14 @@ func (s *Service) LockForRefund(ctx context.Context, tx pgx.Tx, merchantID, char
 	// paid only as history (R9). A disputed charge (a chargeback: the card
 	// network took the money back) likewise: the cardholder already has
 	// the money or may get it, a refund would return it twice, and Stripe
-	// refuses it (charge_disputed).
+	// refuses it (charge_disputed). A charge paid twice (a second operation
+	// under its reference, R9, R19) is not reversed: its credited payment
+	// arrived and may be refunded; the second one is the operator's.
 	var kind *string
 	err = tx.QueryRow(ctx, `SELECT divergence_kind FROM attempts WHERE direction = 'in' AND subject_id = $1
-		AND status = 'succeeded' AND diverged_at IS NOT NULL ORDER BY diverged_at LIMIT 1`, c.ID).Scan(&kind)
+		AND status = 'succeeded' AND diverged_at IS NOT NULL
+		AND divergence_kind IS DISTINCT FROM '`+attempts.DivergenceSecondOperation+`'
+		ORDER BY divergence_kind = '`+attempts.DivergenceDispute+`' DESC, diverged_at LIMIT 1`, c.ID).Scan(&kind)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return c, nil

@@ -139,6 +139,13 @@ func TestCobPaidTwiceByWebhookIsADivergence_R9_R19(t *testing.T) {
 	require.Equal(t, 1, notes)
 	require.Equal(t, credited, merchantBalances(t, pool), "the ledger is not moved automatically")
 
+	// The payment saldo credited arrived: the merchant may still refund
+	// it (a charge paid twice is no reversal); the second is the
+	// operator's to return.
+	_, err = e.Payouts.CreateRefund(ctx, payouts.RefundRequest{MerchantID: "m1", ChargeID: ch.ID, ClientKey: "refund-1",
+		Amount: money.MustParse("10.00", "BRL")})
+	require.NoError(t, err, "a charge paid twice is refundable")
+
 	requireDivergedUntilSettled(t, e.Attempts, pool, a.ID)
 	c, err = e.Charges.Get(ctx, "m1", ch.ID)
 	require.NoError(t, err)
