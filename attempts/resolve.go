@@ -309,7 +309,8 @@ func (s *Service) applyReport(ctx context.Context, tx pgx.Tx, after *afterCommit
 // changes): it is a note with an ERROR log and an alert (OnReview).
 //
 // It returns ErrProviderIDMismatch (the report contradicts the recorded
-// provider id; the webhook answers "review") except for a repeat.
+// provider id; the webhook answers "review") for a succeeded second
+// operation seen for the first time; nil for a repeat or a failed one.
 func (s *Service) secondOperation(ctx context.Context, tx pgx.Tx, after *afterCommit, a Attempt, actor Actor, r report) (Attempt, error) {
 	var seen bool
 	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM attempt_events WHERE attempt_id = $1 AND type = 'note'
@@ -346,7 +347,7 @@ func (s *Service) secondOperation(ctx context.Context, tx pgx.Tx, after *afterCo
 				"kind", a.Kind, "provider", a.Provider, "reference", a.Reference, "status", a.Status, "provider_id", a.ProviderID,
 				"reported_provider_id", r.ProviderID, "held_by", holder, "actor", actor)
 		})
-		return a, ErrProviderIDMismatch
+		return a, nil
 	}
 	twice := "money moved twice under it (the payer was charged twice; the merchant was credited once)"
 	if a.Kind.direction() == "out" {
