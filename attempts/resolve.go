@@ -254,6 +254,15 @@ func (s *Service) applyReport(ctx context.Context, tx pgx.Tx, after *afterCommit
 		}
 		if a.Status.Final() {
 			if a.Status != to {
+				if a.Status == StatusSucceeded && a.ProviderID != "" && r.ProviderID != "" && r.ProviderID != a.ProviderID {
+					// Another operation under our reference failed (a
+					// second payment intent declined, a second transfer
+					// refused): it moved nothing and says nothing about
+					// the operation that succeeded. A note, never a
+					// reversal (found by review).
+					a, err := s.secondOperation(ctx, tx, after, a, actor, r)
+					return a, false, err
+				}
 				a, err := s.lateConflict(ctx, tx, after, a, actor, string(r.State))
 				return a, false, err
 			}
@@ -313,8 +322,10 @@ func (s *Service) applyReport(ctx context.Context, tx pgx.Tx, after *afterCommit
 // operation seen for the first time; nil for a repeat or a failed one.
 func (s *Service) secondOperation(ctx context.Context, tx pgx.Tx, after *afterCommit, a Attempt, actor Actor, r report) (Attempt, error) {
 	var seen bool
+	// Seen in the same state: one first reported failed and later
+	// succeeded (a payment intent confirmed again) is news.
 	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM attempt_events WHERE attempt_id = $1 AND type = 'note'
-		AND evidence->>'second_provider_id' = $2)`, a.ID, r.ProviderID).Scan(&seen); err != nil {
+		AND evidence->>'second_provider_id' = $2 AND evidence->>'state' = $3)`, a.ID, r.ProviderID, string(r.State)).Scan(&seen); err != nil {
 		return a, fmt.Errorf("attempts: second operation %q of %s: %w", r.ProviderID, a.ID, err)
 	}
 	if seen {
@@ -341,7 +352,7 @@ func (s *Service) secondOperation(ctx context.Context, tx pgx.Tx, after *afterCo
 		return a, err
 	}
 	after.add(func() { s.metrics.conflict(a) })
-	if a.Status != StatusSucceeded {
+	if r.State != providers.StateSucceeded || a.Status != StatusSucceeded {
 		after.add(func() {
 			s.log.ErrorContext(ctx, "provider reports a second operation, failed, for a final attempt: noted", "attempt_id", a.ID,
 				"kind", a.Kind, "provider", a.Provider, "reference", a.Reference, "status", a.Status, "provider_id", a.ProviderID,
