@@ -89,15 +89,20 @@ type attemptJSON struct {
 	LookupCount   int    `json:"lookup_count"`
 	// LookupsUnanswered of them proved nothing (transport error, 5xx,
 	// 429); UnansweredSince: when the current run of those began.
-	LookupsUnanswered int         `json:"lookups_unanswered"`
-	UnansweredSince   *time.Time  `json:"unanswered_since,omitempty"`
-	Review            bool        `json:"review"`
-	ReviewReason      string      `json:"review_reason,omitempty"`
-	ReviewAt          *time.Time  `json:"review_at,omitempty"`
-	CreatedAt         time.Time   `json:"created_at"`
-	ResolvedAt        *time.Time  `json:"resolved_at,omitempty"`
-	ResolvedBy        string      `json:"resolved_by,omitempty"`
-	Events            []eventJSON `json:"events,omitempty"`
+	LookupsUnanswered int        `json:"lookups_unanswered"`
+	UnansweredSince   *time.Time `json:"unanswered_since,omitempty"`
+	// LookupsProcessing of them found the operation processing (they do
+	// not count toward --max-lookups); ProcessingExpectedBy: when the
+	// provider said it expects it to end (R18).
+	LookupsProcessing    int         `json:"lookups_processing"`
+	ProcessingExpectedBy *time.Time  `json:"processing_expected_by,omitempty"`
+	Review               bool        `json:"review"`
+	ReviewReason         string      `json:"review_reason,omitempty"`
+	ReviewAt             *time.Time  `json:"review_at,omitempty"`
+	CreatedAt            time.Time   `json:"created_at"`
+	ResolvedAt           *time.Time  `json:"resolved_at,omitempty"`
+	ResolvedBy           string      `json:"resolved_by,omitempty"`
+	Events               []eventJSON `json:"events,omitempty"`
 
 	// What the provider acknowledged, and a success it reported after the
 	// attempt was resolved failed (issue 13 findings 2 and 5).
@@ -105,6 +110,7 @@ type attemptJSON struct {
 	Acknowledgement string     `json:"acknowledgement,omitempty"`
 	DivergedAt      *time.Time `json:"diverged_at,omitempty"`
 	Divergence      string     `json:"divergence,omitempty"`
+	DivergenceKind  string     `json:"divergence_kind,omitempty"`
 	// An operator's settlement of the divergence (it stays as evidence).
 	DivergenceSettledAt  *time.Time `json:"divergence_settled_at,omitempty"`
 	DivergenceSettledBy  string     `json:"divergence_settled_by,omitempty"`
@@ -115,10 +121,11 @@ func attemptJSONOf(a attempts.Attempt, evs []attempts.Event) attemptJSON {
 	return attemptJSON{ID: a.ID.String(), Kind: string(a.Kind), SubjectID: a.SubjectID, Provider: a.Provider,
 		Operation: a.Operation, Reference: a.Reference, Status: string(a.Status), ProviderState: a.ProviderState,
 		ProviderID: a.ProviderID, FailureCode: a.FailureCode, FailureReason: a.FailureReason, CallCount: a.CallCount,
-		LookupCount: a.LookupCount, LookupsUnanswered: a.LookupsUnanswered, UnansweredSince: utcPtr(a.UnansweredSince), Review: a.Review, ReviewReason: a.ReviewReason, ReviewAt: utcPtr(a.ReviewAt),
+		LookupCount: a.LookupCount, LookupsUnanswered: a.LookupsUnanswered, UnansweredSince: utcPtr(a.UnansweredSince),
+		LookupsProcessing: a.LookupsProcessing, ProcessingExpectedBy: utcPtr(a.ProcessingExpectedBy), Review: a.Review, ReviewReason: a.ReviewReason, ReviewAt: utcPtr(a.ReviewAt),
 		CreatedAt: a.CreatedAt.UTC(), ResolvedAt: utcPtr(a.ResolvedAt), ResolvedBy: a.ResolvedBy, Events: eventsJSON(evs),
 		AcknowledgedAt: utcPtr(a.AcknowledgedAt), Acknowledgement: a.Acknowledgement, DivergedAt: utcPtr(a.DivergedAt),
-		Divergence: a.Divergence, DivergenceSettledAt: utcPtr(a.DivergenceSettledAt), DivergenceSettledBy: a.DivergenceSettledBy,
+		Divergence: a.Divergence, DivergenceKind: a.DivergenceKind, DivergenceSettledAt: utcPtr(a.DivergenceSettledAt), DivergenceSettledBy: a.DivergenceSettledBy,
 		DivergenceSettlement: a.DivergenceSettlement}
 }
 

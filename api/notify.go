@@ -370,9 +370,14 @@ func divergedOf(object any, a attempts.Attempt) divergedJSON {
 
 // divergedOfIn is divergedOf with the kind the divergence was recorded
 // with (a charge's may be a dispute; a second operation is on a succeeded
-// attempt as a reversal is), read in tx.
+// attempt as a reversal is): a's own, as recordDivergence returns it, or
+// read in tx for an attempt read before its divergence.
 func divergedOfIn(ctx context.Context, tx pgx.Tx, object any, a attempts.Attempt) (divergedJSON, error) {
 	d := divergedOf(object, a)
+	if a.DivergenceKind != "" {
+		d.Kind = a.DivergenceKind
+		return d, nil
+	}
 	kind, err := attempts.DivergenceKind(ctx, tx, a.ID)
 	if err != nil {
 		return d, err

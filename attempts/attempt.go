@@ -131,12 +131,12 @@ type Attempt struct {
 	// nil when it stated none. The review of a long "processing" ages
 	// from it (ProcessingReviewAt, R18).
 	ProcessingExpectedBy *time.Time
-	Review            bool
-	ReviewReason      string
-	ReviewAt          *time.Time
-	UnknownAt         *time.Time
-	ResolvedAt        *time.Time
-	ResolvedBy        string
+	Review               bool
+	ReviewReason         string
+	ReviewAt             *time.Time
+	UnknownAt            *time.Time
+	ResolvedAt           *time.Time
+	ResolvedBy           string
 	// AcknowledgedAt is when the provider first showed it holds the
 	// operation (a 2xx, a provider id, a 409 "key in use", a processing
 	// report); Acknowledgement says what it said. After it, "not found"
@@ -148,6 +148,9 @@ type Attempt struct {
 	// may have left while the reserve went back. Review and audit report it.
 	DivergedAt *time.Time
 	Divergence string
+	// DivergenceKind is which way (Divergence*: paid_after_failure,
+	// reversal, dispute, second_operation); "" without a divergence.
+	DivergenceKind string
 	// DivergenceSettledAt, By and Settlement: a human booked what the
 	// divergence means and settled it (SettleDivergence); the evidence
 	// stays.
@@ -200,7 +203,7 @@ const attemptColumns = `id, kind, subject_id, provider, operation, idempotency_k
 	review_reason, review_at, unknown_at, resolved_at, resolved_by, data, created_at, updated_at,
 	acknowledged_at, acknowledgement, diverged_at, divergence, divergence_settled_at, divergence_settled_by,
 	divergence_settlement, lookups_unanswered, unanswered_since, call_deadline_at, lookups_processing,
-	processing_expected_by`
+	processing_expected_by, divergence_kind`
 
 // qualifiedAttemptColumns is attemptColumns of the table aliased a.
 var qualifiedAttemptColumns = sqlcols.Qualify("a", attemptColumns)
@@ -213,7 +216,7 @@ func scanAttempt(row pgx.Row) (Attempt, error) {
 func scanAttemptAfter(row pgx.Row, before ...any) (Attempt, error) {
 	var a Attempt
 	var providerState, providerID, failureCode, failureReason, lastError, reviewReason, resolvedBy, ack, divergence,
-		settledBy, settlement *string
+		settledBy, settlement, divergenceKind *string
 	var data []byte
 	err := row.Scan(append(before, &a.ID, &a.Kind, &a.SubjectID, &a.Provider, &a.Operation, &a.IdempotencyKey, &a.Reference,
 		&a.Payload, &a.PayloadSHA256, &a.Status, &providerState, &providerID, &failureCode, &failureReason,
@@ -221,7 +224,8 @@ func scanAttemptAfter(row pgx.Row, before ...any) (Attempt, error) {
 		&a.KeyExpiresAt, &a.LookupCount, &a.LastLookupAt, &a.NextLookupAt, &a.ProcessingFrom, &a.Review,
 		&reviewReason, &a.ReviewAt, &a.UnknownAt, &a.ResolvedAt, &resolvedBy, &data, &a.CreatedAt, &a.UpdatedAt,
 		&a.AcknowledgedAt, &ack, &a.DivergedAt, &divergence, &a.DivergenceSettledAt, &settledBy, &settlement,
-		&a.LookupsUnanswered, &a.UnansweredSince, &a.CallDeadlineAt, &a.LookupsProcessing, &a.ProcessingExpectedBy)...)
+		&a.LookupsUnanswered, &a.UnansweredSince, &a.CallDeadlineAt, &a.LookupsProcessing, &a.ProcessingExpectedBy,
+		&divergenceKind)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return a, ErrNotFound
 	}
@@ -237,6 +241,7 @@ func scanAttemptAfter(row pgx.Row, before ...any) (Attempt, error) {
 	a.ResolvedBy = sqlcols.Deref(resolvedBy)
 	a.Acknowledgement = sqlcols.Deref(ack)
 	a.Divergence = sqlcols.Deref(divergence)
+	a.DivergenceKind = sqlcols.Deref(divergenceKind)
 	a.DivergenceSettledBy, a.DivergenceSettlement = sqlcols.Deref(settledBy), sqlcols.Deref(settlement)
 	if len(data) > 0 {
 		a.Data = data
