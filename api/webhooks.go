@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5"
@@ -119,6 +120,7 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 		usable = append(usable, ev)
 	}
 	evs = usable
+	refused = boundRefused(refused)
 	if len(refused) > 0 {
 		s.log.ErrorContext(r.Context(), "api: webhook items refused: nothing moved for them; a lookup, the poll, reconciliation or review settles what they were about",
 			"provider", name, "refused", len(refused), "applied", len(evs), "reasons", strings.Join(refused, "; "))
@@ -144,6 +146,34 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 	}
 	ack.EventID = strings.Join(ids, ",")
 	writeJSON(w, http.StatusOK, ack)
+}
+
+// maxRefusedListed and maxRefusedText bound what the answer and the log
+// repeat of refused items: their reasons may quote the sender's text.
+const (
+	maxRefusedListed = 20
+	maxRefusedText   = 300
+)
+
+// boundRefused keeps the first maxRefusedListed reasons, each cut to
+// maxRefusedText bytes (at a rune boundary), and says how many more.
+func boundRefused(refused []string) []string {
+	out := make([]string, 0, min(len(refused), maxRefusedListed+1))
+	for i, r := range refused {
+		if i == maxRefusedListed {
+			out = append(out, fmt.Sprintf("... and %d more", len(refused)-maxRefusedListed))
+			break
+		}
+		if len(r) > maxRefusedText {
+			cut := maxRefusedText
+			for cut > 0 && !utf8.RuneStart(r[cut]) {
+				cut--
+			}
+			r = r[:cut] + "..."
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 // refusedItems is an error a webhook parser returns with the events of the

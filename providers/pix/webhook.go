@@ -1,11 +1,13 @@
 package pix
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -108,10 +110,27 @@ func (p *Provider) ParseWebhookEvents(secret string, body []byte, now time.Time)
 	for i, item := range wb.Pix {
 		n.item(p.cfg.Send, i, item, now)
 	}
+	// A returned send settled (a Pix is returned only once settled): its
+	// settled events go first, so that a failed status for the same send
+	// in the same POST (a NAO_REALIZADO item, or its own status beside the
+	// devolucao) finds it succeeded and becomes a reversal, never a
+	// failure that releases the whole reserve while money left (found by
+	// review).
+	slices.SortStableFunc(n.events, func(x, y providers.WebhookEvent) int {
+		return cmp.Compare(settledFirst(y), settledFirst(x))
+	})
 	if len(n.refused) > 0 {
 		return n.events, &RefusedItemsError{Refused: n.refused}
 	}
 	return n.events, nil
+}
+
+// settledFirst is 1 for a returned send's settled event.
+func settledFirst(ev providers.WebhookEvent) int {
+	if ev.Type == "pix.envio.liquidado" {
+		return 1
+	}
+	return 0
 }
 
 // RefusedItemsError names the items of a notice ParseWebhookEvents refused
@@ -139,7 +158,9 @@ type notice struct {
 }
 
 func (n *notice) refuse(i int, what, problem string) {
-	n.refused = append(n.refused, fmt.Sprintf("pix[%d] %.60s: %s", i, what, problem))
+	// Bounded: the problem may quote the sender's text (a parse error
+	// quotes the value), and it goes into the answer and the log.
+	n.refused = append(n.refused, fmt.Sprintf("pix[%d] %.60s: %.200s", i, what, problem))
 }
 
 // add appends ev unless itemProblem refuses it (refusing it instead).
@@ -286,12 +307,28 @@ func (n *notice) returned(i int, idEnvio, e2e, sendValor string, dv devolucao, n
 	// lost or not yet come) settles, and the return is then a reversal on
 	// it. Reported failed on an open attempt, a return (maybe of part of
 	// the send) would release the whole reserve while money left.
+	// Each return's settled event has an id of its own (the rtrId): one
+	// recorded while the send was unknown to saldo (no endToEndId yet,
+	// unmatched) must not make a later return's settled event a
+	// duplicate, leaving its failed event alone to fail an open send
+	// (found by review).
 	sd, _ := json.Marshal(SendData{IDEnvio: idEnvio, EndToEndID: e2e, Status: EnvioRealizado})
-	n.add(i, what, providers.WebhookEvent{ID: "envio-liquidado:" + e2e, Type: "pix.envio.liquidado",
+	settled := providers.WebhookEvent{ID: "envio-liquidado:" + e2e + ":" + dv.RtrID, Type: "pix.envio.liquidado",
 		Reference: idEnvio, ProviderID: e2e, State: providers.StateSucceeded, Amount: sendValor, Currency: "BRL",
-		OccurredAt: at, Data: sd})
-	reason := fmt.Sprintf("returned by the receiver: devolucao rtrId %s of %s DEVOLVIDO (the send was %s)", dv.RtrID, dv.Valor, sendValor)
-	n.add(i, what, providers.WebhookEvent{ID: "envio-devolucao:" + e2e + ":" + dv.RtrID, Type: "pix.envio.devolvido",
+		OccurredAt: at, Data: sd}
+	reason := fmt.Sprintf("returned by the receiver: devolucao rtrId %s of %.40s DEVOLVIDO (the send was %.40s)", dv.RtrID, dv.Valor, sendValor)
+	returned := providers.WebhookEvent{ID: "envio-devolucao:" + e2e + ":" + dv.RtrID, Type: "pix.envio.devolvido",
 		Reference: idEnvio, ProviderID: e2e, State: providers.StateFailed, FailureCode: FailureDevolvido,
-		FailureReason: reason, Amount: sendValor, Currency: "BRL", OccurredAt: at, Data: data})
+		FailureReason: reason, Amount: sendValor, Currency: "BRL", OccurredAt: at, Data: data}
+	// Both or neither: the settled event applied alone would settle the
+	// send and no reversal would ever say the money came back (a motivo
+	// PostgreSQL cannot store refused only the second; found by review).
+	for _, ev := range []providers.WebhookEvent{settled, returned} {
+		if err := ev.Storable(); err != nil {
+			n.refuse(i, what, err.Error())
+			return
+		}
+	}
+	n.add(i, what, settled)
+	n.add(i, what, returned)
 }
