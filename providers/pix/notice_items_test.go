@@ -81,11 +81,13 @@ func TestPixNoticeOfAReturnedSendReportsItFailed_R9_R19(t *testing.T) {
 	}{
 		"BCB shape": {body: `{"pix":[{"endToEndId":"` + sendE2E + `","valor":"4.00","horario":"2021-11-25T12:26:43Z","devolucoes":[` +
 			dev(goodRtr, "2.00", "DEVOLVIDO") + `,` + dev("D12345678202009091221abcdf098766", "2.00", "EM_PROCESSAMENTO") + `]}]}`,
-			want: []string{"devolucao:xDEV:DEVOLVIDO", "envio-liquidado:" + sendE2E, "envio-devolucao:" + sendE2E + ":" + goodRtr,
-				"devolucao:xEM_:EM_PROCESSAMENTO"}},
+			// A return's settled event first in the POST (a return proves the
+			// send settled), named by the return's rtrId too.
+			want: []string{"envio-liquidado:" + sendE2E + ":" + goodRtr, "devolucao:xDEV:DEVOLVIDO",
+				"envio-devolucao:" + sendE2E + ":" + goodRtr, "devolucao:xEM_:EM_PROCESSAMENTO"}},
 		"Efí send item": {body: `{"pix":[{"endToEndId":"` + sendE2E + `","valor":"4.00","horario":"2021-11-25T12:26:43Z","status":"REALIZADO",` +
 			`"tipo":"SOLICITACAO","gnExtras":{"idEnvio":"` + idEnvio + `"},"devolucoes":[` + dev(goodRtr, "4.00", "DEVOLVIDO") + `]}]}`,
-			ref: idEnvio, want: []string{"envio:" + idEnvio + ":REALIZADO", "envio-liquidado:" + sendE2E,
+			ref: idEnvio, want: []string{"envio-liquidado:" + sendE2E + ":" + goodRtr, "envio:" + idEnvio + ":REALIZADO",
 				"envio-devolucao:" + sendE2E + ":" + goodRtr}},
 	} {
 		evs, err := post2(e, c.body)
