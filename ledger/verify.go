@@ -45,6 +45,13 @@ const (
 	// changed since it was opened, or the genesis did), or an account's
 	// chain version is not one Verify knows.
 	ViolationChainGenesis ViolationKind = "chain_genesis_mismatch"
+	// ViolationMalformedTransaction: a transaction whose cause kind is not
+	// a lowercase word (what every write function requires) or whose
+	// reversed transaction id is not positive. The v2 chain's input gives
+	// only the cause id and the key a length: a cause kind holding '|'
+	// could absorb the fields after it, so that another cause and key hash
+	// the same (found by review).
+	ViolationMalformedTransaction ViolationKind = "malformed_transaction"
 )
 
 // AllViolationKinds lists every kind, in report order.
@@ -52,7 +59,7 @@ var AllViolationKinds = []ViolationKind{
 	ViolationBalanceMismatch, ViolationChainHead, ViolationUnbalancedTransaction,
 	ViolationForbiddenNegative, ViolationSequenceGap, ViolationBalanceAfter,
 	ViolationHashChain, ViolationCurrency, ViolationOrphanPosting, ViolationTimeOrder,
-	ViolationChainGenesis,
+	ViolationChainGenesis, ViolationMalformedTransaction,
 }
 
 // Violation is one piece of damage found by Verify.
@@ -405,5 +412,27 @@ func verifyTransactions(ctx context.Context, db DBTX, rep *Report) error {
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("ledger: verify: transactions: %w", err)
 	}
-	return nil
+	return verifyTransactionFields(ctx, db, rep)
+}
+
+// verifyTransactionFields reports transactions whose cause kind or
+// reversed id no write function would have written
+// (ViolationMalformedTransaction).
+func verifyTransactionFields(ctx context.Context, db DBTX, rep *Report) error {
+	rows, err := db.Query(ctx, `SELECT id, left(cause_kind, 60), coalesce(reverses_id::text, '') FROM ledger_transactions
+		WHERE cause_kind !~ '^[a-z][a-z0-9_]{0,39}$' OR reverses_id <= 0 ORDER BY id`)
+	if err != nil {
+		return fmt.Errorf("ledger: verify: transaction fields: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		var kind, reverses string
+		if err := rows.Scan(&id, &kind, &reverses); err != nil {
+			return fmt.Errorf("ledger: verify: transaction fields: %w", err)
+		}
+		rep.add(Violation{Kind: ViolationMalformedTransaction, TransactionID: id,
+			Detail: fmt.Sprintf("cause kind %q, reverses %q: not what the ledger's write functions write", kind, reverses)})
+	}
+	return rows.Err()
 }
