@@ -139,6 +139,23 @@ func checkIdentity(ctx context.Context, ic identityCheck, name string, id provid
 			return refused("provider %s: no account is recorded for this name yet and the PSP did not say which account "+
 				"the configuration is for (%v): start again once it answers", name, idErr)
 		}
+		// Attempts under the name from before the name was first recorded
+		// (an upgrade from a version without this check) were sent to an
+		// account nobody wrote down: recording whatever this process is
+		// configured for could point their lookups at another (R16). The
+		// operator confirms it is the same account (found by review).
+		if !acceptNew {
+			open, err := openAttempts(ctx, tx, name)
+			if err != nil {
+				return err
+			}
+			if open > 0 {
+				return refused("provider %s: no account is recorded for this name yet, and %d of its attempts are open "+
+					"(sent before the name's account was recorded): if %s is the account they were sent to, start once "+
+					"with --accept-provider-identity %s to record it; otherwise point the configuration at that account",
+					name, open, id.Account, name)
+			}
+		}
 		key := make([]byte, 32)
 		if _, err := rand.Read(key); err != nil {
 			return err
