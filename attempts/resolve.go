@@ -347,7 +347,7 @@ func (s *Service) secondOperation(ctx context.Context, tx pgx.Tx, after *afterCo
 	}
 	now := s.clock.Now()
 	if err := insertEvent(ctx, tx, Event{AttemptID: a.ID, At: now, Type: EventNote, Actor: actor, ActorID: r.ActorID,
-		Reason: truncate(what+": a second operation under our reference; nothing moved", maxErrorText),
+		Reason:   truncate(what+": a second operation under our reference; nothing moved", maxErrorText),
 		Evidence: evidence}); err != nil {
 		return a, err
 	}

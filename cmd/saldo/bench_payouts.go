@@ -66,6 +66,9 @@ func runBenchPayouts(ctx context.Context, args []string) error {
 		return err
 	}
 	defer pool.Close()
+	if err := refuseSharedBenchDatabase(ctx, pool); err != nil {
+		return err
+	}
 	faults := o.Faults
 	if faults == "" {
 		faults = "none"
@@ -181,6 +184,36 @@ func printBaseline(ctx context.Context, pool *pgxpool.Pool, base *payoutBaseline
 	if pc, bc := clientCPU+serverCPU, br.ClientCPU+br.ServerCPU; serverCPU > 0 && br.ServerCPU > 0 {
 		fmt.Printf("CPU per payout, payout-shaped baseline / payouts: %.2fx   (client + server: %v against %v)\n",
 			float64(bc)/float64(pc), bc.Round(time.Microsecond), pc.Round(time.Microsecond))
+	}
+	return nil
+}
+
+// refuseSharedBenchDatabase refuses a database that already holds
+// attempts or a recorded provider identity: the bench runs an engine with
+// River workers under the provider name "sim" at a sim of its own, in
+// process. On a database a fleet uses, its workers would take the fleet's
+// jobs and look the fleet's attempts up at the bench's sim ("not found":
+// failed, reserve freed, paid again), and the fleet's resolvers the
+// bench's at the recorded sim (R16; found by review). A throwaway database
+// (no --database-url) or an empty one is what it needs.
+func refuseSharedBenchDatabase(ctx context.Context, pool *pgxpool.Pool) error {
+	for _, table := range []string{"attempts", "provider_identities"} {
+		var exists bool
+		if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&exists); err != nil {
+			return err
+		}
+		if !exists {
+			continue
+		}
+		var used bool
+		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+table+`)`).Scan(&used); err != nil {
+			return err
+		}
+		if used {
+			return fmt.Errorf("refusing to run: this database already holds %s; saldo bench payouts runs River workers under "+
+				"the provider name \"sim\" at a sim of its own and would work another process's jobs at the wrong PSP (R16): "+
+				"run it on a throwaway database (no --database-url and no SALDO_DATABASE_URL) or an empty one", table)
+		}
 	}
 	return nil
 }

@@ -165,8 +165,20 @@ func runProcess(ctx context.Context, pc processConfig) error {
 
 	// Before any worker, sender or resolver starts: each provider name
 	// still means the account it meant (R4, R8, R16).
+	// The names are held for the life of the process, so that no other
+	// process re-points one while this one runs (providerNameLocks).
+	names := make([]string, 0, len(pc.Providers))
+	for _, p := range pc.Providers {
+		names = append(names, p.Name())
+	}
+	locks, err := holdProviderNames(ctx, pool, names)
+	if err != nil {
+		return err
+	}
+	defer locks.Close()
 	if err := checkProviderIdentities(ctx, identityCheck{Pool: pool, Providers: pc.Providers,
-		Accept: pc.AcceptProviderIdentity, Wait: pc.IdentityWait, Actor: processActor(pc.Command), Log: log}); err != nil {
+		Accept: pc.AcceptProviderIdentity, Wait: pc.IdentityWait, Actor: processActor(pc.Command), Log: log,
+		Locks: locks}); err != nil {
 		return err
 	}
 

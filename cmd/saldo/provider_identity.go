@@ -40,6 +40,66 @@ type identityCheck struct {
 	// Actor says who starts (recorded on every identity event).
 	Actor string
 	Log   *slog.Logger
+	// Locks, when set, are this process's holds on its provider names
+	// (holdProviderNames): a re-point then needs every other process
+	// configured with the name to be gone.
+	Locks *providerNameLocks
+}
+
+// providerNameLockClass is the first key of the advisory locks on provider
+// names (the second is hashtext(name)).
+const providerNameLockClass = 0x5a1d01
+
+// providerNameLocks holds a shared session advisory lock per provider
+// name, on a connection of its own, for the life of the process: every
+// saldo process configured with a name holds it while it runs. A re-point
+// (--accept-provider-identity, or saldo dev on an outside database) takes
+// the name's lock exclusively first, so it is refused while any other
+// process still runs configured for the recorded account: its attempts
+// would be looked up at the new one, read "not found" and paid again
+// (R16; found by review: a second saldo dev re-pointed "sim" under a
+// running one). Processes of versions before the check hold nothing; the
+// runbook still says to stop them first. The locks go with the connection.
+type providerNameLocks struct {
+	conn *pgx.Conn
+}
+
+// holdProviderNames takes the shared locks of names (waiting, within ctx,
+// for a re-point in progress to finish).
+func holdProviderNames(ctx context.Context, pool *pgxpool.Pool, names []string) (*providerNameLocks, error) {
+	c, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	l := &providerNameLocks{conn: c.Hijack()}
+	for _, n := range names {
+		if _, err := l.conn.Exec(ctx, `SELECT pg_advisory_lock_shared($1, hashtext($2))`, providerNameLockClass, n); err != nil {
+			l.Close()
+			return nil, fmt.Errorf("provider %s: hold its name: %w", n, err)
+		}
+	}
+	return l, nil
+}
+
+// tryExclusive takes name's lock exclusively, if no other process holds
+// it (this one's own shared hold does not conflict).
+func (l *providerNameLocks) tryExclusive(ctx context.Context, name string) (bool, error) {
+	var ok bool
+	err := l.conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, hashtext($2))`, providerNameLockClass, name).Scan(&ok)
+	return ok, err
+}
+
+// releaseExclusive gives back what tryExclusive took (the shared hold stays).
+func (l *providerNameLocks) releaseExclusive(ctx context.Context, name string) error {
+	_, err := l.conn.Exec(ctx, `SELECT pg_advisory_unlock($1, hashtext($2))`, providerNameLockClass, name)
+	return err
+}
+
+// Close lets go of every hold.
+func (l *providerNameLocks) Close() {
+	if l != nil && l.conn != nil {
+		_ = l.conn.Close(context.Background())
+	}
 }
 
 // checkProviderIdentities makes sure every configured provider name means
@@ -219,6 +279,21 @@ func checkIdentity(ctx context.Context, ic identityCheck, name string, id provid
 			"name of its own (--sim-name, --pix-name). To re-point %s on purpose: stop every process configured with it, wait "+
 			"until it has no open attempt, and start once with --accept-provider-identity %s (docs/runbook.md)",
 			name, rec.account, rec.recordedAt.UTC().Format(time.RFC3339), id.Account, name, name)
+	}
+	if ic.Locks != nil {
+		ok, err := ic.Locks.tryExclusive(ctx, name)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return refused("provider %s: --accept-provider-identity refused: another saldo process is running configured "+
+				"with %s (recorded as %s); stop every process using the name, then start once with the flag", name, name, rec.account)
+		}
+		defer func() {
+			if err := ic.Locks.releaseExclusive(context.WithoutCancel(ctx), name); err != nil {
+				ic.Log.Warn("provider identity: releasing the re-point lock", "provider", name, "error", err.Error())
+			}
+		}()
 	}
 	open, err := openAttempts(ctx, tx, name)
 	if err != nil {

@@ -139,8 +139,13 @@ func runReconcile(ctx context.Context, args []string, out io.Writer, tty bool) e
 	// A statement read at another account than the one the name's
 	// attempts went to would turn them all into divergences, or resolve
 	// them from a stranger's lines (R16, R19).
+	locks, err := holdProviderNames(ctx, pool, []string{prov.Name()})
+	if err != nil {
+		return err
+	}
+	defer locks.Close()
 	if err := checkProviderIdentities(ctx, identityCheck{Pool: pool, Providers: []providers.Provider{prov},
-		Actor: processActor("reconcile"), Log: log}); err != nil {
+		Actor: processActor("reconcile"), Log: log, Locks: locks}); err != nil {
 		return err
 	}
 	// The engine wires the owners (payouts, charges) and their notifier,
