@@ -615,7 +615,12 @@ func (s *Service) runTx(ctx context.Context, collectFinals bool, fn func(tx pgx.
 		if !collectFinals {
 			return nil
 		}
-		return s.finalTogether(ctx, tx, after.finals)
+		if err := s.finalTogether(ctx, tx, after.finals); err != nil {
+			return err
+		}
+		// After the owners credited them: a chargeback reported while a
+		// charge's attempt was open becomes its dispute divergence now.
+		return s.disputesAfterSuccess(ctx, tx, &after, after.finals)
 	})
 	if err != nil {
 		return err

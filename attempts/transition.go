@@ -118,6 +118,13 @@ func (s *Service) transition(ctx context.Context, tx pgx.Tx, after *afterCommit,
 		if err := o.AttemptFinal(ctx, tx, na); err != nil {
 			return transitioned{}, fmt.Errorf("attempts: owner of %s refused %s -> %s: %w", na.Kind, a.Status, c.To, err)
 		}
+		// A chargeback reported while the attempt was open becomes its
+		// dispute divergence now that it succeeded and the charge is
+		// credited (R9, R19). In an inTxFinals transaction the owner takes
+		// it at the end, and disputesAfterSuccess runs after it.
+		if na, err = s.disputeAfterSuccess(ctx, tx, after, na); err != nil {
+			return transitioned{}, err
+		}
 	case c.To == StatusUnknown:
 		if err := s.enqueueResolveFor(ctx, tx, na); err != nil {
 			return transitioned{}, err

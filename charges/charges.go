@@ -991,19 +991,29 @@ func (s *Service) LockForRefund(ctx context.Context, tx pgx.Tx, merchantID, char
 	// refuses it (charge_disputed). A charge paid twice (a second operation
 	// under its reference, R9, R19) is not reversed: its credited payment
 	// arrived and may be refunded; the second one is the operator's.
+	// Unless the card network took a payment of the charge back: any
+	// withdrawn chargeback noted on one of its attempts
+	// (attempts.WithdrawnDisputeEvidence) refuses it, whatever the
+	// attempt's status or divergence was when it was reported (a charge
+	// paid twice, then charged back; a chargeback reported before the
+	// success) and after the dispute is won (R9, R19, R21).
 	var kind *string
-	err = tx.QueryRow(ctx, `SELECT divergence_kind FROM attempts WHERE direction = 'in' AND subject_id = $1
-		AND status = 'succeeded' AND diverged_at IS NOT NULL
-		AND divergence_kind IS DISTINCT FROM '`+attempts.DivergenceSecondOperation+`'
-		ORDER BY divergence_kind = '`+attempts.DivergenceDispute+`' DESC, diverged_at LIMIT 1`, c.ID).Scan(&kind)
+	var withdrawn bool
+	err = tx.QueryRow(ctx, `SELECT (SELECT divergence_kind FROM attempts WHERE direction = 'in' AND subject_id = $1
+			AND status = 'succeeded' AND diverged_at IS NOT NULL
+			AND divergence_kind IS DISTINCT FROM '`+attempts.DivergenceSecondOperation+`'
+			ORDER BY divergence_kind = '`+attempts.DivergenceDispute+`' DESC, diverged_at LIMIT 1),
+		EXISTS (SELECT 1 FROM attempts a JOIN attempt_events e ON e.attempt_id = a.id
+			WHERE a.direction = 'in' AND a.subject_id = $1 AND e.type = 'note' AND e.evidence @> $2::jsonb)`,
+		c.ID, attempts.WithdrawnDisputeEvidence).Scan(&kind, &withdrawn)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return c, nil
 	case err != nil:
 		return c, err
-	case kind != nil && *kind == attempts.DivergenceDispute:
+	case withdrawn || (kind != nil && *kind == attempts.DivergenceDispute):
 		return c, &NotRefundableError{ChargeID: c.ID, Status: c.Status, Disputed: true,
 			Reason: "the charge is disputed: the card network took its money back (a chargeback, a divergence an operator settles)"}
+	case kind == nil:
+		return c, nil
 	}
 	return c, &NotRefundableError{ChargeID: c.ID, Status: c.Status,
 		Reason: "the provider reported it failed after it was paid (a divergence an operator settles)"}

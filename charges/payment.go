@@ -346,7 +346,7 @@ func (s *Service) handleDispute(ctx context.Context, providerName string, ev pro
 		return false, nil
 	}
 	res, err := s.attempts.RecordDispute(ctx, attempts.DisputeReport{Provider: providerName, ProviderID: ev.ProviderID,
-		EventID: ev.ID, Withdrawn: d.Withdrawn, Note: disputeNote(providerName, ev)})
+		EventID: ev.ID, DisputeID: d.ID, Withdrawn: d.Withdrawn, Note: disputeNote(providerName, ev)})
 	if errors.Is(err, attempts.ErrNotFound) {
 		s.log.WarnContext(ctx, "charges: dispute of a payment no charge attempt holds", "provider", providerName,
 			"event_id", ev.ID, "dispute", d.ID, "provider_id", ev.ProviderID)
