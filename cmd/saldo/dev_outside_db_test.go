@@ -26,7 +26,12 @@ func TestDevStartsAgainOnItsOutsideDatabase_R16(t *testing.T) {
 	require.NoError(t, err)
 	dbURL := testdb.NewURL(t)
 	for run := 1; run <= 2; run++ {
-		runDevUntilBanner(t, bin, dbURL, run)
+		d, ok := startDevOn(t, bin, dbURL)
+		if !ok {
+			<-d.done
+			t.Fatalf("run %d: saldo dev exited before its banner:\n%s", run, d.stderr.String())
+		}
+		d.stop(t)
 	}
 	pool, err := pgxpool.New(context.Background(), dbURL)
 	require.NoError(t, err)
@@ -37,26 +42,32 @@ func TestDevStartsAgainOnItsOutsideDatabase_R16(t *testing.T) {
 	require.Equal(t, []string{"recorded", "repointed"}, kinds)
 }
 
-// runDevUntilBanner starts `saldo dev` on dbURL, waits for its banner and
-// stops it with SIGTERM.
-func runDevUntilBanner(t *testing.T, bin, dbURL string, run int) {
+// devProc is a running `saldo dev`.
+type devProc struct {
+	cmd    *exec.Cmd
+	done   chan struct{}
+	stderr *strings.Builder
+}
+
+// startDevOn starts `saldo dev` on dbURL and waits for its banner; ok
+// is false when it exited first (refused to start).
+func startDevOn(t *testing.T, bin, dbURL string) (*devProc, bool) {
 	t.Helper()
 	cmd := exec.Command(bin, "dev", "--listen", "127.0.0.1:0", "--log-level", "warn")
 	cmd.Env = append(os.Environ(), "SALDO_DATABASE_URL="+dbURL)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
+	d := &devProc{cmd: cmd, done: make(chan struct{}), stderr: &strings.Builder{}}
+	cmd.Stderr = d.stderr
 	require.NoError(t, cmd.Start())
-	done := make(chan struct{})
-	defer func() {
+	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-done:
+		case <-d.done:
 		case <-time.After(60 * time.Second):
 			_ = cmd.Process.Kill()
 		}
-	}()
+	})
 	banner := make(chan bool, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
@@ -71,15 +82,25 @@ func runDevUntilBanner(t *testing.T, bin, dbURL string, run int) {
 			banner <- false
 		}
 		_ = cmd.Wait()
-		close(done)
+		close(d.done)
 	}()
 	select {
 	case ok := <-banner:
-		if !ok {
-			<-done
-			t.Fatalf("run %d: saldo dev exited before its banner:\n%s", run, stderr.String())
-		}
+		return d, ok
 	case <-time.After(90 * time.Second):
-		t.Fatalf("run %d: no banner from saldo dev:\n%s", run, stderr.String())
+		t.Fatalf("no banner from saldo dev:\n%s", d.stderr.String())
+		return d, false
+	}
+}
+
+// stop ends the dev with SIGTERM and waits for it.
+func (d *devProc) stop(t *testing.T) {
+	t.Helper()
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.done:
+	case <-time.After(60 * time.Second):
+		_ = d.cmd.Process.Kill()
+		t.Fatalf("saldo dev did not stop within 60s:\n%s", d.stderr.String())
 	}
 }

@@ -1,71 +1,14 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"os"
-	"os/exec"
-	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/saldo/saldo/internal/testdb"
 )
-
-// reviewDev is a running `saldo dev`.
-type reviewDev struct {
-	cmd    *exec.Cmd
-	done   chan struct{}
-	stderr *strings.Builder
-}
-
-// reviewStartDev starts `saldo dev` on dbURL and waits for its banner; ok
-// is false when it exited first (refused to start).
-func reviewStartDev(t *testing.T, bin, dbURL string) (*reviewDev, bool) {
-	t.Helper()
-	cmd := exec.Command(bin, "dev", "--listen", "127.0.0.1:0", "--log-level", "warn")
-	cmd.Env = append(os.Environ(), "SALDO_DATABASE_URL="+dbURL)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	d := &reviewDev{cmd: cmd, done: make(chan struct{}), stderr: &strings.Builder{}}
-	cmd.Stderr = d.stderr
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-d.done:
-		case <-time.After(60 * time.Second):
-			_ = cmd.Process.Kill()
-		}
-	})
-	banner := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		seen := false
-		for sc.Scan() {
-			if !seen && strings.Contains(sc.Text(), "/v1/ledger/transactions") {
-				seen = true
-				banner <- true
-			}
-		}
-		if !seen {
-			banner <- false
-		}
-		_ = cmd.Wait()
-		close(d.done)
-	}()
-	select {
-	case ok := <-banner:
-		return d, ok
-	case <-time.After(90 * time.Second):
-		t.Fatalf("no banner from saldo dev:\n%s", d.stderr.String())
-		return d, false
-	}
-}
 
 // R4, R8, R16: two `saldo dev` on one outside database (SALDO_DATABASE_URL,
 // shared by two terminals or two developers). The first runs against its
@@ -87,7 +30,7 @@ func TestDevNeverRepointsUnderARunningDev_R16(t *testing.T) {
 	require.NoError(t, err)
 	dbURL := testdb.NewURL(t)
 
-	first, ok := reviewStartDev(t, bin, dbURL)
+	first, ok := startDevOn(t, bin, dbURL)
 	require.True(t, ok, "first dev starts:\n%s", first.stderr.String())
 	pool, err := pgxpool.New(context.Background(), dbURL)
 	require.NoError(t, err)
@@ -96,7 +39,7 @@ func TestDevNeverRepointsUnderARunningDev_R16(t *testing.T) {
 	require.NoError(t, pool.QueryRow(context.Background(),
 		`SELECT account FROM provider_identities WHERE name = 'sim'`).Scan(&accountA))
 
-	second, ok := reviewStartDev(t, bin, dbURL)
+	second, ok := startDevOn(t, bin, dbURL)
 	var accountNow string
 	require.NoError(t, pool.QueryRow(context.Background(),
 		`SELECT account FROM provider_identities WHERE name = 'sim'`).Scan(&accountNow))
