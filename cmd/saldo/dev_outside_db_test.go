@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -46,7 +47,26 @@ func TestDevStartsAgainOnItsOutsideDatabase_R16(t *testing.T) {
 type devProc struct {
 	cmd    *exec.Cmd
 	done   chan struct{}
-	stderr *strings.Builder
+	stderr *lockedBuffer
+}
+
+// lockedBuffer is a strings.Builder the process's output copier writes
+// while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // startDevOn starts `saldo dev` on dbURL and waits for its banner; ok
@@ -57,7 +77,7 @@ func startDevOn(t *testing.T, bin, dbURL string) (*devProc, bool) {
 	cmd.Env = append(os.Environ(), "SALDO_DATABASE_URL="+dbURL)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	d := &devProc{cmd: cmd, done: make(chan struct{}), stderr: &strings.Builder{}}
+	d := &devProc{cmd: cmd, done: make(chan struct{}), stderr: &lockedBuffer{}}
 	cmd.Stderr = d.stderr
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {

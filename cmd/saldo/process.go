@@ -171,16 +171,29 @@ func runProcess(ctx context.Context, pc processConfig) error {
 	for _, p := range pc.Providers {
 		names = append(names, p.Name())
 	}
-	locks, err := holdProviderNames(ctx, pool, names)
+	// A database still settling at start-up (--startup-wait) is waited
+	// for here too: each name's check is one transaction, so a retry after
+	// a cut connection, even one whose COMMIT was lost, finds what it
+	// wrote and agrees with it. A refusal is never retried.
+	var locks *providerNameLocks
+	err = untilDatabase(ctx, log, pc.StartupWait, "provider identity", func(ctx context.Context) error {
+		l, err := holdProviderNames(ctx, pool, names)
+		if err != nil {
+			return err
+		}
+		if err := checkProviderIdentities(ctx, identityCheck{Pool: pool, Providers: pc.Providers,
+			Accept: pc.AcceptProviderIdentity, Wait: pc.IdentityWait, Actor: processActor(pc.Command), Log: log,
+			Locks: l}); err != nil {
+			l.Close()
+			return err
+		}
+		locks = l
+		return nil
+	})
 	if err != nil {
 		return err
 	}
 	defer locks.Close()
-	if err := checkProviderIdentities(ctx, identityCheck{Pool: pool, Providers: pc.Providers,
-		Accept: pc.AcceptProviderIdentity, Wait: pc.IdentityWait, Actor: processActor(pc.Command), Log: log,
-		Locks: locks}); err != nil {
-		return err
-	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
