@@ -303,10 +303,7 @@ func payoutNotice(p payouts.Payout) notice {
 // the divergence's transaction. Its data is the payout as it stands, with
 // the diverged attempt's id.
 func (n *Notifier) PayoutDiverged(ctx context.Context, tx pgx.Tx, p payouts.Payout, a attempts.Attempt) error {
-	d, err := divergedOfIn(ctx, tx, payoutJSON(p), a)
-	if err != nil {
-		return err
-	}
+	d := divergedOf(payoutJSON(p), a)
 	return n.record(ctx, tx, []notice{{merchantID: p.MerchantID, typ: "payout.diverged", objectID: p.ID,
 		dedupe: "payout:" + p.ID + ":diverged:" + a.ID.String(), data: d}})
 }
@@ -318,10 +315,7 @@ func (n *Notifier) PayoutDiverged(ctx context.Context, tx pgx.Tx, p payouts.Payo
 // or disputed (a chargeback: the card network took the money back); an
 // operator settles it. It is charges.Config.OnDiverged.
 func (n *Notifier) ChargeDiverged(ctx context.Context, tx pgx.Tx, c charges.Charge, a attempts.Attempt) error {
-	d, err := divergedOfIn(ctx, tx, chargeJSONOf(c), a)
-	if err != nil {
-		return err
-	}
+	d := divergedOf(chargeJSONOf(c), a)
 	return n.record(ctx, tx, []notice{{merchantID: c.MerchantID, typ: "charge.diverged", objectID: c.ID,
 		dedupe: "charge:" + c.ID + ":diverged:" + a.ID.String(), data: d}})
 }
@@ -358,34 +352,19 @@ const (
 	DivergenceSecondOperation = attempts.DivergenceSecondOperation
 )
 
-// divergedOf is the data of a divergence whose kind its attempt's status
-// tells (a payout's: paid after failure or a reversal).
+// divergedOf is the data of a divergence: its kind is the one recorded
+// with it (attempts.divergence_kind, read with the attempt: a charge's may
+// be a dispute, a succeeded attempt's a reversal or a second operation);
+// an attempt read without one gets the kind its status always meant.
 func divergedOf(object any, a attempts.Attempt) divergedJSON {
-	kind := DivergencePaidAfterFailure
-	if a.Status == attempts.StatusSucceeded {
-		kind = DivergenceReversal
+	kind := a.DivergenceKind
+	if kind == "" {
+		kind = DivergencePaidAfterFailure
+		if a.Status == attempts.StatusSucceeded {
+			kind = DivergenceReversal
+		}
 	}
 	return divergedJSON{Object: object, AttemptID: a.ID.String(), DivergedAt: a.DivergedAt, Kind: kind}
-}
-
-// divergedOfIn is divergedOf with the kind the divergence was recorded
-// with (a charge's may be a dispute; a second operation is on a succeeded
-// attempt as a reversal is): a's own, as recordDivergence returns it, or
-// read in tx for an attempt read before its divergence.
-func divergedOfIn(ctx context.Context, tx pgx.Tx, object any, a attempts.Attempt) (divergedJSON, error) {
-	d := divergedOf(object, a)
-	if a.DivergenceKind != "" {
-		d.Kind = a.DivergenceKind
-		return d, nil
-	}
-	kind, err := attempts.DivergenceKind(ctx, tx, a.ID)
-	if err != nil {
-		return d, err
-	}
-	if kind != "" {
-		d.Kind = kind
-	}
-	return d, nil
 }
 
 // ChargeFinal records a charge.<status> event (paid, failed, expired) like
