@@ -36,7 +36,7 @@ func TestFailedRequestReleasesATakenOverClaim(t *testing.T) {
 			var k int
 			// Waiting on the table lock at its INSERT, or on the merchant's
 			// row the first request holds (the endpoint limit's lock).
-			_ = e.pool.QueryRow(e.ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'
+			_ = e.pool.QueryRow(e.ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'
 				AND query LIKE '%notification_endpoints%'`).Scan(&k)
 			return k == n
 		}
@@ -57,7 +57,7 @@ func TestFailedRequestReleasesATakenOverClaim(t *testing.T) {
 
 	// A's connection is cut: A answers 5xx and releases its claim, which
 	// is B's now: nothing is released.
-	_, err = e.pool.Exec(e.ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE wait_event_type = 'Lock'
+	_, err = e.pool.Exec(e.ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'
 		AND query LIKE '%notification_endpoints%' ORDER BY query_start LIMIT 1`)
 	require.NoError(t, err)
 	ra := <-a
@@ -102,7 +102,7 @@ func TestSlowRequestDoesNotOverwriteATakenOverClaim(t *testing.T) {
 	require.NoError(t, err)
 	var k int
 	waiting := func() bool {
-		_ = e.pool.QueryRow(e.ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'
+		_ = e.pool.QueryRow(e.ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'
 			AND query LIKE 'INSERT INTO notification_endpoints%'`).Scan(&k)
 		return k == 1
 	}
