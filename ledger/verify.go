@@ -149,7 +149,7 @@ func (r *Report) add(v Violation) {
 // a function stored in the database, so a replaced database function cannot
 // vouch for tampered rows. (A hash chain shows that history was altered; an
 // attacker who can rewrite a whole chain consistently needs an external
-// anchor to be caught, such as the seal the design leaves room for.)
+// anchor to be caught: a seal, WriteSeal and VerifySeal.)
 //
 // Each check is one set-based statement, so each sees one consistent
 // snapshot and Verify can run while the ledger takes writes. Given a

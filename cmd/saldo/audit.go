@@ -18,7 +18,7 @@ import (
 func init() {
 	register(command{
 		Name:    "audit",
-		Summary: "audit verify: replay the ledger and check every invariant (exit 1 on any violation)",
+		Summary: "audit verify: replay the ledger and check every invariant (exit 1 on any violation); audit seal: write the ledger's chain heads for an auditor to keep",
 		Run:     runAudit,
 	})
 }
@@ -76,12 +76,16 @@ func auditLedger(ctx context.Context, pool *pgxpool.Pool) (string, []violation, 
 const maxListedViolations = 30
 
 func runAudit(ctx context.Context, args []string) error {
+	if len(args) > 0 && args[0] == "seal" {
+		return runAuditSeal(ctx, args[1:])
+	}
 	if len(args) == 0 || args[0] != "verify" {
-		fmt.Fprintln(os.Stderr, "usage: saldo audit verify [--database-url URL]")
+		fmt.Fprintln(os.Stderr, "usage: saldo audit verify [--database-url URL] [--seal FILE]\n       saldo audit seal [--database-url URL] [--out FILE]")
 		return flag.ErrHelp
 	}
 	fs := flag.NewFlagSet("audit verify", flag.ContinueOnError)
 	dbURL := databaseURL(fs)
+	sealPath := fs.String("seal", "", "also check the ledger against a seal taken earlier by `saldo audit seal` (kept outside the database): history up to each sealed head must be unchanged")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -105,7 +109,18 @@ func runAudit(ctx context.Context, args []string) error {
 		return couldNotRun(fmt.Errorf("connect: %w", err))
 	}
 	defer pool.Close()
-	ok, err := auditVerify(ctx, pool, os.Stdout)
+	checks := auditChecks
+	if *sealPath != "" {
+		// The file is opened before anything runs: a seal that cannot be
+		// read is "could not run", not a report without it.
+		f, err := os.Open(*sealPath)
+		if err != nil {
+			return couldNotRun(fmt.Errorf("seal: %w", err))
+		}
+		defer f.Close()
+		checks = append(append([]auditCheck(nil), auditChecks...), auditCheck{Name: "seal", Run: auditSeal(f)})
+	}
+	ok, err := runAuditChecks(ctx, pool, os.Stdout, checks)
 	switch {
 	case !ok && err == nil:
 		return exitError{Code: 1}
