@@ -647,15 +647,20 @@ func (s *Server) createNotificationEndpoint(w http.ResponseWriter, r *http.Reque
 	// The count and the insert under the merchant's row lock: concurrent
 	// registrations serialise, so the limit holds (each active endpoint
 	// gets every event, written in the transaction that makes a payout
-	// final).
+	// final). The count is a statement of its own, after the lock: a
+	// count inside the locking statement reads that statement's snapshot,
+	// taken before the wait, so every waiter counted without the
+	// endpoints the lock's holders inserted (docs/pitfalls.md).
 	err = pgx.BeginFunc(r.Context(), s.pool, func(tx pgx.Tx) error {
-		var active int
-		if err := tx.QueryRow(r.Context(), `SELECT (SELECT count(*) FROM notification_endpoints
-				WHERE merchant_id = m.id AND disabled_at IS NULL)
-			FROM merchants m WHERE m.id = $1 FOR UPDATE OF m`, ep.MerchantID).Scan(&active); err != nil {
+		var one, active int
+		if err := tx.QueryRow(r.Context(), `SELECT 1 FROM merchants WHERE id = $1 FOR UPDATE`, ep.MerchantID).Scan(&one); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
 				return errNotFound
 			}
+			return err
+		}
+		if err := tx.QueryRow(r.Context(), `SELECT count(*) FROM notification_endpoints
+			WHERE merchant_id = $1 AND disabled_at IS NULL`, ep.MerchantID).Scan(&active); err != nil {
 			return err
 		}
 		if active >= MaxNotificationEndpoints {
