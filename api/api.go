@@ -266,6 +266,7 @@ func (s *Server) routes() chi.Router {
 			rr.Get("/postings", s.listPostings)
 			rr.Get("/balance", s.balanceAt)
 			rr.Get("/export.csv", s.exportCSV)
+			rr.Get("/seal", s.ledgerSeal)
 		})
 
 		ops := s.allow(RoleOperator, RoleAuditor, RoleAdmin)
