@@ -401,3 +401,102 @@ func TestGrantRefusesARoleThatMayCreateInTheSchema(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, migrations.GrantApplicationRole(ctx, dbURL, testdb.AppRole))
 }
+
+// R16: provider_identities.fingerprint_key is the key of the HMAC of a
+// provider secret in the row's fingerprint. A read-only role granted
+// before 00110 (SELECT on the whole table) loses the key with the upgrade,
+// without a re-grant, and keeps the other columns; so does PUBLIC, had
+// someone granted it the table. The application role keeps everything.
+// GrantReadOnlyRole then gives the other columns only, and refuses while
+// the key is still readable to the role (through PUBLIC).
+func TestUpgradeTo00110TakesTheFingerprintKeyFromReaders_R16(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	adminURL, err := testdb.ServerURL()
+	require.NoError(t, err)
+	admin, err := pgx.Connect(ctx, adminURL)
+	require.NoError(t, err)
+	b := make([]byte, 5)
+	_, _ = rand.Read(b)
+	reader := "saldo_mig_reader_" + hex.EncodeToString(b)
+	_, err = admin.Exec(ctx, "CREATE ROLE "+reader)
+	require.NoError(t, err)
+	// Registered before the database's, so run after it is dropped.
+	t.Cleanup(func() {
+		_, err := admin.Exec(context.Background(), "DROP ROLE IF EXISTS "+reader)
+		assert.NoError(t, err)
+		_ = admin.Close(context.Background())
+	})
+	dbURL := emptyDatabase(t)
+
+	before := fstest.MapFS{}
+	names, err := fs.Glob(migrations.FS(), "*.sql")
+	require.NoError(t, err)
+	for _, n := range names {
+		if n >= "00110" {
+			continue
+		}
+		b, err := fs.ReadFile(migrations.FS(), n)
+		require.NoError(t, err)
+		before[n] = &fstest.MapFile{Data: b}
+	}
+	owner, err := pgxpool.New(ctx, dbURL)
+	require.NoError(t, err)
+	defer owner.Close()
+	rm, err := rivermigrate.New(riverpgxv5.New(owner), nil)
+	require.NoError(t, err)
+	_, err = rm.Migrate(ctx, rivermigrate.DirectionUp, nil)
+	require.NoError(t, err)
+	sqlDB, err := sql.Open("pgx", dbURL)
+	require.NoError(t, err)
+	defer sqlDB.Close()
+	gp, err := goose.NewProvider(goose.DialectPostgres, sqlDB, before,
+		goose.WithDisableGlobalRegistry(true), goose.WithAllowOutofOrder(true))
+	require.NoError(t, err)
+	_, err = gp.Up(ctx)
+	require.NoError(t, err)
+	testdb.AppURL(t, dbURL) // the application role exists
+	require.NoError(t, migrations.GrantApplicationRole(ctx, dbURL, testdb.AppRole))
+	// As GrantReadOnlyRole granted before 00110, and a stray PUBLIC grant.
+	_, err = owner.Exec(ctx, `GRANT SELECT ON ALL TABLES IN SCHEMA public TO `+reader)
+	require.NoError(t, err)
+	_, err = owner.Exec(ctx, `GRANT SELECT ON provider_identities TO PUBLIC`)
+	require.NoError(t, err)
+
+	may := func(role, col string) bool {
+		t.Helper()
+		var ok bool
+		require.NoError(t, owner.QueryRow(ctx, `SELECT has_column_privilege($1, 'provider_identities', $2, 'SELECT')`,
+			role, col).Scan(&ok))
+		return ok
+	}
+	require.True(t, may(reader, "fingerprint_key"), "the grant before 00110")
+
+	res, err := migrations.Up(ctx, dbURL, nil)
+	require.NoError(t, err)
+	require.Contains(t, res.SaldoApplied, "00110_provider_identities_key_not_readers.sql")
+	cols := []string{"name", "account", "fingerprint", "recorded_at", "confirmed_at", "fingerprint_at"}
+	for _, c := range cols {
+		require.True(t, may(reader, c), c)
+	}
+	require.False(t, may(reader, "fingerprint_key"))
+	var public bool
+	require.NoError(t, owner.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_class c, aclexplode(c.relacl) a
+		WHERE c.oid = 'provider_identities'::regclass AND a.grantee = 0 AND a.privilege_type = 'SELECT')`).Scan(&public))
+	require.False(t, public, "PUBLIC's table-wide SELECT is gone")
+	for _, c := range append(cols, "fingerprint_key") {
+		require.True(t, may(testdb.AppRole, c), c)
+	}
+
+	// A re-grant keeps the key hidden; PUBLIC holding it again is refused.
+	require.NoError(t, migrations.GrantReadOnlyRole(ctx, dbURL, reader))
+	require.False(t, may(reader, "fingerprint_key"))
+	require.True(t, may(reader, "fingerprint"))
+	_, err = owner.Exec(ctx, `GRANT SELECT ON provider_identities TO PUBLIC`)
+	require.NoError(t, err)
+	err = migrations.GrantReadOnlyRole(ctx, dbURL, reader)
+	require.ErrorContains(t, err, "may still read provider_identities.fingerprint_key")
+	_, err = owner.Exec(ctx, `REVOKE SELECT ON provider_identities FROM PUBLIC`)
+	require.NoError(t, err)
+	require.NoError(t, migrations.GrantReadOnlyRole(ctx, dbURL, reader))
+}

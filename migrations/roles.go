@@ -49,12 +49,24 @@ func GrantApplicationRole(ctx context.Context, databaseURL, role string) error {
 	})
 }
 
+// secretColumns are the columns a role that only reads must not read, by
+// table: provider_identities.fingerprint_key (00105) is the HMAC key of
+// the provider secret hashed into that row's fingerprint; with both, a
+// reader could test guessed weak secrets offline (R16). Only the
+// application role, which records identities, reads it.
+var secretColumns = map[string][]string{
+	"provider_identities": {"fingerprint_key"},
+}
+
 // GrantReadOnlyRole gives role SELECT on every table of the schema and
-// nothing else: no write anywhere, and no call of the ledger's write
-// functions (they are not PUBLIC's, 00101). For auditors and reporting
-// (`saldo audit verify` needs no more), on the primary or a replica. Run it
-// as the tables' owner, after every Up; the same refusals as
-// GrantApplicationRole.
+// nothing else: no write anywhere, no call of the ledger's write
+// functions (they are not PUBLIC's, 00101), and no read of secretColumns
+// (SELECT on those tables' other columns only, re-established on every
+// run, since the grant on all tables gives the whole table back). For
+// auditors and reporting (`saldo audit verify` needs no more), on the
+// primary or a replica. Run it as the tables' owner, after every Up; the
+// same refusals as GrantApplicationRole, and it refuses a role that may
+// still read a secret column (through PUBLIC or a role it belongs to).
 func GrantReadOnlyRole(ctx context.Context, databaseURL, role string) error {
 	return grant(ctx, databaseURL, role, "read-only", func(s, r string) []string {
 		return []string{
@@ -69,7 +81,8 @@ func GrantReadOnlyRole(ctx context.Context, databaseURL, role string) error {
 }
 
 // grant checks that role exists and that privileges bind it, then runs
-// stmts(schema, role) in one transaction.
+// stmts(schema, role) in one transaction; for the read-only role, it then
+// narrows SELECT on the tables of secretColumns to their other columns.
 func grant(ctx context.Context, databaseURL, role, what string, stmts func(schema, role string) []string) error {
 	if role == "" {
 		return fmt.Errorf("migrations: %s role: empty name", what)
@@ -116,6 +129,11 @@ func grant(ctx context.Context, databaseURL, role, what string, stmts func(schem
 			return fmt.Errorf("migrations: %s role %q: %s: %w", what, role, q, err)
 		}
 	}
+	if what == "read-only" {
+		if err := hideSecretColumns(ctx, tx, schema, role); err != nil {
+			return fmt.Errorf("migrations: %s role %q: %w", what, role, err)
+		}
+	}
 	// A role that may create objects in the schema can plant an operator
 	// or function there with an exact argument-type match (numeric =
 	// integer has none in pg_catalog), which the ledger's SECURITY DEFINER
@@ -136,6 +154,48 @@ func grant(ctx context.Context, databaseURL, role, what string, stmts func(schem
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("migrations: %s role %q: commit: %w", what, role, err)
+	}
+	return nil
+}
+
+// hideSecretColumns replaces role's SELECT on each table of secretColumns
+// (given back whole by GRANT SELECT ON ALL TABLES) with SELECT on its
+// other columns, then checks that no secret column is left readable to
+// role by another way (PUBLIC, a role it belongs to): R16.
+func hideSecretColumns(ctx context.Context, tx pgx.Tx, schema, role string) error {
+	r := pgx.Identifier{role}.Sanitize()
+	for table, secret := range secretColumns {
+		t := pgx.Identifier{schema, table}.Sanitize()
+		var cols *string
+		if err := tx.QueryRow(ctx, `SELECT string_agg(quote_ident(attname), ', ' ORDER BY attnum) FROM pg_attribute
+			WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped AND attname <> ALL($2)`,
+			t, secret).Scan(&cols); err != nil {
+			return fmt.Errorf("columns of %s: %w", table, err)
+		}
+		if cols == nil { // not (yet) in this schema
+			continue
+		}
+		// Revoking the table's SELECT revokes its column SELECTs too.
+		for _, q := range []string{
+			fmt.Sprintf(`REVOKE SELECT ON %s FROM %s`, t, r),
+			fmt.Sprintf(`GRANT SELECT (%s) ON %s TO %s`, *cols, t, r),
+		} {
+			if _, err := tx.Exec(ctx, q); err != nil {
+				return fmt.Errorf("%s: %w", q, err)
+			}
+		}
+		for _, c := range secret {
+			var readable bool
+			if err := tx.QueryRow(ctx, `SELECT has_column_privilege($1, to_regclass($2), $3, 'SELECT')`,
+				role, t, c).Scan(&readable); err != nil {
+				return fmt.Errorf("privilege on %s.%s: %w", table, c, err)
+			}
+			if readable {
+				return fmt.Errorf("it may still read %s.%s (through PUBLIC or a role it belongs to), the key of a "+
+					"provider secret's HMAC: revoke it, e.g. REVOKE SELECT ON %s FROM PUBLIC (see docs/runbook.md)",
+					table, c, t)
+			}
+		}
 	}
 	return nil
 }

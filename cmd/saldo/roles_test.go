@@ -28,7 +28,8 @@ import (
 // but a write on the ledger's tables; it refuses a role privileges would
 // not bind (missing, a superuser, the owner). `saldo serve` as that role
 // starts quietly and pays; as the owner it warns that its role may write
-// the ledger around its functions' checks (decision 0003).
+// the ledger around its functions' checks (decision 0003). The read-only
+// role reads every table but provider_identities.fingerprint_key (R16).
 func TestMigrateGrantsTheServingRoleNoWriteOnTheLedger(t *testing.T) {
 	t.Parallel()
 	bin, err := buildSaldo()
@@ -111,10 +112,48 @@ func TestMigrateGrantsTheServingRoleNoWriteOnTheLedger(t *testing.T) {
 		}
 		require.NoError(t, rc.Close(ctx))
 	}
+	// R16: the read-only role reads provider_identities but not the key of
+	// the HMAC hashed into its fingerprints, also after a re-grant (the
+	// grant on all tables gives the whole table back) and a re-grant of the
+	// application role; the application role reads it.
+	_, err = conn.Exec(ctx, `INSERT INTO provider_identities VALUES ('sim', 'acct', repeat('a', 64), decode(repeat('00', 32), 'hex'), now(), now(), now())`)
+	require.NoError(t, err)
+	requireNoKey := func() {
+		t.Helper()
+		rc, err := pgx.Connect(ctx, d.url(t, "reader"))
+		require.NoError(t, err)
+		defer rc.Close(ctx)
+		for _, q := range []string{`SELECT fingerprint_key FROM provider_identities`, `SELECT * FROM provider_identities`} {
+			rows, err := rc.Query(ctx, q)
+			if err == nil {
+				rows.Close()
+				err = rows.Err()
+			}
+			require.ErrorAs(t, err, &pgErr, q)
+			require.Equal(t, pgerrcode.InsufficientPrivilege, pgErr.Code, q)
+		}
+		var name, account, fp string
+		var at1, at2, at3 time.Time
+		require.NoError(t, rc.QueryRow(ctx, `SELECT name, account, fingerprint, recorded_at, confirmed_at, fingerprint_at
+			FROM provider_identities`).Scan(&name, &account, &fp, &at1, &at2, &at3))
+		require.Equal(t, []string{"sim", "acct"}, []string{name, account})
+	}
+	requireNoKey()
+	for _, flag := range []string{"--read-only-role", "--app-role"} {
+		role := map[string]string{"--read-only-role": reader, "--app-role": app}[flag]
+		out, err := migrate(flag, role)
+		require.NoError(t, err, out)
+		requireNoKey()
+	}
+	var key []byte
+	require.NoError(t, conn.QueryRow(ctx, `SELECT fingerprint_key FROM provider_identities`).Scan(&key))
+	require.Len(t, key, 32)
 	audit := exec.Command(bin, "audit", "verify")
 	audit.Env = append(os.Environ(), "SALDO_DATABASE_URL="+d.url(t, "reader"))
 	auditOut, err := audit.CombinedOutput()
 	require.NoError(t, err, "saldo audit verify as the read-only role: %s", auditOut)
+	_, err = conn.Exec(ctx, `DELETE FROM provider_identities`) // serve below records its own
+	require.NoError(t, err)
 
 	srv := sim.NewServer(sim.Config{}).Start()
 	defer srv.Close()
