@@ -111,6 +111,10 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, err)
 		return
 	}
+	// A backstop: a parser that groups items (Pix) checks Storable itself
+	// and names the refused item by its position in the body; an event's
+	// index here counts events (an item gives none, one or two), so it
+	// names an item only for a provider with one event per POST.
 	usable := evs[:0:0]
 	for i, ev := range evs {
 		if serr := ev.Storable(); serr != nil {

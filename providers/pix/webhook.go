@@ -70,10 +70,11 @@ func (p *Provider) ParseWebhook(header http.Header, body []byte, now time.Time) 
 // PSP's word on it (a final state without a valor, which would move money
 // with no amount check, R17; an endToEndId or rtrId that is not the BCB's
 // shape, E or D and 31 letters or digits, which must never become a
-// provider id; an item that is not a JSON object of the Pix shape) gives
-// no event, and the events of the other items are returned together with a
+// provider id; text PostgreSQL cannot store, WebhookEvent.Storable; an
+// item that is not a JSON object of the Pix shape) gives no event, and
+// the events of the other items are returned together with a
 // *RefusedItemsError (errors.Is ErrMalformedWebhook) naming each refused
-// item. A caller that reads any error as "refuse the notice" therefore
+// item by its position in the pix array ("pix[2]", "pix[3].devolucoes[1]"). A caller that reads any error as "refuse the notice" therefore
 // applies nothing, as before; saldo's webhook route applies the events and
 // acknowledges the POST (see api.Server.webhook). A body that is not
 // {"pix": [...]} at all is ErrMalformedWebhook with no events.
@@ -157,16 +158,30 @@ type notice struct {
 	refused []string
 }
 
-func (n *notice) refuse(i int, what, problem string) {
+// itemAt is where an item is in the notice as its sender wrote it: its
+// index in the pix array, never a count of the events read so far (an
+// item gives none, one or two). devolucaoAt is a devolucao inside it.
+func itemAt(i int) string         { return fmt.Sprintf("pix[%d]", i) }
+func devolucaoAt(i, j int) string { return fmt.Sprintf("pix[%d].devolucoes[%d]", i, j) }
+
+// refuse names the item at (itemAt, devolucaoAt) as refused.
+func (n *notice) refuse(at, what, problem string) {
 	// Bounded: the problem may quote the sender's text (a parse error
 	// quotes the value), and it goes into the answer and the log.
-	n.refused = append(n.refused, fmt.Sprintf("pix[%d] %.60s: %.200s", i, what, problem))
+	n.refused = append(n.refused, fmt.Sprintf("%s %.60s: %.200s", at, what, problem))
 }
 
-// add appends ev unless itemProblem refuses it (refusing it instead).
-func (n *notice) add(i int, what string, ev providers.WebhookEvent) {
+// add appends ev unless itemProblem refuses it, or PostgreSQL could not
+// store it (Storable), refusing it instead under the item's own position
+// (R17): the webhook route's own Storable check, which can only count
+// events, then never sees one of a Pix notice.
+func (n *notice) add(at, what string, ev providers.WebhookEvent) {
 	if problem := itemProblem(ev.Operation, ev.ProviderID, ev.State, ev.Amount); problem != "" {
-		n.refuse(i, what, problem)
+		n.refuse(at, what, problem)
+		return
+	}
+	if err := ev.Storable(); err != nil {
+		n.refuse(at, what, err.Error())
 		return
 	}
 	n.events = append(n.events, ev)
@@ -181,7 +196,7 @@ func (n *notice) item(send SendAPI, i int, item []byte, now time.Time) {
 			if at.IsZero() {
 				at = now
 			}
-			n.add(i, "envio "+s.IDEnvio, providers.WebhookEvent{ID: "envio:" + s.IDEnvio + ":" + s.Status, Type: "pix.envio." + s.Status,
+			n.add(itemAt(i), "envio "+s.IDEnvio, providers.WebhookEvent{ID: "envio:" + s.IDEnvio + ":" + s.Status, Type: "pix.envio." + s.Status,
 				// No operation: pix_transfer and bank_payout both send through
 				// this endpoint, and a notice need not say which. The
 				// provider id is checked as an endToEndId (OpPixTransfer's
@@ -198,40 +213,40 @@ func (n *notice) item(send SendAPI, i int, item []byte, now time.Time) {
 			Devolucoes devolucoes `json:"devolucoes"`
 		}
 		if err := json.Unmarshal(item, &ds); err != nil {
-			n.refuse(i, "envio "+s.IDEnvio, "devolucoes unreadable: "+err.Error())
+			n.refuse(itemAt(i), "envio "+s.IDEnvio, "devolucoes unreadable: "+err.Error())
 			return
 		}
-		for _, dv := range ds.Devolucoes {
-			n.returned(i, s.IDEnvio, s.EndToEndID, s.Valor, dv, now)
+		for j, dv := range ds.Devolucoes {
+			n.returned(devolucaoAt(i, j), s.IDEnvio, s.EndToEndID, s.Valor, dv, now)
 		}
 		return
 	}
 	var px pixRecebido
 	if err := json.Unmarshal(item, &px); err != nil {
-		n.refuse(i, "item", "not a Pix object: "+err.Error())
+		n.refuse(itemAt(i), "item", "not a Pix object: "+err.Error())
 		return
 	}
 	if px.EndToEndID == "" {
 		return
 	}
 	if (px.TxID != "" || len(px.Devolucoes) > 0) && !e2eRe.MatchString(px.EndToEndID) {
-		n.refuse(i, "pix", fmt.Sprintf("endToEndId %.40q is not the BCB's shape", px.EndToEndID))
+		n.refuse(itemAt(i), "pix", fmt.Sprintf("endToEndId %.40q is not the BCB's shape", px.EndToEndID))
 		return
 	}
 	if px.TxID != "" {
 		d, _ := json.Marshal(CobData{TxID: px.TxID, Status: CobConcluida, PaidAt: px.Horario.UTC(), EndToEndID: px.EndToEndID})
-		n.add(i, "pix "+px.EndToEndID, providers.WebhookEvent{ID: "pix:" + px.EndToEndID + ":" + px.TxID, Type: "pix.recebido",
+		n.add(itemAt(i), "pix "+px.EndToEndID, providers.WebhookEvent{ID: "pix:" + px.EndToEndID + ":" + px.TxID, Type: "pix.recebido",
 			Operation: providers.OpPixCharge, Reference: px.TxID, ProviderID: px.EndToEndID,
 			State: providers.StateSucceeded, Amount: px.Valor, Currency: "BRL", OccurredAt: px.Horario, Data: d})
 	}
-	for _, dv := range px.Devolucoes {
+	for j, dv := range px.Devolucoes {
 		r := devolucaoRead(dv, px.EndToEndID)
 		if r.ok && dv.ID != "" {
 			at := now
 			if dv.Horario.Liquidacao != nil {
 				at = *dv.Horario.Liquidacao
 			}
-			n.add(i, "devolucao "+dv.ID, providers.WebhookEvent{ID: "devolucao:" + dv.ID + ":" + dv.Status, Type: "pix.devolucao." + dv.Status,
+			n.add(devolucaoAt(i, j), "devolucao "+dv.ID, providers.WebhookEvent{ID: "devolucao:" + dv.ID + ":" + dv.Status, Type: "pix.devolucao." + dv.Status,
 				Operation: providers.OpRefund, Reference: dv.ID, ProviderID: dv.RtrID, State: r.state,
 				FailureCode: r.failureCode, FailureReason: r.failureReason, Amount: dv.Valor, Currency: "BRL",
 				OccurredAt: at, Data: r.data})
@@ -241,7 +256,7 @@ func (n *notice) item(send SendAPI, i int, item []byte, now time.Time) {
 			// Pix we sent, whose receiver returned it. Named by its
 			// endToEndId only (no idEnvio): the webhook route matches it
 			// to the send holding that provider id, if any.
-			n.returned(i, "", px.EndToEndID, px.Valor, dv, now)
+			n.returned(devolucaoAt(i, j), "", px.EndToEndID, px.Valor, dv, now)
 		}
 	}
 }
@@ -275,24 +290,25 @@ type ReturnData struct {
 // may be part of the send, is in the event's Data and failure reason).
 // Other statuses give nothing: money comes back only when DEVOLVIDO. The
 // ids name the endToEndId (and the return's rtrId), so the same return
-// notified in either shape is one event.
-func (n *notice) returned(i int, idEnvio, e2e, sendValor string, dv devolucao, now time.Time) {
+// notified in either shape is one event. pos is where the devolucao is in
+// the notice (devolucaoAt), for a refusal.
+func (n *notice) returned(pos, idEnvio, e2e, sendValor string, dv devolucao, now time.Time) {
 	if dv.Status != DevolucaoDevolvido {
 		return
 	}
 	what := "devolucao of " + e2e
 	switch {
 	case dv.RtrID == "":
-		n.refuse(i, what, "a devolucao DEVOLVIDO without an rtrId")
+		n.refuse(pos, what, "a devolucao DEVOLVIDO without an rtrId")
 		return
 	case !wellShaped(providers.OpRefund, dv.RtrID):
-		n.refuse(i, what, fmt.Sprintf("rtrId %.40q is not the BCB's shape", dv.RtrID))
+		n.refuse(pos, what, fmt.Sprintf("rtrId %.40q is not the BCB's shape", dv.RtrID))
 		return
 	case blank(dv.Valor):
-		n.refuse(i, what, "a devolucao DEVOLVIDO without a valor is not the provider's word on the amount (R17)")
+		n.refuse(pos, what, "a devolucao DEVOLVIDO without a valor is not the provider's word on the amount (R17)")
 		return
 	case e2e == "":
-		n.refuse(i, what, "a returned send without its endToEndId")
+		n.refuse(pos, what, "a returned send without its endToEndId")
 		return
 	}
 	at := now
@@ -325,10 +341,10 @@ func (n *notice) returned(i int, idEnvio, e2e, sendValor string, dv devolucao, n
 	// PostgreSQL cannot store refused only the second; found by review).
 	for _, ev := range []providers.WebhookEvent{settled, returned} {
 		if err := ev.Storable(); err != nil {
-			n.refuse(i, what, err.Error())
+			n.refuse(pos, what, err.Error())
 			return
 		}
 	}
-	n.add(i, what, settled)
-	n.add(i, what, returned)
+	n.add(pos, what, settled)
+	n.add(pos, what, returned)
 }
