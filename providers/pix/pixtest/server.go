@@ -218,12 +218,24 @@ func (s *Server) FailNext(status int, body string) {
 	s.canned = append(s.canned, canned{status, body})
 }
 
+// nextID is an id of n characters (n >= 20) the fake gives: an
+// endToEndId or rtrId (32: prefix, ISPB, the minute, a sequence, random
+// hex, as the BCB shapes them), a devolucao id (20). Unique per fake:
+// every id holds the fake's own sequence number, whole. Before, a
+// 20-character id was cut inside the minute (to its ten minutes), so two
+// returns (ReturnSend) within ten minutes had the same devolucao id.
 func (s *Server) nextID(prefix string, n int) string {
 	s.seq++
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
-	id := prefix + ISPB + time.Now().UTC().Format("200601021504") + fmt.Sprintf("%04d", s.seq%10000) + hex.EncodeToString(b)
-	return id[:n]
+	head := prefix + ISPB
+	if at := time.Now().UTC().Format("200601021504"); len(head)+len(at)+4 <= n {
+		// Room for the minute and the sequence: wraps at 10000 within a
+		// minute only, and the random hex tells those apart.
+		id := head + at + fmt.Sprintf("%04d", s.seq%10000) + hex.EncodeToString(b)
+		return id[:n]
+	}
+	return head + fmt.Sprintf("%0*d", n-len(head), s.seq)
 }
 
 // PayCob pays the cob txid with its original amount (or with valor when
