@@ -287,7 +287,7 @@ func (s *Server) handleProviderEvent(ctx context.Context, provider string, ev pr
 	// the attempts core; a mismatch goes to review with an alert, issue 13
 	// finding 4).
 	res, err := s.att.ResolveByReference(ctx, attempts.ResolveInput{Reference: ev.Reference, Provider: provider,
-		Operation: ev.Operation, Amount: ev.Amount, Currency: ev.Currency, State: ev.State,
+		Operation: ev.Operation, Direction: ev.Direction, Amount: ev.Amount, Currency: ev.Currency, State: ev.State,
 		ProviderID: ev.ProviderID, FailureCode: ev.FailureCode, FailureReason: ev.FailureReason, Data: ev.Data,
 		ExpectedBy: ev.ExpectedBy, Source: attempts.SourceWebhook, Actor: ev.ID, Reason: fmt.Sprintf("webhook %s (%s) reports %s", ev.ID, ev.Type, ev.State)})
 	switch {

@@ -75,6 +75,10 @@ func TestReportByReferenceMustMatch_R17(t *testing.T) {
 	}{
 		{"provider", func(in *ResolveInput) { in.Provider = "other_psp" }},
 		{"operation", func(in *ResolveInput) { in.Operation = providers.OpBankPayout }},
+		// A report that names no operation but its direction (a Pix
+		// notice of money received, of a send) must move money the
+		// attempt's way (R17).
+		{"direction", func(in *ResolveInput) { in.Operation, in.Direction = "", providers.DirectionIn }},
 		{"amount", func(in *ResolveInput) { in.Amount = "10.51" }},
 		{"amount_unreadable", func(in *ResolveInput) { in.Amount = "ten" }},
 		{"currency", func(in *ResolveInput) { in.Currency = "USD" }},

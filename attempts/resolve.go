@@ -29,8 +29,11 @@ const FailureNotFound = "not_found"
 type report struct {
 	// Provider, Operation, Amount, Currency: what the report says about the
 	// operation, checked against the attempt ("" is not checked).
-	Provider      string
-	Operation     providers.Operation
+	Provider  string
+	Operation providers.Operation
+	// Direction: a report that cannot name its operation (a Pix send's
+	// notice) still says which way it moves money ("" is not checked).
+	Direction     providers.Direction
 	Amount        string
 	Currency      string
 	State         providers.State
@@ -140,14 +143,18 @@ func (s *Service) checkReport(ctx context.Context, tx pgx.Tx, after *afterCommit
 
 // reportMismatch is the field of the report r that contradicts the
 // attempt a ("" when none does), with what r said and what a has:
-// provider, operation, then, through amount (the attempt's amount and
-// currency; false when its owner keeps none), amount and currency.
+// provider, operation, direction (a send's report never moves a charge,
+// nor a received payment's a payout: R17), then, through amount (the
+// attempt's amount and currency; false when its owner keeps none), amount
+// and currency.
 func reportMismatch(a Attempt, r report, amount func() (decimal.Decimal, string, bool, error)) (field, said, want string, err error) {
 	switch {
 	case r.Provider != "" && r.Provider != a.Provider:
 		return "provider", r.Provider, a.Provider, nil
 	case r.Operation != "" && string(r.Operation) != a.Operation:
 		return "operation", string(r.Operation), a.Operation, nil
+	case r.Direction != "" && string(r.Direction) != a.Kind.direction():
+		return "direction", string(r.Direction), a.Kind.direction(), nil
 	case r.Amount == "" && r.Currency == "":
 		return "", "", "", nil
 	}
@@ -888,9 +895,13 @@ const (
 // ResolveByReference returns ErrReportMismatch (issue 13 finding 4). A
 // provider's word (webhook, poll) must set every one it has.
 type ResolveInput struct {
-	Reference     string
-	Provider      string
-	Operation     providers.Operation
+	Reference string
+	Provider  string
+	Operation providers.Operation
+	// Direction as providers.WebhookEvent.Direction: the attempt's kind
+	// must move money that way, or the report is a mismatch (review,
+	// nothing moved). "" is not checked.
+	Direction     providers.Direction
 	Amount        string
 	Currency      string
 	State         providers.State
@@ -967,7 +978,7 @@ func (s *Service) ResolveByReference(ctx context.Context, in ResolveInput) (Reso
 		if reason == "" {
 			reason = fmt.Sprintf("%s reports %s", in.Source, in.State)
 		}
-		na, tr, err := s.applyReport(ctx, tx, after, a, actor, report{Provider: in.Provider, Operation: in.Operation,
+		na, tr, err := s.applyReport(ctx, tx, after, a, actor, report{Provider: in.Provider, Operation: in.Operation, Direction: in.Direction,
 			Amount: in.Amount, Currency: in.Currency, State: in.State, ProviderID: in.ProviderID,
 			FailureCode: in.FailureCode, FailureReason: in.FailureReason, Data: in.Data, ActorID: in.Actor,
 			Evidence: in.Evidence, ExpectedBy: in.ExpectedBy}, reason)

@@ -304,7 +304,7 @@ func (s *Service) HandleProviderEvent(ctx context.Context, providerName string, 
 	// may credit anything; a mismatch flags the attempt for review with an
 	// alert (issue 13 finding 4).
 	res, err := s.attempts.ResolveByReference(ctx, attempts.ResolveInput{Reference: ev.Reference, Provider: providerName,
-		Operation: ev.Operation, Amount: ev.Amount, Currency: ev.Currency, State: ev.State,
+		Operation: ev.Operation, Direction: ev.Direction, Amount: ev.Amount, Currency: ev.Currency, State: ev.State,
 		ProviderID: ev.ProviderID, FailureCode: ev.FailureCode, FailureReason: ev.FailureReason, Data: ev.Data,
 		ExpectedBy: ev.ExpectedBy, Source: attempts.SourceWebhook, Actor: ev.ID, Reason: fmt.Sprintf("webhook %s (%s)", ev.ID, ev.Type)})
 	if errors.Is(err, attempts.ErrReportMismatch) || errors.Is(err, attempts.ErrProviderIDMismatch) {

@@ -38,6 +38,17 @@ const (
 	OpAccountTransfer Operation = "account_transfer"
 )
 
+// Direction is which way an operation moves money, as the attempts keep it:
+// out (saldo sent it: a transfer, a payout, a refund) or in (saldo
+// receives it: a charge).
+type Direction string
+
+// The directions.
+const (
+	DirectionOut Direction = "out"
+	DirectionIn  Direction = "in"
+)
+
 // HasDestination reports whether o carries a Destination (outgoing money
 // to someone: pix_transfer, bank_payout, account_transfer).
 func (o Operation) HasDestination() bool {
@@ -410,8 +421,14 @@ type WebhookEvent struct {
 	// ID is the provider's event id, for deduplication.
 	ID string
 	// Type is the provider's event type, for logs.
-	Type       string
-	Operation  Operation
+	Type      string
+	Operation Operation
+	// Direction, when the event cannot name its operation (a Pix send:
+	// pix_transfer and bank_payout send alike, and a notice need not say
+	// which), still says which way its operation moves money: it then
+	// matches only attempts of that direction (R17). "" when it names its
+	// Operation (which implies the direction) or says neither.
+	Direction  Direction
 	Reference  string
 	ProviderID string
 	State      State
@@ -455,6 +472,7 @@ type Dispute struct {
 // who sent an event, not that its content is sane.
 func (e WebhookEvent) Storable() error {
 	for _, f := range []struct{ name, v string }{{"id", e.ID}, {"type", e.Type}, {"operation", string(e.Operation)},
+		{"direction", string(e.Direction)},
 		{"reference", e.Reference}, {"provider id", e.ProviderID}, {"state", string(e.State)},
 		{"failure code", e.FailureCode}, {"failure reason", e.FailureReason}, {"amount", e.Amount}, {"currency", e.Currency},
 		{"dispute", e.disputeText()}} {

@@ -47,6 +47,10 @@
 //     compared in constant time (ParseWebhookRequest). A devolucao
 //     DEVOLVIDO of a Pix we sent (its receiver's bank returned it) is
 //     reported as the send settled, then failed: a reversal (R9, R19).
+//     Every event says its direction (a send's cannot name its
+//     operation): a send's matches only operations saldo sent; an item
+//     of both shapes (a send's idEnvio, status or tipo beside a txid) is
+//     refused alone, never a cob paid (R17).
 //
 // See docs/providers/pix.md for configuration, certificates and what an
 // operator does with a Pix attempt in review.

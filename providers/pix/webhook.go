@@ -63,7 +63,11 @@ func (p *Provider) ParseWebhook(header http.Header, body []byte, now time.Time) 
 //     sends: the receiver's bank sent the money back (see returnEvent).
 //
 // Items that are none of these (a Pix to the key without a txid) and
-// statuses saldo does not know give no event.
+// statuses saldo does not know give no event. Every event says its
+// Direction: a send's (which cannot name pix_transfer or bank_payout)
+// matches only an operation saldo sent, never a cob whose txid its
+// idEnvio names. An item of both shapes (a send's idEnvio, status or tipo
+// beside a txid) is refused.
 //
 // A PSP groups several Pix in one POST, so an item is refused on its own,
 // never the whole notice: an item that would give an event but is not the
@@ -190,6 +194,20 @@ func (n *notice) add(at, what string, ev providers.WebhookEvent) {
 // item reads one item of the pix array.
 func (n *notice) item(send SendAPI, i int, item []byte, now time.Time) {
 	if s, ok := send.WebhookSend(item); ok {
+		// A send of ours names no txid: saldo sends to keys and accounts,
+		// never pays a QR code (whose send would carry the receiver's
+		// txid). An item of both shapes is neither's word: read as a
+		// send it could settle ours, read as a received Pix it could pay
+		// a cob. Refused whole (R17, R9).
+		var sh itemShape
+		if err := json.Unmarshal(item, &sh); err != nil {
+			n.refuse(itemAt(i), "envio "+s.IDEnvio, "unreadable: "+err.Error())
+			return
+		}
+		if present(sh.TxID) {
+			n.refuse(itemAt(i), "envio "+s.IDEnvio, ambiguousItem)
+			return
+		}
 		if s.State != "" {
 			r := sendRead(s)
 			at := s.Liquidacao
@@ -200,8 +218,10 @@ func (n *notice) item(send SendAPI, i int, item []byte, now time.Time) {
 				// No operation: pix_transfer and bank_payout both send through
 				// this endpoint, and a notice need not say which. The
 				// provider id is checked as an endToEndId (OpPixTransfer's
-				// shape) by itemProblem, which reads "" as that too.
-				Reference: s.IDEnvio, ProviderID: s.EndToEndID, State: s.State,
+				// shape) by itemProblem, which reads "" as that too. Its
+				// direction is said: it matches only an operation saldo
+				// sent, never a cob whose txid the idEnvio names (R17).
+				Direction: providers.DirectionOut, Reference: s.IDEnvio, ProviderID: s.EndToEndID, State: s.State,
 				FailureCode: r.failureCode, FailureReason: r.failureReason, Amount: s.Valor, Currency: "BRL",
 				OccurredAt: at, Data: r.data})
 		}
@@ -229,6 +249,21 @@ func (n *notice) item(send SendAPI, i int, item []byte, now time.Time) {
 	if px.EndToEndID == "" {
 		return
 	}
+	if px.TxID != "" {
+		// The BCB's received Pix has no status and no tipo; a send's
+		// status (Efí: EM_PROCESSAMENTO, REALIZADO, NAO_REALIZADO) or tipo
+		// SOLICITACAO beside a txid is a send's shape without its
+		// idEnvio: never a cob paid (R17, R9).
+		var sh itemShape
+		if err := json.Unmarshal(item, &sh); err != nil {
+			n.refuse(itemAt(i), "pix", "not a Pix object: "+err.Error())
+			return
+		}
+		if sh.sendShaped() {
+			n.refuse(itemAt(i), "pix "+px.EndToEndID, ambiguousItem)
+			return
+		}
+	}
 	if (px.TxID != "" || len(px.Devolucoes) > 0) && !e2eRe.MatchString(px.EndToEndID) {
 		n.refuse(itemAt(i), "pix", fmt.Sprintf("endToEndId %.40q is not the BCB's shape", px.EndToEndID))
 		return
@@ -236,7 +271,7 @@ func (n *notice) item(send SendAPI, i int, item []byte, now time.Time) {
 	if px.TxID != "" {
 		d, _ := json.Marshal(CobData{TxID: px.TxID, Status: CobConcluida, PaidAt: px.Horario.UTC(), EndToEndID: px.EndToEndID})
 		n.add(itemAt(i), "pix "+px.EndToEndID, providers.WebhookEvent{ID: "pix:" + px.EndToEndID + ":" + px.TxID, Type: "pix.recebido",
-			Operation: providers.OpPixCharge, Reference: px.TxID, ProviderID: px.EndToEndID,
+			Operation: providers.OpPixCharge, Direction: providers.DirectionIn, Reference: px.TxID, ProviderID: px.EndToEndID,
 			State: providers.StateSucceeded, Amount: px.Valor, Currency: "BRL", OccurredAt: px.Horario, Data: d})
 	}
 	for j, dv := range px.Devolucoes {
@@ -247,7 +282,7 @@ func (n *notice) item(send SendAPI, i int, item []byte, now time.Time) {
 				at = *dv.Horario.Liquidacao
 			}
 			n.add(devolucaoAt(i, j), "devolucao "+dv.ID, providers.WebhookEvent{ID: "devolucao:" + dv.ID + ":" + dv.Status, Type: "pix.devolucao." + dv.Status,
-				Operation: providers.OpRefund, Reference: dv.ID, ProviderID: dv.RtrID, State: r.state,
+				Operation: providers.OpRefund, Direction: providers.DirectionOut, Reference: dv.ID, ProviderID: dv.RtrID, State: r.state,
 				FailureCode: r.failureCode, FailureReason: r.failureReason, Amount: dv.Valor, Currency: "BRL",
 				OccurredAt: at, Data: r.data})
 		}
@@ -259,6 +294,41 @@ func (n *notice) item(send SendAPI, i int, item []byte, now time.Time) {
 			n.returned(devolucaoAt(i, j), "", px.EndToEndID, px.Valor, dv, now)
 		}
 	}
+}
+
+// ambiguousItem is why an item of both shapes is refused.
+const ambiguousItem = "a send's shape (idEnvio, or a send's status or tipo) naming a txid is both a send and a received Pix: " +
+	"neither is applied (saldo's sends pay no QR code)"
+
+// itemShape is what tells an item of a send from one of a received Pix
+// beside their own fields: a send names no txid, a received Pix has no
+// status or tipo (the BCB's Pix object). Raw, so that any JSON reads.
+type itemShape struct {
+	TxID   json.RawMessage `json:"txid"`
+	Status json.RawMessage `json:"status"`
+	Tipo   json.RawMessage `json:"tipo"`
+}
+
+// sendShaped reports a send's status or tipo.
+func (sh itemShape) sendShaped() bool {
+	for _, v := range []string{EnvioEmProcessamento, EnvioRealizado, EnvioNaoRealizado} {
+		if rawIs(sh.Status, v) {
+			return true
+		}
+	}
+	return rawIs(sh.Tipo, "SOLICITACAO")
+}
+
+// rawIs reports whether the JSON value r is the string v (any case).
+func rawIs(r json.RawMessage, v string) bool {
+	var s string
+	return json.Unmarshal(r, &s) == nil && strings.EqualFold(strings.TrimSpace(s), v)
+}
+
+// present reports a JSON value other than null and "".
+func present(r json.RawMessage) bool {
+	t := strings.TrimSpace(string(r))
+	return t != "" && t != "null" && t != `""`
 }
 
 // FailureDevolvido is the failure code of a send the receiver's bank
@@ -330,11 +400,11 @@ func (n *notice) returned(pos, idEnvio, e2e, sendValor string, dv devolucao, now
 	// (found by review).
 	sd, _ := json.Marshal(SendData{IDEnvio: idEnvio, EndToEndID: e2e, Status: EnvioRealizado})
 	settled := providers.WebhookEvent{ID: "envio-liquidado:" + e2e + ":" + dv.RtrID, Type: "pix.envio.liquidado",
-		Reference: idEnvio, ProviderID: e2e, State: providers.StateSucceeded, Amount: sendValor, Currency: "BRL",
+		Direction: providers.DirectionOut, Reference: idEnvio, ProviderID: e2e, State: providers.StateSucceeded, Amount: sendValor, Currency: "BRL",
 		OccurredAt: at, Data: sd}
 	reason := fmt.Sprintf("returned by the receiver: devolucao rtrId %s of %.40s DEVOLVIDO (the send was %.40s)", dv.RtrID, dv.Valor, sendValor)
 	returned := providers.WebhookEvent{ID: "envio-devolucao:" + e2e + ":" + dv.RtrID, Type: "pix.envio.devolvido",
-		Reference: idEnvio, ProviderID: e2e, State: providers.StateFailed, FailureCode: FailureDevolvido,
+		Direction: providers.DirectionOut, Reference: idEnvio, ProviderID: e2e, State: providers.StateFailed, FailureCode: FailureDevolvido,
 		FailureReason: reason, Amount: sendValor, Currency: "BRL", OccurredAt: at, Data: data}
 	// Both or neither: the settled event applied alone would settle the
 	// send and no reversal would ever say the money came back (a motivo
