@@ -37,7 +37,7 @@ func TestFailedRequestReleasesATakenOverClaim(t *testing.T) {
 			// Waiting on the table lock at its INSERT, or on the merchant's
 			// row the first request holds (the endpoint limit's lock).
 			_ = e.pool.QueryRow(e.ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'
-				AND query LIKE '%notification_endpoints%'`).Scan(&k)
+				AND (query LIKE '%notification_endpoints%' OR query LIKE 'SELECT 1 FROM merchants WHERE id = $1 FOR UPDATE')`).Scan(&k)
 			return k == n
 		}
 	}
@@ -58,7 +58,7 @@ func TestFailedRequestReleasesATakenOverClaim(t *testing.T) {
 	// A's connection is cut: A answers 5xx and releases its claim, which
 	// is B's now: nothing is released.
 	_, err = e.pool.Exec(e.ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'
-		AND query LIKE '%notification_endpoints%' ORDER BY query_start LIMIT 1`)
+		AND query LIKE 'INSERT INTO notification_endpoints%' ORDER BY query_start LIMIT 1`)
 	require.NoError(t, err)
 	ra := <-a
 	require.GreaterOrEqual(t, ra.Status, 500, string(ra.Body))
