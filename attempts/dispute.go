@@ -49,7 +49,23 @@ type DisputeResult struct {
 	Diverged bool
 	// Duplicate: this event was recorded before; nothing was written.
 	Duplicate bool
+	// SecondOperation: the disputed payment is not Attempt's own but the
+	// second operation recorded on it (a payment charged twice under its
+	// reference, secondOperation): the report is a note on Attempt, with
+	// no dispute marker and no divergence (Attempt's payment is not
+	// disputed).
+	SecondOperation bool
 }
+
+// secondOperationHolderSQL finds the incoming attempt at provider $1 whose
+// note records $2 as a second operation under its reference (evidence
+// second_provider_id, secondOperation); the first so noted when several
+// are. Served by attempt_events_second_provider_id (migration 00112), a
+// partial index of those notes only: its predicate is implied by this
+// query's type and equality conditions.
+const secondOperationHolderSQL = `SELECT e.attempt_id FROM attempt_events e JOIN attempts a ON a.id = e.attempt_id
+	WHERE e.type = 'note' AND (e.evidence->>'second_provider_id') = $2 AND a.provider = $1 AND a.direction = 'in'
+	ORDER BY e.id LIMIT 1`
 
 // RecordDispute records a card dispute the provider reports against the
 // incoming attempt (direction in) that holds r.ProviderID at r.Provider
@@ -73,6 +89,19 @@ type DisputeResult struct {
 // settles its status, and when the attempt then succeeds, the transaction
 // that makes it succeeded records the dispute divergence from the note
 // (disputeAfterSuccess, disputesAfterSuccess).
+//
+// A dispute of a payment no incoming attempt holds may be of the second
+// operation recorded on one (a card charged twice under our reference, the
+// second payment intent known only from the note secondOperation wrote):
+// the cardholder disputing the duplicate payment is news for the operator
+// handling that second_operation divergence. It is noted on that attempt
+// (deduplicated by event id the same way), its evidence naming the second
+// operation and the dispute (second_operation_dispute, dispute_id,
+// withdrawn), never the dispute_withdrawn marker: the attempt's own payment
+// is not disputed, so its charge stays refundable and no dispute
+// divergence is recorded. It is logged at ERROR (money moves on a double
+// charge; the log says when the divergence was already settled: what the
+// operator booked for the second payment may now be returned twice).
 func (s *Service) RecordDispute(ctx context.Context, r DisputeReport) (DisputeResult, error) {
 	if r.Provider == "" || r.ProviderID == "" || r.EventID == "" || strings.TrimSpace(r.Note) == "" {
 		return DisputeResult{}, fmt.Errorf("%w: a dispute report needs a provider, a provider id, an event id and a note", ErrInvalid)
@@ -82,6 +111,10 @@ func (s *Service) RecordDispute(ctx context.Context, r DisputeReport) (DisputeRe
 		res = DisputeResult{}
 		a, err := scanAttempt(tx.QueryRow(ctx, `SELECT `+attemptColumns+` FROM attempts
 			WHERE provider = $1 AND provider_id = $2 AND direction = 'in' FOR UPDATE`, r.Provider, r.ProviderID))
+		if errors.Is(err, ErrNotFound) {
+			res.SecondOperation = true
+			a, err = s.secondOperationHolder(ctx, tx, r)
+		}
 		if err != nil {
 			return err
 		}
@@ -94,6 +127,9 @@ func (s *Service) RecordDispute(ctx context.Context, r DisputeReport) (DisputeRe
 			return nil
 		}
 		note := truncate(r.Note, 2000)
+		if res.SecondOperation {
+			return s.noteSecondOperationDispute(ctx, tx, after, a, r, note)
+		}
 		evidence, err := json.Marshal(map[string]any{"dispute_id": r.DisputeID, "dispute_withdrawn": r.Withdrawn})
 		if err != nil {
 			return err
@@ -123,6 +159,52 @@ func (s *Service) RecordDispute(ctx context.Context, r DisputeReport) (DisputeRe
 		return err
 	})
 	return res, err
+}
+
+// secondOperationHolder is the incoming attempt, locked in tx, whose note
+// records r.ProviderID at r.Provider as a second operation under its
+// reference (secondOperationHolderSQL); ErrNotFound when none does.
+func (s *Service) secondOperationHolder(ctx context.Context, tx pgx.Tx, r DisputeReport) (Attempt, error) {
+	var id uuid.UUID
+	err := tx.QueryRow(ctx, secondOperationHolderSQL, r.Provider, r.ProviderID).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Attempt{}, ErrNotFound
+	}
+	if err != nil {
+		return Attempt{}, fmt.Errorf("attempts: second operation %q at %s: %w", r.ProviderID, r.Provider, err)
+	}
+	return lockAttempt(ctx, tx, id)
+}
+
+// noteSecondOperationDispute notes on a (locked in tx) the dispute r of the
+// second operation recorded on it (RecordDispute): evidence naming the
+// second operation and the dispute, without the dispute_withdrawn marker
+// (a's own payment is not disputed), and an ERROR log after commit.
+func (s *Service) noteSecondOperationDispute(ctx context.Context, tx pgx.Tx, after *afterCommit, a Attempt, r DisputeReport, note string) error {
+	evidence, err := json.Marshal(map[string]any{"second_operation_dispute": true, "second_provider_id": r.ProviderID,
+		"dispute_id": r.DisputeID, "withdrawn": r.Withdrawn})
+	if err != nil {
+		return err
+	}
+	reason := truncate("dispute of the second operation "+r.ProviderID+" under this attempt's reference (not of "+
+		a.ProviderID+", this attempt's own payment): "+note, 2000)
+	if err := insertEvent(ctx, tx, Event{AttemptID: a.ID, At: s.clock.Now(), Type: EventNote, Actor: ActorWebhook,
+		ActorID: r.EventID, Reason: reason, Evidence: evidence}); err != nil {
+		return err
+	}
+	settled, kind := a.DivergenceSettledAt != nil, a.DivergenceKind
+	msg := "provider reports a dispute of a second operation (a payment charged twice under the attempt's reference): noted on the attempt; " +
+		"the operator handling the second operation books it"
+	if settled {
+		msg = "provider reports a dispute of a second operation whose divergence was already settled: noted on the attempt; " +
+			"check what was booked for the second payment (a refund of it and this chargeback would return it twice)"
+	}
+	after.add(func() {
+		s.log.ErrorContext(ctx, msg, "attempt_id", a.ID, "kind", a.Kind, "provider", a.Provider, "reference", a.Reference,
+			"provider_id", a.ProviderID, "second_provider_id", r.ProviderID, "dispute", r.DisputeID, "event_id", r.EventID,
+			"withdrawn", r.Withdrawn, "divergence_kind", kind, "divergence_settled", settled, "note", note)
+	})
+	return nil
 }
 
 // disputeWhy is the divergence text of a withdrawn dispute reported by

@@ -220,6 +220,13 @@ func (s *Service) applyProviderState(ctx context.Context, tx pgx.Tx, after *afte
 }
 
 func (s *Service) applyReport(ctx context.Context, tx pgx.Tx, after *afterCommit, a Attempt, actor Actor, r report, reason string) (Attempt, bool, error) {
+	// The same second operation reported again (a redelivery, a lookup,
+	// the statement, another event about it) is not news, whatever it says
+	// besides (another amount): nothing is noted, logged or alerted again,
+	// before or after its divergence was settled (R9, R19).
+	if seen, err := secondOperationSeen(ctx, tx, a, r); err != nil || seen {
+		return a, false, err
+	}
 	switch r.State {
 	case providers.StateSucceeded, providers.StateFailed, providers.StateProcessing:
 		// A report about another provider's, operation's or amount's
@@ -238,12 +245,13 @@ func (s *Service) applyReport(ctx context.Context, tx pgx.Tx, after *afterCommit
 				}
 				return na, false, err
 			}
-			if errors.Is(err, ErrReportMismatch) && a.Status == StatusSucceeded && r.State == providers.StateSucceeded &&
-				(r.Provider == "" || r.Provider == a.Provider) && a.ProviderID != "" && r.ProviderID != "" &&
-				r.ProviderID != a.ProviderID {
-				// Another operation, of another amount or operation, that
-				// moved money under the reference of an attempt that
-				// succeeded as its own: paid or charged twice all the same.
+			if errors.Is(err, ErrReportMismatch) && isSecondOperation(a, r) {
+				// Another operation, of another amount or operation, under
+				// the reference of an attempt that is final as its own:
+				// succeeded, paid or charged twice all the same; failed, a
+				// note. Either way noted by its provider id, so that its
+				// repeats are found (secondOperationSeen) and not
+				// reported again as news on every redelivery.
 				na, serr := s.secondOperation(ctx, tx, after, na, actor, r)
 				if serr != nil && !errors.Is(serr, ErrProviderIDMismatch) {
 					return na, false, serr
@@ -304,6 +312,43 @@ func (s *Service) applyReport(ctx context.Context, tx pgx.Tx, after *afterCommit
 	return a, false, fmt.Errorf("%w: provider state %q", ErrInvalid, r.State)
 }
 
+// isSecondOperation: the report r names, for the final attempt a, another
+// operation than a's recorded one at a's provider, in a final state that
+// is not a's word (secondOperation): succeeded or failed for a succeeded
+// attempt, failed for a failed one. A success reported for a failed
+// attempt is lateConflict's, whatever operation it names.
+func isSecondOperation(a Attempt, r report) bool {
+	if !a.Status.Final() || (r.Provider != "" && r.Provider != a.Provider) ||
+		a.ProviderID == "" || r.ProviderID == "" || r.ProviderID == a.ProviderID {
+		return false
+	}
+	switch r.State {
+	case providers.StateSucceeded:
+		return a.Status == StatusSucceeded
+	case providers.StateFailed:
+		return true
+	}
+	return false
+}
+
+// secondOperationSeen: r is a second operation of a (isSecondOperation)
+// already noted on it in the same state (secondOperation's note, keyed by
+// the second provider id). Seen in another state is news: one first
+// reported failed and later succeeded (a payment intent confirmed again).
+// One indexed look-up of a's events (attempt_events by attempt_id), only
+// for a report naming another operation for a final attempt.
+func secondOperationSeen(ctx context.Context, tx pgx.Tx, a Attempt, r report) (bool, error) {
+	if !isSecondOperation(a, r) {
+		return false, nil
+	}
+	var seen bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM attempt_events WHERE attempt_id = $1 AND type = 'note'
+		AND evidence->>'second_provider_id' = $2 AND evidence->>'state' = $3)`, a.ID, r.ProviderID, string(r.State)).Scan(&seen); err != nil {
+		return false, fmt.Errorf("attempts: second operation %q of %s: %w", r.ProviderID, a.ID, err)
+	}
+	return seen, nil
+}
+
 // secondOperation handles a report naming another provider operation
 // (r.ProviderID) in the final status the attempt a already has under its
 // recorded one: a second operation under our reference (a cob paid twice
@@ -319,25 +364,16 @@ func (s *Service) applyReport(ctx context.Context, tx pgx.Tx, after *afterCommit
 // moved no money: a note, an ERROR log and saldo_attempts_conflicts_total.
 //
 // The same second operation reported again (a redelivery, the lookup, the
-// statement) changes nothing: its note, keyed by the second provider id,
-// is found. Another one on an attempt that has diverged already (settled
+// statement), whatever amount it names, changes nothing: applyReport finds
+// its note, keyed by the second provider id, before anything else
+// (secondOperationSeen) and never calls this. Another one on an attempt that has diverged already (settled
 // or not) never replaces the recorded divergence (the evidence never
 // changes): it is a note with an ERROR log and an alert (OnReview).
 //
 // It returns ErrProviderIDMismatch (the report contradicts the recorded
 // provider id; the webhook answers "review") for a succeeded second
-// operation seen for the first time; nil for a repeat or a failed one.
+// operation seen for the first time; nil for a failed one.
 func (s *Service) secondOperation(ctx context.Context, tx pgx.Tx, after *afterCommit, a Attempt, actor Actor, r report) (Attempt, error) {
-	var seen bool
-	// Seen in the same state: one first reported failed and later
-	// succeeded (a payment intent confirmed again) is news.
-	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM attempt_events WHERE attempt_id = $1 AND type = 'note'
-		AND evidence->>'second_provider_id' = $2 AND evidence->>'state' = $3)`, a.ID, r.ProviderID, string(r.State)).Scan(&seen); err != nil {
-		return a, fmt.Errorf("attempts: second operation %q of %s: %w", r.ProviderID, a.ID, err)
-	}
-	if seen {
-		return a, nil
-	}
 	holder, err := providerIDHolder(ctx, tx, a, r.ProviderID)
 	if err != nil {
 		return a, err

@@ -336,7 +336,11 @@ func (s *Service) HandleProviderEvent(ctx context.Context, providerName string, 
 // (LockForRefund), the audit reporting it until an operator books it and
 // settles it. Nothing moves in the ledger: a dispute may be won (the
 // money comes back) or lost, and the operator books what happened.
-// handled is false when no charge attempt holds the payment (the event is
+// A dispute of the second operation recorded on a charge's attempt (the
+// card charged twice under its reference) is noted on that attempt only
+// (DisputeResult.SecondOperation): the charge's own payment is not
+// disputed and stays refundable. handled is false when no charge attempt
+// holds the payment or records it as its second operation (the event is
 // acknowledged as unmatched).
 func (s *Service) handleDispute(ctx context.Context, providerName string, ev providers.WebhookEvent) (bool, error) {
 	d := ev.Dispute
@@ -348,7 +352,7 @@ func (s *Service) handleDispute(ctx context.Context, providerName string, ev pro
 	res, err := s.attempts.RecordDispute(ctx, attempts.DisputeReport{Provider: providerName, ProviderID: ev.ProviderID,
 		EventID: ev.ID, DisputeID: d.ID, Withdrawn: d.Withdrawn, Note: disputeNote(providerName, ev)})
 	if errors.Is(err, attempts.ErrNotFound) {
-		s.log.WarnContext(ctx, "charges: dispute of a payment no charge attempt holds", "provider", providerName,
+		s.log.WarnContext(ctx, "charges: dispute of a payment no charge attempt holds or records as a second operation", "provider", providerName,
 			"event_id", ev.ID, "dispute", d.ID, "provider_id", ev.ProviderID)
 		return false, nil
 	}
@@ -360,7 +364,7 @@ func (s *Service) handleDispute(ctx context.Context, providerName string, ev pro
 		s.log.ErrorContext(ctx, "charges: dispute of an incoming attempt that is not a charge's", "attempt_id", res.Attempt.ID,
 			"kind", res.Attempt.Kind, "event_id", ev.ID)
 	}
-	if d.Reinstated && !res.Duplicate && res.Attempt.DivergenceSettledAt != nil {
+	if d.Reinstated && !res.Duplicate && !res.SecondOperation && res.Attempt.DivergenceSettledAt != nil {
 		// The operator settled the dispute's divergence (booked the
 		// withdrawal) before the money came back: what came back is the
 		// merchant's again, and only a human books it.

@@ -22,6 +22,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"sort"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -67,6 +68,35 @@ type Result struct {
 	SaldoApplied []string // saldo migration files applied by this run
 }
 
+// lockPollEvery is how often a waiting Up asks for the advisory lock again.
+const lockPollEvery = 200 * time.Millisecond
+
+// lockPolling takes the session advisory lock on conn by asking for it
+// (pg_try_advisory_lock) until it is free, never by waiting inside
+// PostgreSQL: a session blocked in pg_advisory_lock holds a snapshot for as
+// long as it waits, and CREATE INDEX CONCURRENTLY (00112) waits for every
+// older snapshot to end while the lock's holder waits for its index. The
+// lock is held by another connection of the migrating process than the
+// one building the index, so PostgreSQL sees no cycle: concurrent Up calls
+// hung for ever (seen with TestUpConcurrentAndIdempotent). Between two
+// tries the waiting session holds no snapshot.
+func lockPolling(ctx context.Context, conn *pgx.Conn) error {
+	for {
+		var ok bool
+		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", advisoryLockKey).Scan(&ok); err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(lockPollEvery):
+		}
+	}
+}
+
 // Up applies River's migrations and then saldo's, under a session advisory
 // lock so concurrent runs queue instead of colliding. Already-applied
 // migrations are skipped, so Up is idempotent.
@@ -80,7 +110,7 @@ func Up(ctx context.Context, databaseURL string, logger *slog.Logger) (Result, e
 		return res, fmt.Errorf("migrations: connect: %w", err)
 	}
 	defer lockConn.Close(context.WithoutCancel(ctx))
-	if _, err := lockConn.Exec(ctx, "SELECT pg_advisory_lock($1)", advisoryLockKey); err != nil {
+	if err := lockPolling(ctx, lockConn); err != nil {
 		return res, fmt.Errorf("migrations: advisory lock: %w", err)
 	}
 	defer lockConn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", advisoryLockKey) //nolint:errcheck

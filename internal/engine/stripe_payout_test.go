@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -44,6 +45,14 @@ type payoutAPI struct {
 
 func newPayoutAPI(t *testing.T, route string) *payoutAPI {
 	t.Helper()
+	return newPayoutAPIWith(t, route, nil, nil)
+}
+
+// newPayoutAPIWith is newPayoutAPI whose engine and API log to logger
+// (nil: nowhere) and whose attempts core calls onReview for each alert
+// (Attempts.OnReview; nil: none).
+func newPayoutAPIWith(t *testing.T, route string, logger *slog.Logger, onReview func(attempts.Attempt, string)) *payoutAPI {
+	t.Helper()
 	w := &payoutAPI{ctx: context.Background(), pool: testdb.New(t)}
 	w.fake = stripefake.New(stripeE2EKey)
 	t.Cleanup(w.fake.Close)
@@ -55,7 +64,8 @@ func newPayoutAPI(t *testing.T, route string) *payoutAPI {
 	routes, err := providers.ParseRoutes(route)
 	require.NoError(t, err)
 	w.e, err = engine.New(engine.Config{Pool: w.pool, Routes: routes, Providers: []providers.Provider{
-		w.sim.NewProvider(sim.WithHTTPSettings(providers.HTTPSettings{ReadTimeout: 5 * time.Second})), st}})
+		w.sim.NewProvider(sim.WithHTTPSettings(providers.HTTPSettings{ReadTimeout: 5 * time.Second})), st},
+		Logger: logger, Attempts: attempts.Config{OnReview: onReview}})
 	require.NoError(t, err)
 	_, err = merchants.Create(w.ctx, w.pool, "m1", "Loja")
 	require.NoError(t, err)
@@ -67,7 +77,7 @@ func newPayoutAPI(t *testing.T, route string) *payoutAPI {
 	_, w.secret, err = api.CreateKey(w.ctx, w.pool, api.RoleMerchant, "m1", "test", time.Now())
 	require.NoError(t, err)
 	srv, err := api.New(api.Config{Pool: w.pool, Payouts: w.e.Payouts, Attempts: w.e.Attempts, Charges: w.e.Charges,
-		Providers: w.e.Providers})
+		Providers: w.e.Providers, Logger: logger})
 	require.NoError(t, err)
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
