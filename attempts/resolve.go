@@ -366,9 +366,10 @@ func secondOperationSeen(ctx context.Context, tx pgx.Tx, a Attempt, r report) (b
 // The same second operation reported again (a redelivery, the lookup, the
 // statement), whatever amount it names, changes nothing: applyReport finds
 // its note, keyed by the second provider id, before anything else
-// (secondOperationSeen) and never calls this. Another one on an attempt that has diverged already (settled
-// or not) never replaces the recorded divergence (the evidence never
-// changes): it is a note with an ERROR log and an alert (OnReview).
+// (secondOperationSeen) and never calls this. Another one on an attempt
+// that has diverged already (settled or not) never replaces the recorded
+// divergence (the evidence never changes): it is a note with an ERROR log
+// and an alert (OnReview).
 //
 // It returns ErrProviderIDMismatch (the report contradicts the recorded
 // provider id; the webhook answers "review") for a succeeded second
