@@ -172,7 +172,7 @@ func (s *Server) exportDivergencesCSV(w http.ResponseWriter, r *http.Request) {
 		// and operators (the reason) write these texts: csvText keeps a
 		// spreadsheet from reading one as a formula.
 		if err := cw.Write([]string{j.ID, j.Provider, j.Day, j.Kind, j.Severity, j.Status, csvText(j.Reference),
-			csvText(j.ProviderID), j.AttemptID, csvText(j.SubjectID), j.Currency, csvText(j.Detail),
+			csvText(j.ProviderID), j.AttemptID, csvText(j.SubjectID), csvText(j.Currency), csvText(j.Detail),
 			csvText(string(j.ProviderSide)), csvText(string(j.OurSide)), strconv.Itoa(j.SeenCount),
 			j.CreatedAt.Format(time.RFC3339Nano), j.LastSeenAt.Format(time.RFC3339Nano), resolved,
 			csvText(j.ResolvedBy), csvText(j.ResolutionReason)}); err != nil {

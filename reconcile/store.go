@@ -101,9 +101,9 @@ func (s *Service) store(ctx context.Context, st *runState, f finding) error {
 			our_side = CASE WHEN d.status = 'open' THEN EXCLUDED.our_side ELSE d.our_side END,
 			detail = CASE WHEN d.status = 'open' THEN EXCLUDED.detail ELSE d.detail END
 		RETURNING `+divergenceColumns+`, (xmax = 0)`,
-		newID("dv_"), st.run.Provider, f.day, f.kind, f.kind.Severity(), truncate(f.fingerprint, 500),
+		newID("dv_"), st.run.Provider, f.day, f.kind, f.kind.Severity(), fingerprintKey(f.fingerprint),
 		sqlcols.Nullable(f.reference), sqlcols.Nullable(f.providerID), attemptID, sqlcols.Nullable(subject), sqlcols.Nullable(f.currency),
-		truncate(f.detail, 2000), provSide, ourSide, status, st.run.ID, now, resolvedAt, resolvedBy, reason)
+		storedText(f.detail, 2000), provSide, ourSide, status, st.run.ID, now, resolvedAt, resolvedBy, reason)
 	var dv Divergence
 	var inserted bool
 	err = row.Scan(&dv.ID, &dv.Provider, &dv.Day, &dv.Kind, &dv.Severity, &dv.Reference, &dv.ProviderID, &dv.AttemptID,
