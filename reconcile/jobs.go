@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 )
 
@@ -36,6 +37,9 @@ func (w *RunWorker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
 	if err != nil {
 		return river.JobCancel(fmt.Errorf("reconcile: bad day %q: %w", job.Args.Day, err))
 	}
+	if err := w.svc.catchUp(ctx, job.Args.Provider, day); err != nil {
+		return err
+	}
 	// The daily job reconciles a provider's day once. River's uniqueness
 	// alone cannot say so: it forgets a completed job after
 	// engine.Config.CompletedJobsKept (an hour by default), and a leader
@@ -58,6 +62,60 @@ func (w *RunWorker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
 		return river.JobSnooze(w.svc.cfg.SettleMargin)
 	}
 	return err
+}
+
+// CatchUpDays bounds the days a daily job catches up: it enqueues the
+// daily run of every day among the CatchUpDays before the last closed one
+// that no daily run reconciled (a leader down longer than a day). Older
+// days are an operator's (saldo reconcile --day).
+const CatchUpDays = 7
+
+// catchUp enqueues the daily runs of the days before day, back to
+// CatchUpDays before the last closed day, that no daily run reconciled
+// since the provider's first one (a fresh install catches up nothing: the
+// days before it are no business of saldo's). Each is its own job, unique
+// by its provider and day like the daily one; a day a job is still
+// retrying is not enqueued twice (R19).
+func (s *Service) catchUp(ctx context.Context, provider string, day time.Time) error {
+	c, err := river.ClientFromContextSafely[pgx.Tx](ctx)
+	if err != nil {
+		return nil // not run by River (a test calling Work)
+	}
+	from := DayToReconcile(s.clock.Now(), s.cfg.SettleMargin).AddDate(0, 0, -CatchUpDays)
+	rows, err := s.pool.Query(ctx, `SELECT d::date FROM generate_series($2::date, $3::date, interval '1 day') d
+		WHERE d >= (SELECT min(day) FROM reconcile_runs WHERE provider = $1 AND status = 'succeeded' AND triggered_by LIKE 'job:%')
+			AND NOT EXISTS (SELECT 1 FROM reconcile_runs r WHERE r.provider = $1 AND r.day = d::date AND r.status = 'succeeded'
+				AND r.triggered_by LIKE 'job:%')
+		ORDER BY d`, provider, from, Day(day).AddDate(0, 0, -1))
+	if err != nil {
+		return fmt.Errorf("reconcile: missed days of %s: %w", provider, err)
+	}
+	days, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
+	if err != nil {
+		return fmt.Errorf("reconcile: missed days of %s: %w", provider, err)
+	}
+	if len(days) == 0 {
+		return nil
+	}
+	params := make([]river.InsertManyParams, 0, len(days))
+	for _, d := range days {
+		params = append(params, river.InsertManyParams{Args: RunArgs{Provider: provider, Day: d.Format(time.DateOnly)},
+			InsertOpts: &river.InsertOpts{Queue: s.cfg.Queue, UniqueOpts: river.UniqueOpts{ByArgs: true}}})
+	}
+	res, err := c.InsertMany(ctx, params)
+	if err != nil {
+		return fmt.Errorf("reconcile: enqueue missed days of %s: %w", provider, err)
+	}
+	var names []string
+	for i, r := range res {
+		if !r.UniqueSkippedAsDuplicate {
+			names = append(names, days[i].Format(time.DateOnly))
+		}
+	}
+	if len(names) > 0 {
+		s.log.WarnContext(ctx, "reconcile: catching up days no daily run reconciled", "provider", provider, "days", names)
+	}
+	return nil
 }
 
 // AddWorkers registers the run worker.
@@ -86,7 +144,8 @@ func DayToReconcile(now time.Time, margin time.Duration) time.Time {
 // PeriodicJobs returns one daily job per configured provider that
 // publishes statements: at 00:00 UTC plus SettleMargin it reconciles the
 // day that closed (unique per provider and day, also on start, so a
-// restarted leader catches up on the last day).
+// restarted leader catches up on the last day, and its job on the days
+// before it that no daily run reconciled, up to CatchUpDays: catchUp).
 func (s *Service) PeriodicJobs() []*river.PeriodicJob {
 	var out []*river.PeriodicJob
 	for _, name := range s.Providers() {

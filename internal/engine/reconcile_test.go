@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/saldo/saldo/attempts"
@@ -91,4 +92,53 @@ func TestDailyReconciliationJob_R19(t *testing.T) {
 	var runs int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM reconcile_runs WHERE provider = 'sim' AND day = $1`, day).Scan(&runs))
 	require.Equal(t, 1, runs, "and did not reconcile the day again")
+}
+
+// R19: a leader down for more than a day catches up every day no daily run
+// reconciled since the last one (up to reconcile.CatchUpDays), not only
+// the last closed day.
+func TestDailyReconciliationCatchesUpMissedDays_R19(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t)
+	day := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+	clock := sim.NewManualClock(day.Add(25*time.Hour + time.Minute)) // the day closed an hour ago
+	srv := sim.NewServer(sim.Config{Clock: clock.Now}).Start()
+	t.Cleanup(srv.Close)
+	prov := srv.NewProvider(sim.WithHTTPSettings(providers.HTTPSettings{ReadTimeout: 2 * time.Second}))
+	start := func() func() {
+		e, err := engine.New(engine.Config{Pool: pool, Providers: []providers.Provider{prov}, PayoutProvider: prov.Name(),
+			Clock: clock, RunWorkers: true, MaxWorkers: 5, FetchPollInterval: 20 * time.Millisecond,
+			Reconcile: reconcile.Config{SettleMargin: time.Hour}})
+		require.NoError(t, err)
+		require.NoError(t, e.Start(ctx))
+		stop := func() {
+			stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			require.NoError(t, e.Stop(stopCtx))
+		}
+		return stop
+	}
+	days := func() []string {
+		rows, err := pool.Query(ctx, `SELECT to_char(day, 'YYYY-MM-DD') FROM reconcile_runs WHERE provider = 'sim'
+			AND status = 'succeeded' ORDER BY day`)
+		require.NoError(t, err)
+		out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		return out
+	}
+	// A fresh install reconciles the last closed day only.
+	stop := start()
+	require.Eventually(t, func() bool { return len(days()) == 1 }, 20*time.Second, 50*time.Millisecond)
+	time.Sleep(300 * time.Millisecond)
+	stop()
+	require.Equal(t, []string{"2026-12-02"}, days())
+
+	// The leader is down three days; the next one reconciles the days it
+	// missed as well as the last.
+	clock.Set(day.AddDate(0, 0, 3).Add(25*time.Hour + time.Minute))
+	t.Cleanup(start())
+	require.Eventually(t, func() bool { return len(days()) == 4 }, 20*time.Second, 50*time.Millisecond,
+		"the days the leader was down are reconciled")
+	require.Equal(t, []string{"2026-12-02", "2026-12-03", "2026-12-04", "2026-12-05"}, days())
 }
