@@ -102,6 +102,9 @@ func TestReconcileDivergencesAPI_R19(t *testing.T) {
 		Operation: providers.OpPixTransfer, Amount: "5.00", Currency: "BRL", At: e.clock.Now()}))
 	require.NoError(t, e.srv.AddStatementLie(sim.StatementLie{Kind: sim.LieAdd, Reference: pays["15.00"].Reference,
 		Operation: providers.OpPixTransfer, Amount: "15.00", Currency: "BRL", At: e.clock.Now()}))
+	// A line saldo cannot read: a currency it does not know (unreadable_line).
+	require.NoError(t, e.srv.AddStatementLie(sim.StatementLie{Kind: sim.LieAdd, Reference: strings.Repeat("ef", 16),
+		Operation: providers.OpPixTransfer, Amount: "7.00", Currency: "ZZZ", At: e.clock.Now()}))
 	e.clock.Set(day.Add(51 * time.Hour))
 	for range 2 { // a re-run stores nothing twice
 		e.clock.Advance(time.Minute) // runs are ordered by when they started
@@ -137,7 +140,7 @@ func TestReconcileDivergencesAPI_R19(t *testing.T) {
 		require.NotContains(t, kinds, d["kind"], "stored once")
 		kinds[d["kind"].(string)] = d
 	}
-	require.Len(t, all, 8)
+	require.Len(t, all, 9)
 	for _, k := range reconcile.Kinds {
 		require.Contains(t, kinds, string(k))
 		if k != reconcile.KindResolved {
@@ -157,8 +160,8 @@ func TestReconcileDivergencesAPI_R19(t *testing.T) {
 	require.Equal(t, "1.30", kinds["amount_mismatch"]["provider_side"].(map[string]any)["lines"].([]any)[0].(map[string]any)["amount"])
 
 	require.Len(t, list("kind=unknown_to_us", e.operator), 1)
-	require.Len(t, list("status=open", e.admin), 7)
-	require.Len(t, list("severity=critical", e.admin), 3)
+	require.Len(t, list("status=open", e.admin), 8)
+	require.Len(t, list("severity=critical", e.admin), 4)
 	require.Empty(t, list("provider=other", e.auditor))
 	require.Empty(t, list("day=2020-01-01", e.auditor))
 	require.Equal(t, "validation_failed", e.get("/v1/reconcile/divergences?kind=nope", e.auditor).code(t))
@@ -178,7 +181,7 @@ func TestReconcileDivergencesAPI_R19(t *testing.T) {
 	require.Equal(t, "text/csv; charset=utf-8", r.Header.Get("Content-Type"))
 	rows, err := csv.NewReader(strings.NewReader(string(r.Body))).ReadAll()
 	require.NoError(t, err)
-	require.Len(t, rows, 9)
+	require.Len(t, rows, 10)
 	require.Equal(t, "id", rows[0][0])
 	for i, d := range all {
 		require.Equal(t, d["id"], rows[i+1][0])
@@ -232,7 +235,7 @@ func TestReconcileDivergencesAPI_R19(t *testing.T) {
 	require.NotEqual(t, tot["statement"], tot["ledger"])
 	older := e.get("/v1/reconcile/runs?provider=sim&limit=2&cursor="+url.QueryEscape(rm["next_cursor"].(string)), e.operator).json(t)
 	require.Len(t, older["data"], 1)
-	require.Equal(t, float64(8), older["data"].([]any)[0].(map[string]any)["new_divergences"], "the first run found them all")
+	require.Equal(t, float64(9), older["data"].([]any)[0].(map[string]any)["new_divergences"], "the first run found them all")
 	one = e.get("/v1/reconcile/runs/"+newest["id"].(string), e.admin)
 	require.Equal(t, http.StatusOK, one.Status)
 	require.Equal(t, newest["id"], one.json(t)["id"])

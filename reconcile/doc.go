@@ -27,7 +27,13 @@
 //     one reference, or for one intent (two attempts of one payout or
 //     charge both paid), or a money-moving operation, on any day's
 //     statement, under the reference of a succeeded attempt whose
-//     recorded provider id is another.
+//     recorded provider id is another (or of an open attempt, besides the
+//     operation the run resolves it with). The attempts core records such
+//     an operation on the attempt (second_operation) once it succeeded.
+//   - unreadable_line (critical): a statement line saldo cannot read (text
+//     PostgreSQL cannot store, or a currency saldo does not know). It is
+//     reported alone, its fields quoted, matched to no attempt and counted
+//     in no total; the day's other lines are reconciled.
 //   - missing_at_provider (high): our attempt succeeded and the provider
 //     lists no successful operation for it on the statements of its
 //     window: the day saldo recorded it succeeded, and as many days before

@@ -251,7 +251,10 @@ func (l line) opKey() string {
 // alerting once more if critical). We chose that over rewriting or
 // matching old rows: it can only show a known divergence twice, never hide
 // one, and it needs neither a data migration nor a guess at which old row
-// a multi-operation finding was.
+// a multi-operation finding was. The same holds for a fingerprint longer
+// than the column (store keeps sha256:<hex> of it, since 2026-12; before,
+// its first 500 bytes) and for a double payment met while its attempt was
+// open (before 2026-12 one "ref:<reference>|<op>,<op>" row).
 func opFingerprint(ref string, l line) string {
 	if ref == "" {
 		return l.opKey()
@@ -953,10 +956,17 @@ func (s *Service) matchGroup(ctx context.Context, st *runState, ls []line, a, ot
 		}
 		return out, false, nil
 	}
-	// The line that speaks for the operation: a success if any.
+	// The line that speaks for the operation: a success if any, its own
+	// operation's (ownID) first.
 	l := ls[0]
 	if len(moved) > 0 {
 		l = moved[0]
+		for _, m := range moved {
+			if ownID != "" && m.ProviderID == ownID {
+				l = m
+				break
+			}
+		}
 	}
 	field, said, want := mismatch(l, *a)
 	if field != "" {
