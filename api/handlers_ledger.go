@@ -333,11 +333,18 @@ func checkOperatorReason(reason string) error {
 
 type settlementRequest struct {
 	Reason string `json:"reason"`
+	// Hold is what becomes of the merchant's money the divergence holds:
+	// "release" (back to available) or "book" (gone); required while it
+	// holds any (package holds).
+	Hold string `json:"hold"`
 }
 
 // settleDivergence records an operator's settlement of an attempt's
-// divergence (a provider success after it was resolved failed): the
-// evidence stays, the audit and the review queue let it go.
+// divergence (a provider success after it was resolved failed, a reversal,
+// a dispute, a second operation): the evidence stays, the audit and the
+// review queue let it go, and the money its hold still holds is released
+// or booked as the body's "hold" says (a 422 naming the amount when it is
+// missing; nothing changes).
 func (s *Server) settleDivergence(w http.ResponseWriter, r *http.Request) {
 	id, err := attemptIDParam(r)
 	if err != nil {
@@ -353,8 +360,13 @@ func (s *Server) settleDivergence(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, err)
 		return
 	}
+	hold := attempts.HoldDecision(req.Hold)
+	if !hold.Valid() {
+		s.problem(w, r, invalidField("hold", `"release" or "book"`))
+		return
+	}
 	p := principalFrom(r.Context())
-	a, err := s.att.SettleDivergence(r.Context(), id, p.KeyID, req.Reason)
+	a, err := s.att.SettleDivergence(r.Context(), id, p.KeyID, req.Reason, hold)
 	if err != nil {
 		s.problem(w, r, err)
 		return

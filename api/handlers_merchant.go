@@ -119,6 +119,9 @@ type balanceJSON struct {
 	Available string `json:"available"`
 	Reserved  string `json:"reserved"`
 	Pending   string `json:"pending"`
+	// Held is held while a divergence against the merchant is open; it
+	// cannot be paid out (package holds).
+	Held string `json:"held"`
 }
 
 func (s *Server) balances(w http.ResponseWriter, r *http.Request) {
@@ -132,7 +135,8 @@ func (s *Server) balances(w http.ResponseWriter, r *http.Request) {
 	for _, b := range bs {
 		m := b.Currency.MinorUnits()
 		out = append(out, balanceJSON{Currency: b.Currency.Code(), Available: b.Available.StringFixed(m),
-			Reserved: b.Reserved.StringFixed(m), Pending: b.Pending.StringFixed(m)})
+			Reserved: b.Reserved.StringFixed(m), Pending: b.Pending.StringFixed(m),
+			Held: b.Held.StringFixed(m)})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"merchant_id": id, "balances": out})
 }

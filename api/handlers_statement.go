@@ -34,11 +34,16 @@ type statementEntryJSON struct {
 type statementCauseJSON struct {
 	// Kind is the ledger transaction's cause: payout_reserve,
 	// payout_settle, payout_release, payout_reserve_carry, charge_credit,
-	// funding, reversal, or another kind.
+	// funding, reversal, divergence_hold (money held while a divergence
+	// of the attempt is open), divergence_hold_release (given back at its
+	// settlement), divergence_hold_book (booked as gone at its
+	// settlement), or another kind.
 	Kind string `json:"kind"`
 	// Object is what the entry belongs to: payout, pix_transfer, refund,
 	// split_leg (the payout kinds), charge, charge_split (a share of
-	// another merchant's charge), funding, reversal, or other.
+	// another merchant's charge), funding, reversal, or other. A hold's
+	// entries belong to the payout or charge whose attempt diverged
+	// (attempt_id names it).
 	Object string `json:"object"`
 	// ObjectID is the payout's, refund's or charge's id, or the reversed
 	// transaction's id.
@@ -121,6 +126,9 @@ const (
 	causePayoutReserveCarry = "payout_reserve_carry"
 	causeChargeCredit       = "charge_credit"
 	causeFunding            = "funding"
+	causeHold               = "divergence_hold"
+	causeHoldRelease        = "divergence_hold_release"
+	causeHoldBook           = "divergence_hold_book"
 )
 
 // statementCauses fills each entry's cause: the payout (of any kind) behind
@@ -142,6 +150,13 @@ func (s *Server) statementCauses(ctx context.Context, merchantID string, es []le
 		case causeChargeCredit:
 			c.Object = "charge"
 			chargeIDs = append(chargeIDs, e.CauseID)
+		case causeHold, causeHoldRelease, causeHoldBook:
+			// The payout's or the charge's attempt that diverged.
+			c.Object = "divergence"
+			if id, err := uuid.Parse(e.CauseID); err == nil {
+				c.AttemptID = id.String()
+				attemptIDs = append(attemptIDs, id)
+			}
 		case causeFunding:
 			c.Object = "funding"
 		case ledger.CauseReversal:
@@ -153,12 +168,16 @@ func (s *Server) statementCauses(ctx context.Context, merchantID string, es []le
 	if len(attemptIDs) == 0 && len(chargeIDs) == 0 {
 		return nil
 	}
-	type payoutOf struct{ kind, id, chargeID string }
+	// payoutOf is what an attempt is for: a payout (kind, id, the charge
+	// a refund returns) or, direction in, a charge (id, its merchant).
+	type payoutOf struct{ direction, kind, id, chargeID, chargeOwner string }
 	payouts := make(map[string]payoutOf)
 	chargeOwner := make(map[string]string)
 	b := &pgx.Batch{}
-	b.Queue(`SELECT a.id::text, p.kind, p.id, coalesce(p.charge_id, '') FROM attempts a JOIN payouts p ON p.id = a.subject_id
-		WHERE a.id = ANY ($1::uuid[]) AND a.direction = 'out'`, attemptIDs)
+	b.Queue(`SELECT a.id::text, a.direction, coalesce(p.kind, ''), a.subject_id, coalesce(p.charge_id, ''), coalesce(c.merchant_id, '')
+		FROM attempts a LEFT JOIN payouts p ON p.id = a.subject_id AND a.direction = 'out'
+		LEFT JOIN charges c ON c.id = a.subject_id AND a.direction = 'in'
+		WHERE a.id = ANY ($1::uuid[]) AND (p.id IS NOT NULL OR c.id IS NOT NULL)`, attemptIDs)
 	b.Queue(`SELECT id, merchant_id FROM charges WHERE id = ANY ($1::text[])`, chargeIDs)
 	res := replica.DB(ctx, s.pool).SendBatch(ctx, b)
 	defer res.Close()
@@ -169,7 +188,7 @@ func (s *Server) statementCauses(ctx context.Context, merchantID string, es []le
 	for rows.Next() {
 		var a string
 		var p payoutOf
-		if err := rows.Scan(&a, &p.kind, &p.id, &p.chargeID); err != nil {
+		if err := rows.Scan(&a, &p.direction, &p.kind, &p.id, &p.chargeID, &p.chargeOwner); err != nil {
 			rows.Close()
 			return fmt.Errorf("api: statement causes: %w", err)
 		}
@@ -202,8 +221,21 @@ func (s *Server) statementCauses(ctx context.Context, merchantID string, es []le
 		c := &out[i].Cause
 		switch c.Object {
 		case "payout":
-			if p, ok := payouts[c.AttemptID]; ok {
+			if p, ok := payouts[c.AttemptID]; ok && p.direction == "out" {
 				c.Object, c.ObjectID, c.ChargeID = p.kind, p.id, p.chargeID
+			}
+		case "divergence":
+			p, ok := payouts[c.AttemptID]
+			switch {
+			case !ok:
+				c.Object = "other"
+			case p.direction == "out":
+				c.Object, c.ObjectID, c.ChargeID = p.kind, p.id, p.chargeID
+			case p.chargeOwner == merchantID:
+				c.Object, c.ObjectID = "charge", p.id
+			default:
+				// A split recipient's share held: another merchant's charge.
+				c.Object = "charge_split"
 			}
 		case "charge":
 			// A split recipient is credited a share of another merchant's

@@ -128,6 +128,9 @@ func problemFor(err error) Problem {
 		return Problem{Status: http.StatusConflict, Code: "manual_fail_refused", Title: "Manual failure refused",
 			Detail: "the provider may still complete this operation, so its reserve cannot be released yet: " + mfr.Reason +
 				"; nothing changed"}
+	case errors.Is(err, attempts.ErrHoldUndecided):
+		return Problem{Status: http.StatusUnprocessableEntity, Code: "hold_decision_required", Title: "Hold decision required",
+			Detail: trimPkg(err.Error()) + "; nothing changed", Field: "hold"}
 	case errors.Is(err, attempts.ErrNotDiverged):
 		return Problem{Status: http.StatusConflict, Code: "not_diverged", Title: "No divergence to settle",
 			Detail: "the attempt has no divergence, or it is already settled; nothing changed"}

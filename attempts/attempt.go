@@ -36,6 +36,11 @@ var (
 	// ErrNotDiverged: SettleDivergence on an attempt with no divergence, or
 	// one already settled.
 	ErrNotDiverged = errors.New("attempts: no unsettled divergence on this attempt")
+	// ErrHoldUndecided: SettleDivergence without a hold decision
+	// (HoldRelease or HoldBook) for an attempt whose divergence still holds
+	// a merchant's money (package holds). It is ErrInvalid too (errors.Is);
+	// the error names the amount held. Nothing was written.
+	ErrHoldUndecided = errors.New("attempts: the divergence holds money: settle it with hold release or book")
 	// ErrInvalid: bad input (unknown kind, empty subject, unknown provider,
 	// unsupported operation, missing operator or reason). Nothing was written.
 	ErrInvalid = errors.New("attempts: invalid input")

@@ -587,10 +587,12 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, after *afterComm
 }
 
 // finalTogether hands attempts moved to a final status to their owners,
-// each owner's together, then posts every owner's ledger transactions with
-// one PostMany (ledger.Deferred): all the accounts of the record batch are
-// locked in one id order, as every other ledger writer locks them.
-func (s *Service) finalTogether(ctx context.Context, tx pgx.Tx, moved []Attempt) error {
+// each owner's together, and the attempts whose divergence the transaction
+// recorded (holds) to their HoldOwners, then posts every owner's ledger
+// transactions with one PostMany (ledger.Deferred): all the accounts of the
+// record batch, the holds' included, are locked in one id order, as every
+// other ledger writer locks them (docs/pitfalls.md).
+func (s *Service) finalTogether(ctx context.Context, tx pgx.Tx, moved, holds []Attempt) error {
 	byOwner := map[BatchOwner][]Attempt{}
 	var owners []BatchOwner
 	for _, a := range moved {
@@ -609,8 +611,15 @@ func (s *Service) finalTogether(ctx context.Context, tx pgx.Tx, moved []Attempt)
 			return fmt.Errorf("attempts: owner refused %d final attempts: %w", len(byOwner[o]), err)
 		}
 	}
+	for _, a := range holds {
+		if o, ok := s.owner(a.Kind).(HoldOwner); ok {
+			if err := o.DivergenceHold(ctx, tx, a, &postings); err != nil {
+				return fmt.Errorf("attempts: hold of diverged %s: %w", a.ID, err)
+			}
+		}
+	}
 	if err := postings.Post(ctx, tx); err != nil {
-		return fmt.Errorf("attempts: ledger effects of %d final attempts: %w", len(moved), err)
+		return fmt.Errorf("attempts: ledger effects of %d final attempts and %d holds: %w", len(moved), len(holds), err)
 	}
 	return nil
 }

@@ -345,7 +345,7 @@ func mixedRun(t *testing.T, batch bool) ([]slotOutcome, *batchRecorder, *ownerRe
 			// The provider declined what the operator had called paid: a
 			// reversal, a divergence in review until settled (R9, R19).
 			require.NotNil(t, a.DivergedAt, "slot %d", i)
-			_, err := svc.SettleDivergence(ctx, id, "op_1", "the operator's success was wrong; booked")
+			_, err := svc.SettleDivergence(ctx, id, "op_1", "the operator's success was wrong; booked", HoldNone)
 			require.NoError(t, err)
 		}
 	}

@@ -49,7 +49,7 @@ func TestAttemptOfDivergedSubjectIsHeldNotSent_R6_R9_R19(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, res.Sent)
 
-	_, err = h.svc.SettleDivergence(h.ctx, a.ID, "op_1", "booked: attempt 1 paid")
+	_, err = h.svc.SettleDivergence(h.ctx, a.ID, "op_1", "booked: attempt 1 paid", HoldNone)
 	require.NoError(t, err)
 	h.clock.Advance(time.Hour)
 	res, err = h.svc.Execute(h.ctx, b.ID)

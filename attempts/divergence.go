@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/saldo/saldo/ledger"
 )
 
 // Divergence kinds (attempts.divergence_kind, migrations 00107 and 00109): which way a
@@ -37,7 +39,8 @@ const (
 // recordDivergence records on a (locked in tx, final) what the provider
 // said against it: diverged_at, divergence (why) and its kind, review, a
 // review event; it holds the subject's unsent attempts (holdSiblings),
-// tells the owner (DivergenceOwner, its notification) and, after commit,
+// tells the owner (DivergenceOwner, its notification), has a HoldOwner hold
+// the merchant's money the divergence puts in doubt and, after commit,
 // logs, counts and calls OnReview. An attempt already diverged keeps its
 // divergence (the evidence never changes, R9): diverged is false and the
 // caller's note is all. said is what the provider reported, for the log.
@@ -64,6 +67,22 @@ func (s *Service) recordDivergence(ctx context.Context, tx pgx.Tx, after *afterC
 	if o, ok := s.owner(na.Kind).(DivergenceOwner); ok {
 		if err := o.AttemptDiverged(ctx, tx, na); err != nil {
 			return na, false, fmt.Errorf("attempts: owner of diverged %s: %w", na.ID, err)
+		}
+	}
+	if o, ok := s.owner(na.Kind).(HoldOwner); ok {
+		// The hold of the merchant's money, in this transaction (R9, R19,
+		// R22). In a batch before its owners' effects, it goes into their
+		// one PostMany (finalTogether): one lock order.
+		if after.collectFinals {
+			after.holds = append(after.holds, na)
+		} else {
+			var postings ledger.Deferred
+			if err := o.DivergenceHold(ctx, tx, na, &postings); err != nil {
+				return na, false, fmt.Errorf("attempts: hold of diverged %s: %w", na.ID, err)
+			}
+			if err := postings.Post(ctx, tx); err != nil {
+				return na, false, fmt.Errorf("attempts: hold of diverged %s: %w", na.ID, err)
+			}
 		}
 	}
 	after.add(func() {

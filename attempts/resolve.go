@@ -1423,15 +1423,26 @@ func lookup(ctx context.Context, p providers.Provider, a Attempt) (providers.Loo
 
 // SettleDivergence records that an operator has booked what a divergence
 // means (a provider success after the attempt was resolved failed: the money
-// left although the ledger released it) and settles it with a reason. The
-// status stays failed and the divergence stays on the attempt as evidence;
-// the audit's attempts/diverged check, the review queue, its gauge and the
-// payout's needs_attention leave a settled divergence alone. ErrNotDiverged
-// when the attempt has no divergence or it is already settled.
-func (s *Service) SettleDivergence(ctx context.Context, attemptID uuid.UUID, operatorID, reason string) (Attempt, error) {
+// left although the ledger released it; a reversal, a dispute, a second
+// operation) and settles it with a reason. The status stays and the
+// divergence stays on the attempt as evidence; the audit's
+// attempts/diverged check, the review queue, its gauge and the payout's
+// needs_attention leave a settled divergence alone. ErrNotDiverged when the
+// attempt has no divergence or it is already settled.
+//
+// When the divergence still holds a merchant's money (its owner is a
+// DivergenceSettleOwner: package holds), hold says what becomes of it, in
+// the same transaction: HoldRelease gives it back to available, HoldBook
+// books it as gone; HoldNone is refused (ErrHoldUndecided, naming the
+// amount; nothing changes). A decision with nothing held is accepted and
+// moves nothing. The settlement note says what was held and what was done.
+func (s *Service) SettleDivergence(ctx context.Context, attemptID uuid.UUID, operatorID, reason string, hold HoldDecision) (Attempt, error) {
 	reason = strings.TrimSpace(reason)
 	if operatorID == "" || reason == "" || utf8.RuneCountInString(reason) > 2000 {
 		return Attempt{}, fmt.Errorf("%w: settling a divergence needs an operator id and a reason of 1-2000 characters", ErrInvalid)
+	}
+	if !hold.Valid() {
+		return Attempt{}, fmt.Errorf("%w: hold %q: release or book", ErrInvalid, hold)
 	}
 	var out Attempt
 	err := s.inTx(ctx, func(tx pgx.Tx, after *afterCommit) error {
@@ -1442,19 +1453,36 @@ func (s *Service) SettleDivergence(ctx context.Context, attemptID uuid.UUID, ope
 		if a.DivergedAt == nil || a.DivergenceSettledAt != nil {
 			return fmt.Errorf("%w: attempt %s", ErrNotDiverged, a.ID)
 		}
+		holdNote := ""
+		if o, ok := s.owner(a.Kind).(DivergenceSettleOwner); ok {
+			if holdNote, err = o.SettleDivergenceHold(ctx, tx, a, hold); err != nil {
+				return err
+			}
+		} else if hold != HoldNone {
+			holdNote = fmt.Sprintf("hold %s asked; nothing was held", hold)
+		}
+		// The settlement keeps the reason and what became of the hold
+		// (at most 2000 characters: the reason gives way).
+		settlement := reason
+		if holdNote != "" {
+			holdNote = truncate(holdNote, 1000)
+			suffix := " [" + holdNote + "]"
+			settlement = truncate(reason, 2000-len(suffix)) + suffix
+		}
+		note := "divergence settled: " + settlement
 		now := s.clock.Now()
 		if out, err = scanAttempt(tx.QueryRow(ctx, `UPDATE attempts SET divergence_settled_at = $2,
 			divergence_settled_by = $3, divergence_settlement = $4, updated_at = $2
-			WHERE id = $1 RETURNING `+attemptColumns, a.ID, now, operatorID, reason)); err != nil {
+			WHERE id = $1 RETURNING `+attemptColumns, a.ID, now, operatorID, settlement)); err != nil {
 			return err
 		}
 		if err := insertEvent(ctx, tx, Event{AttemptID: a.ID, At: now, Type: EventNote, Actor: ActorOperator,
-			ActorID: operatorID, Reason: "divergence settled: " + reason}); err != nil {
+			ActorID: operatorID, Reason: note}); err != nil {
 			return err
 		}
 		after.add(func() {
 			s.log.InfoContext(ctx, "attempt divergence settled", "attempt_id", a.ID, "kind", a.Kind, "provider", a.Provider,
-				"reference", a.Reference, "operator", operatorID)
+				"reference", a.Reference, "operator", operatorID, "hold", string(hold), "hold_note", holdNote)
 		})
 		return nil
 	})

@@ -423,7 +423,7 @@ func TestResolveByReference(t *testing.T) {
 	got := h.get(a.ID)
 	require.NotNil(t, got.DivergedAt)
 	require.True(t, got.Review)
-	_, err = h.svc.SettleDivergence(h.ctx, a.ID, "op_1", "booked the reversal with the merchant")
+	_, err = h.svc.SettleDivergence(h.ctx, a.ID, "op_1", "booked the reversal with the merchant", HoldNone)
 	require.NoError(t, err)
 	h.requireNoViolations()
 

@@ -134,7 +134,7 @@ func TestSecondOperationOnASucceededAttemptIsADivergence_R9_R19(t *testing.T) {
 	require.Len(t, rec.told(a.ID), 1)
 
 	// An operator books the return and settles it: Verify is clean.
-	_, err = h.svc.SettleDivergence(h.ctx, a.ID, "op-1", "second Pix returned to the payer (devolucao D1)")
+	_, err = h.svc.SettleDivergence(h.ctx, a.ID, "op-1", "second Pix returned to the payer (devolucao D1)", HoldNone)
 	require.NoError(t, err)
 	h.requireNoViolations()
 	q, _, err = h.svc.ReviewQueue(h.ctx, h.pool, ReviewQueueParams{})
@@ -177,7 +177,7 @@ func TestAnotherSecondOperationKeepsTheFirstDivergence_R9_R19(t *testing.T) {
 	require.Len(t, rec.told(a.ID), 1)
 
 	// Settled; then a fourth: noted with an alert, the settlement stays.
-	_, err = h.svc.SettleDivergence(h.ctx, a.ID, "op-1", "both returned")
+	_, err = h.svc.SettleDivergence(h.ctx, a.ID, "op-1", "both returned", HoldNone)
 	require.NoError(t, err)
 	_, err = h.svc.ResolveByReference(h.ctx, ResolveInput{Reference: a.Reference, State: providers.StateSucceeded,
 		ProviderID: "op_4", Source: SourceWebhook, Actor: "evt_4"})

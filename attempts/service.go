@@ -21,6 +21,7 @@ import (
 
 	"github.com/saldo/saldo/internal/groupcommit"
 	"github.com/saldo/saldo/internal/pgplan"
+	"github.com/saldo/saldo/ledger"
 	"github.com/saldo/saldo/providers"
 )
 
@@ -53,6 +54,55 @@ type Owner interface {
 type DivergenceOwner interface {
 	Owner
 	AttemptDiverged(ctx context.Context, tx pgx.Tx, a Attempt) error
+}
+
+// HoldOwner is a DivergenceOwner that holds a merchant's money while a
+// divergence of one of its attempts is open, when the divergence means the
+// merchant's available balance overstates what it has (a payout paid after
+// it was failed and its reserve released; a charge's credit the card
+// network took back): R9, R19, R22. DivergenceHold adds the hold (available
+// -> held, capped at what is available: ledger.Deferred.AddLocked) to
+// postings, or nothing when the divergence's kind holds nothing; it runs in
+// the transaction that records the divergence, a locked in it with its
+// divergence recorded, after AttemptDiverged. The attempts core posts
+// postings with every other ledger effect of the transaction in one
+// PostMany (a record batch's: one lock order), or at once. Returning an
+// error rolls the record back.
+type HoldOwner interface {
+	DivergenceOwner
+	DivergenceHold(ctx context.Context, tx pgx.Tx, a Attempt, postings *ledger.Deferred) error
+}
+
+// HoldDecision is what an operator's settlement of a divergence does with
+// the money its hold still holds (SettleDivergence).
+type HoldDecision string
+
+// Hold decisions.
+const (
+	// HoldNone: no decision; refused (ErrHoldUndecided) while the
+	// divergence holds money.
+	HoldNone HoldDecision = ""
+	// HoldRelease gives the held money back to the merchant's available
+	// balance (the money did not go: a dispute won, a return received).
+	HoldRelease HoldDecision = "release"
+	// HoldBook books the held money as gone: held -> the attempt's
+	// provider clearing account (a payout paid twice, a dispute lost).
+	HoldBook HoldDecision = "book"
+)
+
+// Valid reports whether d is one of the decisions.
+func (d HoldDecision) Valid() bool { return d == HoldNone || d == HoldRelease || d == HoldBook }
+
+// DivergenceSettleOwner is an Owner whose divergences may hold money
+// (HoldOwner): SettleDivergenceHold runs in the settlement's transaction,
+// a locked in it and not settled yet, and does with what a's hold still
+// holds what the operator decided. It returns the settlement note's words
+// on the hold (what was held, what was done), and an error matching
+// ErrHoldUndecided (nothing done) when money is held and decision is
+// HoldNone. A decision with nothing held moves nothing and says so.
+type DivergenceSettleOwner interface {
+	Owner
+	SettleDivergenceHold(ctx context.Context, tx pgx.Tx, a Attempt, decision HoldDecision) (note string, err error)
 }
 
 // OwnerFunc adapts a function to Owner.
@@ -615,9 +665,11 @@ func (s *Service) runTx(ctx context.Context, collectFinals bool, fn func(tx pgx.
 		if !collectFinals {
 			return nil
 		}
-		if err := s.finalTogether(ctx, tx, after.finals); err != nil {
+		if err := s.finalTogether(ctx, tx, after.finals, after.holds); err != nil {
 			return err
 		}
+		// From here on a divergence's hold is posted at once.
+		after.collectFinals = false
 		// After the owners credited them: a chargeback reported while a
 		// charge's attempt was open becomes its dispute divergence now.
 		return s.disputesAfterSuccess(ctx, tx, &after, after.finals)
@@ -639,6 +691,10 @@ type afterCommit struct {
 	// final attempts its BatchOwners get at its end.
 	collectFinals bool
 	finals        []Attempt
+	// holds are the attempts whose divergence this inTxFinals transaction
+	// recorded before its owners' effects: their HoldOwner's holds go into
+	// the same PostMany (finalTogether).
+	holds []Attempt
 }
 
 // final adds a to the attempts handed to their owners at the end of an

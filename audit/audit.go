@@ -12,8 +12,11 @@
 // refund, its attempts and its ledger legs have its charge's merchant,
 // currency and provider; R21), reconciliation's (no open divergence of the
 // highest severity: money the provider moved that the ledger does not
-// show, or moved twice; R19) and the ledger's reversals' (each the exact
-// negation of its original, at most one per original).
+// show, or moved twice; R19), holds' (every merchant's held balance is the
+// sum of its open divergence holds, each hold within what its divergence
+// put in doubt and released or booked when it is settled; R19, R22) and
+// the ledger's reversals' (each the exact negation of its original, at
+// most one per original).
 //
 // `saldo audit verify` prints it; tests run it after every concurrency,
 // crash and chaos scenario.
@@ -28,6 +31,7 @@ import (
 
 	"github.com/saldo/saldo/attempts"
 	"github.com/saldo/saldo/charges"
+	"github.com/saldo/saldo/holds"
 	"github.com/saldo/saldo/ledger"
 	"github.com/saldo/saldo/payouts"
 	"github.com/saldo/saldo/reconcile"
@@ -103,6 +107,14 @@ var Checks = []Check{
 		return out, err
 	}},
 	Refunds,
+	{Area: "holds", Run: func(ctx context.Context, db *pgxpool.Pool) ([]Violation, error) {
+		vs, err := holds.Verify(ctx, db)
+		out := make([]Violation, 0, len(vs))
+		for _, v := range vs {
+			out = append(out, Violation{"holds", v.Check, v.Detail})
+		}
+		return out, err
+	}},
 	{Area: "reconcile", Run: func(ctx context.Context, db *pgxpool.Pool) ([]Violation, error) {
 		vs, err := reconcile.Verify(ctx, db)
 		out := make([]Violation, 0, len(vs))

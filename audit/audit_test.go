@@ -148,14 +148,14 @@ func TestRunReportsDivergence_R19_R22(t *testing.T) {
 
 	// An operator books what happened and settles it: the evidence stays,
 	// the audit, the queue, the gauge and needs_attention let it go.
-	_, err = att.SettleDivergence(ctx, a.ID, "op_1", "")
+	_, err = att.SettleDivergence(ctx, a.ID, "op_1", "", attempts.HoldNone)
 	require.ErrorIs(t, err, attempts.ErrInvalid, "a reason is required")
-	settled, err := att.SettleDivergence(ctx, a.ID, "op_1", "paid twice by the PSP's error; recovered from the recipient, see ticket 42")
+	settled, err := att.SettleDivergence(ctx, a.ID, "op_1", "paid twice by the PSP's error; recovered from the recipient, see ticket 42", attempts.HoldNone)
 	require.NoError(t, err)
 	require.NotNil(t, settled.DivergedAt, "the evidence stays")
 	require.NotNil(t, settled.DivergenceSettledAt)
 	require.Equal(t, attempts.StatusFailed, settled.Status)
-	_, err = att.SettleDivergence(ctx, a.ID, "op_2", "again")
+	_, err = att.SettleDivergence(ctx, a.ID, "op_2", "again", attempts.HoldNone)
 	require.ErrorIs(t, err, attempts.ErrNotDiverged, "settled once")
 	res, err = audit.Run(ctx, pool)
 	require.NoError(t, err)

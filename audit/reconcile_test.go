@@ -95,7 +95,7 @@ func TestRunReportsOpenDoublePayment_R19(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, res.OK(), "the attempt's divergence stands until an operator settles it")
 	require.NotContains(t, res.Summary(), "double_payment")
-	_, err = att.SettleDivergence(ctx, r.Attempt.ID, "key_op", "the PSP reversed the copy, ticket 7")
+	_, err = att.SettleDivergence(ctx, r.Attempt.ID, "key_op", "the PSP reversed the copy, ticket 7", attempts.HoldNone)
 	require.NoError(t, err)
 	res, err = audit.Run(ctx, pool)
 	require.NoError(t, err)

@@ -58,6 +58,6 @@ func TestPixPaidReportAfterExpiryIsADivergenceNotACredit_R9_R19(t *testing.T) {
 	require.True(t, a.Review, "and is in front of a human")
 	require.Equal(t, []string{c.ID + " expired " + a.ID.String()}, told, "the merchant is told once (charge.diverged)")
 	// Settled so the audit after the test is clean.
-	_, err = e.att.SettleDivergence(e.ctx, a.ID, "op-1", "payer refunded outside saldo")
+	_, err = e.att.SettleDivergence(e.ctx, a.ID, "op-1", "payer refunded outside saldo", attempts.HoldNone)
 	require.NoError(t, err)
 }

@@ -75,7 +75,7 @@ func TestSettledDivergenceShownAsSettled_R19(t *testing.T) {
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Contains(t, body, a.Reference, "the divergence waits in the review queue")
 
-	_, err := e.e.Attempts.SettleDivergence(e.ctx, a.ID, e.keyID["operator"], "booked the 10.00 by a funding adjustment")
+	_, err := e.e.Attempts.SettleDivergence(e.ctx, a.ID, e.keyID["operator"], "booked the 10.00 by a funding adjustment", attempts.HoldNone)
 	require.NoError(t, err)
 	_, body = op.get("/console/review")
 	require.NotContains(t, body, a.Reference, "a settled divergence leaves the queue")
@@ -97,7 +97,7 @@ func TestOperatorSettlesADivergenceFromTheConsole_R19(t *testing.T) {
 	e := setup(t, envOpts{insecure: true})
 	_, a := e.divergedPayout("10.00")
 	t.Cleanup(func() { // the audit after the test wants it settled
-		_, _ = e.e.Attempts.SettleDivergence(e.ctx, a.ID, "cleanup", "test cleanup")
+		_, _ = e.e.Attempts.SettleDivergence(e.ctx, a.ID, "cleanup", "test cleanup", attempts.HoldNone)
 	})
 	op := e.client()
 	token := op.signIn(e.secret["operator"])
@@ -164,7 +164,7 @@ func TestDivergedChargeNotShownAsPlainExpired_R19(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, a.DivergedAt, "the late payment is a divergence")
 	t.Cleanup(func() {
-		_, _ = e.e.Attempts.SettleDivergence(e.ctx, a.ID, "cleanup", "test cleanup")
+		_, _ = e.e.Attempts.SettleDivergence(e.ctx, a.ID, "cleanup", "test cleanup", attempts.HoldNone)
 	})
 
 	aud := e.client()

@@ -408,7 +408,8 @@ func (c *Console) attemptAgain(w http.ResponseWriter, r *http.Request, s *Sessio
 
 // settleDivergence is an operator recording that a divergence (the provider
 // paid an attempt saldo resolved failed) is booked, with a reason, as the
-// API's POST /v1/attempts/{id}/divergence-settlement does: nothing moves; the
+// API's POST /v1/attempts/{id}/divergence-settlement does: the money its hold
+// still holds is released or booked as the form's "hold" says; the
 // review queue, the audit and needs_attention then leave it alone. A second
 // submit is refused (already settled), never recorded twice.
 func (c *Console) settleDivergence(w http.ResponseWriter, r *http.Request, s *Session) {
@@ -425,7 +426,12 @@ func (c *Console) settleDivergence(w http.ResponseWriter, r *http.Request, s *Se
 		again(http.StatusUnprocessableEntity, "A reason is required (up to 2000 characters): it is kept with the settlement.")
 		return
 	}
-	a, err := c.att.SettleDivergence(r.Context(), id, s.KeyID, reason)
+	hold := attempts.HoldDecision(r.PostForm.Get("hold"))
+	if !hold.Valid() {
+		again(http.StatusUnprocessableEntity, "Refused: held money is released or booked.")
+		return
+	}
+	a, err := c.att.SettleDivergence(r.Context(), id, s.KeyID, reason, hold)
 	switch {
 	case err == nil:
 	case errors.Is(err, attempts.ErrNotFound):

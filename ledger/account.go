@@ -38,6 +38,13 @@ const (
 	PurposeReserved Purpose = "reserved"
 	// PurposePending: a merchant's incoming money not yet available.
 	PurposePending Purpose = "pending"
+	// PurposeHeld: a merchant's money held while a divergence against it
+	// is open (the provider contradicted a final attempt, and available
+	// overstated what the merchant has: R9, R19, R22). Payouts reserve from
+	// available only, so held money cannot be paid out; the operator's
+	// settlement of the divergence releases it back to available or books
+	// it as gone (package holds).
+	PurposeHeld Purpose = "held"
 	// PurposeClearing: money sent to or received from a provider, waiting for
 	// the provider's settlement.
 	PurposeClearing Purpose = "clearing"
@@ -108,6 +115,12 @@ func MerchantReserved(merchantID string, cur money.Currency) AccountSpec {
 // goes negative.
 func MerchantPending(merchantID string, cur money.Currency) AccountSpec {
 	return AccountSpec{OwnerMerchant, merchantID, PurposePending, cur, false}
+}
+
+// MerchantHeld holds a merchant's money while a divergence against it is
+// open (PurposeHeld); it never goes negative.
+func MerchantHeld(merchantID string, cur money.Currency) AccountSpec {
+	return AccountSpec{OwnerMerchant, merchantID, PurposeHeld, cur, false}
 }
 
 // ProviderClearing is the clearing account of a provider ("sim", "stripe",
@@ -278,11 +291,13 @@ type MerchantBalance struct {
 	MerchantID string
 	Currency   money.Currency
 	// Available may be paid out now; Reserved is held for open attempts;
-	// Pending is incoming money not yet available. Missing accounts count as
-	// zero.
+	// Pending is incoming money not yet available; Held is held while a
+	// divergence against the merchant is open (PurposeHeld). Missing
+	// accounts count as zero.
 	Available decimal.Decimal
 	Reserved  decimal.Decimal
 	Pending   decimal.Decimal
+	Held      decimal.Decimal
 }
 
 // MerchantBalances returns the merchant's balances, one entry per currency in
@@ -292,7 +307,8 @@ func MerchantBalances(ctx context.Context, db DBTX, merchantID string) ([]Mercha
 		SELECT currency,
 		       coalesce(sum(balance) FILTER (WHERE purpose = 'available'), 0)::text,
 		       coalesce(sum(balance) FILTER (WHERE purpose = 'reserved'), 0)::text,
-		       coalesce(sum(balance) FILTER (WHERE purpose = 'pending'), 0)::text
+		       coalesce(sum(balance) FILTER (WHERE purpose = 'pending'), 0)::text,
+		       coalesce(sum(balance) FILTER (WHERE purpose = 'held'), 0)::text
 		FROM ledger_accounts
 		WHERE owner_kind = 'merchant' AND owner_id = $1
 		GROUP BY currency ORDER BY currency`, merchantID)
@@ -302,8 +318,8 @@ func MerchantBalances(ctx context.Context, db DBTX, merchantID string) ([]Mercha
 	defer rows.Close()
 	var out []MerchantBalance
 	for rows.Next() {
-		var cur, av, re, pe string
-		if err := rows.Scan(&cur, &av, &re, &pe); err != nil {
+		var cur, av, re, pe, he string
+		if err := rows.Scan(&cur, &av, &re, &pe, &he); err != nil {
 			return nil, err
 		}
 		c, err := money.LookupCurrency(cur)
@@ -311,7 +327,8 @@ func MerchantBalances(ctx context.Context, db DBTX, merchantID string) ([]Mercha
 			return nil, err
 		}
 		out = append(out, MerchantBalance{MerchantID: merchantID, Currency: c,
-			Available: decimal.RequireFromString(av), Reserved: decimal.RequireFromString(re), Pending: decimal.RequireFromString(pe)})
+			Available: decimal.RequireFromString(av), Reserved: decimal.RequireFromString(re), Pending: decimal.RequireFromString(pe),
+			Held: decimal.RequireFromString(he)})
 	}
 	return out, rows.Err()
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/shopspring/decimal"
 )
 
 // Deferred gathers the transactions that several writers of one database
@@ -25,12 +26,18 @@ type Deferred struct {
 	ins    []TransactionInput
 	parts  []deferredPart
 	posted bool
+	// locked: some part is built from balances (AddLocked).
+	locked bool
 }
 
 type deferredPart struct {
 	from, to int // ins[from:to]
 	refused  func(i int, err error) error
 	then     func(ts []Transaction) error
+	// accounts and build: an AddLocked part, built at Post (from and to
+	// are set then).
+	accounts []int64
+	build    func(balances map[int64]decimal.Decimal) ([]TransactionInput, error)
 }
 
 // ErrDeferredPosted is Add's or Post's error after Post.
@@ -49,8 +56,104 @@ func (d *Deferred) Add(ins []TransactionInput, refused func(i int, err error) er
 	d.parts = append(d.parts, deferredPart{from: from, to: len(d.ins), refused: refused, then: then})
 }
 
-// Len is how many transactions are deferred.
+// AddLocked defers the transactions build makes from the balances of
+// accounts (ids), read under their row locks: Post first locks every
+// account of every deferred transaction and of accounts, in id order, in
+// one statement (the order PostMany uses, so nothing else is locked in
+// another order), then calls build with each of accounts' balance as it
+// will be once the transactions deferred before this part are posted, and
+// posts what build returns in this part's place, with the others, in one
+// PostMany. It is for postings capped at a balance (a divergence's hold
+// takes at most what is available). then and refused are Add's.
+func (d *Deferred) AddLocked(accounts []int64, build func(balances map[int64]decimal.Decimal) ([]TransactionInput, error),
+	refused func(i int, err error) error, then func(ts []Transaction) error) {
+	if d.posted {
+		panic(ErrDeferredPosted)
+	}
+	d.locked = true
+	d.parts = append(d.parts, deferredPart{accounts: accounts, build: build, refused: refused, then: then})
+}
+
+// Len is how many transactions are deferred (those AddLocked will build
+// are not counted).
 func (d *Deferred) Len() int { return len(d.ins) }
+
+// buildLocked locks every account the deferred transactions and the
+// AddLocked parts name, in id order, reads their balances, and builds the
+// AddLocked parts in order, each from the balances the parts before it
+// leave: d.ins and the parts' ranges are then final.
+func (d *Deferred) buildLocked(ctx context.Context, tx pgx.Tx) error {
+	var ids []int64
+	var codes []string
+	for _, p := range d.parts {
+		ids = append(ids, p.accounts...)
+		if p.build != nil {
+			continue
+		}
+		for _, in := range d.ins[p.from:p.to] {
+			for _, leg := range in.Postings {
+				if leg.AccountID != 0 {
+					ids = append(ids, leg.AccountID)
+				} else {
+					codes = append(codes, leg.AccountCode)
+				}
+			}
+		}
+	}
+	rows, err := tx.Query(ctx, `SELECT id, code, balance::text FROM ledger_accounts
+		WHERE id = ANY ($1::bigint[]) OR code = ANY ($2::text[]) ORDER BY id FOR UPDATE`, ids, codes)
+	if err != nil {
+		return fmt.Errorf("ledger: lock deferred accounts: %w", err)
+	}
+	balances := map[int64]decimal.Decimal{}
+	byCode := map[string]int64{}
+	var id int64
+	var code, bal string
+	if _, err := pgx.ForEachRow(rows, []any{&id, &code, &bal}, func() error {
+		b, err := decimal.NewFromString(bal)
+		balances[id], byCode[code] = b, id
+		return err
+	}); err != nil {
+		return fmt.Errorf("ledger: lock deferred accounts: %w", err)
+	}
+	apply := func(ins []TransactionInput) {
+		for _, in := range ins {
+			for _, leg := range in.Postings {
+				id := leg.AccountID
+				if id == 0 {
+					id = byCode[leg.AccountCode]
+				}
+				balances[id] = balances[id].Add(leg.Amount)
+			}
+		}
+	}
+	var ins []TransactionInput
+	for i := range d.parts {
+		p := &d.parts[i]
+		var part []TransactionInput
+		if p.build == nil {
+			part = d.ins[p.from:p.to]
+		} else {
+			seen := make(map[int64]decimal.Decimal, len(p.accounts))
+			for _, a := range p.accounts {
+				b, ok := balances[a]
+				if !ok {
+					return fmt.Errorf("%w: id %d", ErrAccountNotFound, a)
+				}
+				seen[a] = b
+			}
+			if part, err = p.build(seen); err != nil {
+				return err
+			}
+		}
+		apply(part)
+		p.from = len(ins)
+		ins = append(ins, part...)
+		p.to = len(ins)
+	}
+	d.ins = ins
+	return nil
+}
 
 // Post posts every deferred transaction in tx with one PostMany, in the
 // order they were added, then runs the Add callbacks in that order. It
@@ -60,6 +163,11 @@ func (d *Deferred) Post(ctx context.Context, tx pgx.Tx) error {
 		return ErrDeferredPosted
 	}
 	d.posted = true
+	if d.locked {
+		if err := d.buildLocked(ctx, tx); err != nil {
+			return err
+		}
+	}
 	if len(d.ins) == 0 {
 		return nil
 	}

@@ -52,7 +52,7 @@ func divergedEvents(t *testing.T, pool *pgxpool.Pool, typ, id string) []map[stri
 // requireDivergedUntilSettled runs the audit: it reports the attempt's
 // divergence until an operator settles it, then it is clean.
 func requireDivergedUntilSettled(t *testing.T, e interface {
-	SettleDivergence(context.Context, uuid.UUID, string, string) (attempts.Attempt, error)
+	SettleDivergence(context.Context, uuid.UUID, string, string, attempts.HoldDecision) (attempts.Attempt, error)
 }, pool *pgxpool.Pool, id uuid.UUID) {
 	t.Helper()
 	ctx := context.Background()
@@ -61,7 +61,7 @@ func requireDivergedUntilSettled(t *testing.T, e interface {
 	require.False(t, res.OK(), "audit verify reports the unsettled second operation")
 	require.Contains(t, res.Summary(), "diverged")
 	require.Contains(t, res.Summary(), id.String())
-	_, err = e.SettleDivergence(ctx, id, "op-1", "second operation returned to the payer; booked")
+	_, err = e.SettleDivergence(ctx, id, "op-1", "second operation returned to the payer; booked", attempts.HoldNone)
 	require.NoError(t, err)
 	res, err = audit.Run(ctx, pool)
 	require.NoError(t, err)

@@ -221,7 +221,7 @@ func TestStripeDisputeLostIsADivergenceUntilBooked_R9_R19_R21_R22(t *testing.T) 
 	_, err := merchants.Fund(w.ctx, w.pool, merchants.Funding{MerchantID: "m1", Amount: money.MustParse("-100.00", "BRL"),
 		Key: "chargeback-" + dp, Reason: "chargeback " + dp + " lost", Actor: "op-1"})
 	require.NoError(t, err)
-	_, err = w.e.Attempts.SettleDivergence(w.ctx, a.ID, "op-1", "dispute "+dp+" lost; merchant debited by funding chargeback-"+dp)
+	_, err = w.e.Attempts.SettleDivergence(w.ctx, a.ID, "op-1", "dispute "+dp+" lost; merchant debited by funding chargeback-"+dp, attempts.HoldNone)
 	require.NoError(t, err)
 	require.Equal(t, false, w.get(t, "/v1/merchants/m1/charges/"+c.ID)["needs_attention"])
 	code, p = w.refund(t, c.ID)
@@ -257,7 +257,7 @@ func TestStripeDisputeWonIsNotedAndSettledByTheOperator_R9_R19(t *testing.T) {
 	require.Equal(t, before, merchantBalances(t, w.pool))
 	w.auditOK(t, false)
 
-	_, err := w.e.Attempts.SettleDivergence(w.ctx, a.ID, "op-2", "dispute "+dp+" won; nothing booked")
+	_, err := w.e.Attempts.SettleDivergence(w.ctx, a.ID, "op-2", "dispute "+dp+" won; nothing booked", attempts.HoldNone)
 	require.NoError(t, err)
 	require.Equal(t, false, w.get(t, "/v1/merchants/m1/charges/"+c.ID)["needs_attention"])
 	w.auditOK(t, true)
@@ -296,7 +296,7 @@ func TestStripeDisputeEventsOutOfOrder_R9_R17_R19(t *testing.T) {
 	code, p := w.refund(t, c2.ID)
 	require.Equal(t, http.StatusCreated, code, "a charge under inquiry stays refundable: %v", p)
 
-	_, err = w.e.Attempts.SettleDivergence(w.ctx, a.ID, "op-3", "dispute "+dp+" won")
+	_, err = w.e.Attempts.SettleDivergence(w.ctx, a.ID, "op-3", "dispute "+dp+" won", attempts.HoldNone)
 	require.NoError(t, err)
 	// The refund of c2 is open or settled at Stripe; the audit is clean
 	// once the dispute divergence is settled.
