@@ -26,7 +26,7 @@ func TestOperatorSettlesADivergence_R19(t *testing.T) {
 	res = e.post(path, e.operator, "dv-s-1", map[string]any{"reason": "  "})
 	require.Equal(t, http.StatusBadRequest, res.Status)
 	require.Equal(t, "reason", res.json(t)["field"])
-	res = e.post(path, e.operator, "dv-s-2", map[string]any{"reason": "the PSP paid after its 503; recovered, ticket 7"})
+	res = e.post(path, e.operator, "dv-s-2", map[string]any{"reason": "the PSP paid after its 503; recovered, ticket 7", "hold": "release"})
 	require.Equal(t, http.StatusOK, res.Status, string(res.Body))
 	body := res.json(t)
 	require.NotEmpty(t, body["diverged_at"], "the evidence stays")

@@ -33,7 +33,7 @@ func TestDivergenceAfterFailedTellsTheMerchant_R24(t *testing.T) {
 	require.NotNil(t, got.DivergedAt, "the provider's late success is a divergence")
 	// Settled (after the assertions) so the audit after the test is clean.
 	t.Cleanup(func() {
-		_, err := e.att.SettleDivergence(e.ctx, a.ID, "op-rv", "review test", attempts.HoldNone)
+		_, err := e.att.SettleDivergence(e.ctx, a.ID, "op-rv", "review test", attempts.HoldBook)
 		require.NoError(t, err)
 	})
 
@@ -101,7 +101,7 @@ func TestRetriedPayoutPaidByItsFirstAttemptIsAnnouncedDiverged_R24(t *testing.T)
 		Operation: providers.OpPixTransfer, Amount: "10.00", Currency: "BRL", State: providers.StateSucceeded,
 		ProviderID: "op_rv_late", Source: attempts.SourceWebhook, Actor: "evt_rv_late"})
 	require.NoError(t, err)
-	_, err = e.att.SettleDivergence(e.ctx, first.ID, "op-rv", "recipient paid by attempt 1", attempts.HoldNone)
+	_, err = e.att.SettleDivergence(e.ctx, first.ID, "op-rv", "recipient paid by attempt 1", attempts.HoldBook)
 	require.NoError(t, err)
 	// Attempt 2 is held in review; the operator fails it (it was never sent).
 	_, err = e.att.ResolveManually(e.ctx, second.ID, attempts.StatusFailed, "op-rv",

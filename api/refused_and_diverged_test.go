@@ -38,7 +38,7 @@ func TestDivergedFailedPayoutNeedsAttention_R9_R19(t *testing.T) {
 	require.Equal(t, true, j["needs_attention"], "the provider reports this failed payout paid: %s", got.Body)
 
 	// Once an operator has settled the divergence, nobody's attention is needed.
-	_, err = e.att.SettleDivergence(e.ctx, a.ID, e.operatorID, "booked with the merchant", attempts.HoldNone)
+	_, err = e.att.SettleDivergence(e.ctx, a.ID, e.operatorID, "booked with the merchant", attempts.HoldBook)
 	require.NoError(t, err)
 	got = e.get("/v1/merchants/m1/payouts/"+p["id"].(string), e.m1)
 	require.Equal(t, false, got.json(t)["needs_attention"], string(got.Body))
@@ -94,7 +94,7 @@ func TestFullRefundAfterADivergedRefundIsWhatIsLeft_R21(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, got.DivergedAt, "saldo knows the failed refund was paid")
 	t.Cleanup(func() {
-		_, err := e.att.SettleDivergence(e.ctx, ref.ID, e.operatorID, "review test", attempts.HoldNone)
+		_, err := e.att.SettleDivergence(e.ctx, ref.ID, e.operatorID, "review test", attempts.HoldBook)
 		require.NoError(t, err)
 	})
 

@@ -110,7 +110,7 @@ func TestChargeFailedAfterPaidIsNotRefundable_R9_R19_R21(t *testing.T) {
 	av2, re2 := e.balances("m1", e.m1)
 	require.Equal(t, []string{av, re}, []string{av2, re2}, "nothing reserved")
 
-	_, err = e.att.SettleDivergence(e.ctx, a.ID, "op-rev", "charge reversed; merchant debited by adjustment a-3", attempts.HoldNone)
+	_, err = e.att.SettleDivergence(e.ctx, a.ID, "op-rev", "charge reversed; merchant debited by adjustment a-3", attempts.HoldBook)
 	require.NoError(t, err)
 	rf = e.post("/v1/merchants/m1/charges/"+c["id"].(string)+"/refunds", e.m1, "rev-rf-2",
 		map[string]any{"amount": "30.00", "currency": "BRL"})
@@ -162,7 +162,7 @@ func TestDivergenceKindIsKeptWithTheEvidence_R9_R19(t *testing.T) {
 	_, err = e.pool.Exec(e.ctx, `UPDATE attempts SET divergence_kind = 'dispute' WHERE id = $1`, b.ID)
 	require.Error(t, err, "a kind without a divergence")
 
-	_, err = e.att.SettleDivergence(e.ctx, a.ID, "op-kind", "charge reversed; merchant debited by adjustment a-9", attempts.HoldNone)
+	_, err = e.att.SettleDivergence(e.ctx, a.ID, "op-kind", "charge reversed; merchant debited by adjustment a-9", attempts.HoldBook)
 	require.NoError(t, err)
 	require.Equal(t, false, e.get("/v1/merchants/m1/charges/"+c["id"].(string), e.m1).json(t)["needs_attention"])
 }

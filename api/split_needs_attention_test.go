@@ -34,7 +34,7 @@ func TestSplitViewSaysWhichLegsNeedAttention_R19_R24(t *testing.T) {
 	a0 := e.attemptOf(leg0)
 	e.failThenReportPaid(t, a0, "10.00", "late_leg_0")
 	t.Cleanup(func() {
-		_, err := e.att.SettleDivergence(e.ctx, a0.ID, e.operatorID, "test cleanup", attempts.HoldNone)
+		_, err := e.att.SettleDivergence(e.ctx, a0.ID, e.operatorID, "test cleanup", attempts.HoldBook)
 		require.NoError(t, err)
 	})
 	res, err := e.att.Execute(e.ctx, e.attemptOf(leg1).ID)

@@ -99,7 +99,7 @@ func TestWebhooks(t *testing.T) {
 	// The late failure contradicts the success: a divergence (a reversal)
 	// in review until an operator settles it; nothing moves (R9, R19).
 	require.Equal(t, true, view["needs_attention"])
-	_, err = e.att.SettleDivergence(e.ctx, a.ID, "op-wh", "stale event from the provider, checked", attempts.HoldNone)
+	_, err = e.att.SettleDivergence(e.ctx, a.ID, "op-wh", "stale event from the provider, checked", attempts.HoldBook)
 	require.NoError(t, err)
 	av, re = e.balances("m1", e.m1)
 	require.Equal(t, []string{"990.00", "0.00"}, []string{av, re}, "no release after settlement")

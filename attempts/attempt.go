@@ -40,7 +40,7 @@ var (
 	// (HoldRelease or HoldBook) for an attempt whose divergence still holds
 	// a merchant's money (package holds). It is ErrInvalid too (errors.Is);
 	// the error names the amount held. Nothing was written.
-	ErrHoldUndecided = errors.New("attempts: the divergence holds money: settle it with hold release or book")
+	ErrHoldUndecided = errors.New("attempts: the settlement needs a hold decision")
 	// ErrInvalid: bad input (unknown kind, empty subject, unknown provider,
 	// unsupported operation, missing operator or reason). Nothing was written.
 	ErrInvalid = errors.New("attempts: invalid input")

@@ -81,8 +81,9 @@ func TestRunCatchesCrossAreaDamage(t *testing.T) {
 
 // Issue 13 finding 5 (R19, R22). A payout the provider reports paid after
 // its attempt was resolved failed (the reserve went back) is a divergence:
-// nothing moves in the ledger, and the audit reports it (attempts/diverged)
-// until a human settles it, where it used to say all was well.
+// the merchant's money is held (package holds), and the audit reports it
+// (attempts/diverged) until a human settles it, where it used to say all
+// was well.
 func TestRunReportsDivergence_R19_R22(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -150,7 +151,7 @@ func TestRunReportsDivergence_R19_R22(t *testing.T) {
 	// the audit, the queue, the gauge and needs_attention let it go.
 	_, err = att.SettleDivergence(ctx, a.ID, "op_1", "", attempts.HoldNone)
 	require.ErrorIs(t, err, attempts.ErrInvalid, "a reason is required")
-	settled, err := att.SettleDivergence(ctx, a.ID, "op_1", "paid twice by the PSP's error; recovered from the recipient, see ticket 42", attempts.HoldNone)
+	settled, err := att.SettleDivergence(ctx, a.ID, "op_1", "paid twice by the PSP's error; recovered from the recipient, see ticket 42", attempts.HoldRelease)
 	require.NoError(t, err)
 	require.NotNil(t, settled.DivergedAt, "the evidence stays")
 	require.NotNil(t, settled.DivergenceSettledAt)

@@ -75,7 +75,7 @@ func TestSettledDivergenceShownAsSettled_R19(t *testing.T) {
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Contains(t, body, a.Reference, "the divergence waits in the review queue")
 
-	_, err := e.e.Attempts.SettleDivergence(e.ctx, a.ID, e.keyID["operator"], "booked the 10.00 by a funding adjustment", attempts.HoldNone)
+	_, err := e.e.Attempts.SettleDivergence(e.ctx, a.ID, e.keyID["operator"], "booked the 10.00 by a funding adjustment", attempts.HoldBook)
 	require.NoError(t, err)
 	_, body = op.get("/console/review")
 	require.NotContains(t, body, a.Reference, "a settled divergence leaves the queue")
@@ -97,7 +97,7 @@ func TestOperatorSettlesADivergenceFromTheConsole_R19(t *testing.T) {
 	e := setup(t, envOpts{insecure: true})
 	_, a := e.divergedPayout("10.00")
 	t.Cleanup(func() { // the audit after the test wants it settled
-		_, _ = e.e.Attempts.SettleDivergence(e.ctx, a.ID, "cleanup", "test cleanup", attempts.HoldNone)
+		_, _ = e.e.Attempts.SettleDivergence(e.ctx, a.ID, "cleanup", "test cleanup", attempts.HoldBook)
 	})
 	op := e.client()
 	token := op.signIn(e.secret["operator"])
@@ -119,7 +119,12 @@ func TestOperatorSettlesADivergenceFromTheConsole_R19(t *testing.T) {
 	path := "/console/attempts/" + a.ID.String() + "/settle-divergence"
 	res, body = op.post(path, url.Values{"csrf": {token}, "reason": {"  "}})
 	require.Equal(t, http.StatusUnprocessableEntity, res.StatusCode, errorOf(body))
-	res, _ = op.post(path, url.Values{"csrf": {token}, "reason": {"booked: funding adjustment -10.00, ticket PSP-1"}})
+	// The divergence holds the merchant's 10.00: no decision is refused
+	// with the amount named, and nothing changes (R19, R22).
+	res, body = op.post(path, url.Values{"csrf": {token}, "reason": {"booked: ticket PSP-1"}})
+	require.Equal(t, http.StatusUnprocessableEntity, res.StatusCode, errorOf(body))
+	require.Contains(t, errorOf(body), "10.00 BRL")
+	res, _ = op.post(path, url.Values{"csrf": {token}, "reason": {"booked: the money left twice, ticket PSP-1"}, "hold": {"book"}})
 	require.Equal(t, http.StatusSeeOther, res.StatusCode)
 	got, err := e.e.Attempts.Get(e.ctx, e.pool, a.ID)
 	require.NoError(t, err)
@@ -164,7 +169,7 @@ func TestDivergedChargeNotShownAsPlainExpired_R19(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, a.DivergedAt, "the late payment is a divergence")
 	t.Cleanup(func() {
-		_, _ = e.e.Attempts.SettleDivergence(e.ctx, a.ID, "cleanup", "test cleanup", attempts.HoldNone)
+		_, _ = e.e.Attempts.SettleDivergence(e.ctx, a.ID, "cleanup", "test cleanup", attempts.HoldBook)
 	})
 
 	aud := e.client()

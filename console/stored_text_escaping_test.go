@@ -114,7 +114,7 @@ func settleAllDivergences(t *testing.T, e *env) {
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 	require.NoError(t, err)
 	for _, id := range ids {
-		_, err := e.e.Attempts.SettleDivergence(e.ctx, id, "test", "booked by the test", attempts.HoldNone)
+		_, err := e.e.Attempts.SettleDivergence(e.ctx, id, "test", "booked by the test", attempts.HoldBook)
 		require.NoError(t, err)
 	}
 	ds, _, err := reconcile.List(e.ctx, e.pool, reconcile.Filter{Status: "open"}, "", 500)

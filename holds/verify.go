@@ -41,7 +41,8 @@ const holdsSQL = `((a.direction = 'in' AND a.divergence_kind IN ('dispute', 'rev
 //   - hold_exceeds: a hold takes from each merchant at most what the
 //     divergence put in doubt: the payout's amount from the payout's
 //     merchant; from a charge's merchant its net and from each split
-//     recipient its share, in the charge's currency.
+//     recipient its share, in the charge's currency; nothing from an
+//     outgoing attempt whose reserve was not released (carried on).
 func Verify(ctx context.Context, db ledger.DBTX) ([]Violation, error) {
 	var out []Violation
 	for _, ch := range []struct{ name, sql string }{
@@ -154,8 +155,10 @@ const holdExceedsSQL = `
 		SELECT h.tx, h.merchant_id, h.currency, sum(x.amount) AS amount
 		FROM held h
 		JOIN LATERAL (
+			-- Only a reserve released into available is in doubt.
 			SELECT p.merchant_id, p.currency, p.amount FROM payouts p
 			WHERE h.direction = 'out' AND p.id = h.subject_id
+			  AND EXISTS (SELECT 1 FROM ledger_transactions r WHERE r.cause_kind = 'payout_release' AND r.cause_id = h.cause_id)
 			UNION ALL
 			SELECT c.merchant_id, c.currency, c.merchant_net FROM charges c
 			WHERE h.direction = 'in' AND c.id = h.subject_id

@@ -100,10 +100,16 @@ func (d *Deferred) buildLocked(ctx context.Context, tx pgx.Tx) error {
 			}
 		}
 	}
-	rows, err := tx.Query(ctx, `SELECT id, code, balance::text FROM ledger_accounts
-		WHERE id = ANY ($1::bigint[]) OR code = ANY ($2::text[]) ORDER BY id FOR UPDATE`, ids, codes)
-	if err != nil {
+	// ledger_lock_accounts (migration 00100) locks them in id order, as the
+	// ledger's owner: the application role may not SELECT FOR UPDATE. The
+	// balances read next, in a new statement, are the ones under the locks.
+	if _, err := tx.Exec(ctx, lockAccountsSQL, ids, codes); err != nil {
 		return fmt.Errorf("ledger: lock deferred accounts: %w", err)
+	}
+	rows, err := tx.Query(ctx, `SELECT id, code, balance::text FROM ledger_accounts WHERE id = ANY ($1::bigint[])
+		UNION ALL SELECT id, code, balance::text FROM ledger_accounts WHERE code = ANY ($2::text[])`, ids, codes)
+	if err != nil {
+		return fmt.Errorf("ledger: read deferred accounts: %w", err)
 	}
 	balances := map[int64]decimal.Decimal{}
 	byCode := map[string]int64{}

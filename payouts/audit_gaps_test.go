@@ -265,7 +265,7 @@ func TestAuditReportsOverRefundThroughADivergedRefund_R21(t *testing.T) {
 		Operation: providers.OpRefund, Amount: "100.00", Currency: "BRL", State: providers.StateSucceeded,
 		ProviderID: "late_refund_1", Source: attempts.SourceWebhook, Actor: "evt_late_refund"})
 	require.NoError(t, err)
-	_, err = e.att.SettleDivergence(e.ctx, first.ID, "op_1", "refund booked as a loss", attempts.HoldNone)
+	_, err = e.att.SettleDivergence(e.ctx, first.ID, "op_1", "refund booked as a loss", attempts.HoldBook)
 	require.NoError(t, err)
 
 	// saldo itself knows the charge is over-refunded: nothing is refundable.

@@ -27,7 +27,7 @@ func (e *env) lateSuccess(a attempts.Attempt, amount string) {
 
 // settleDivergence lets the cleanup audit run on what the test shows.
 func (e *env) settleDivergence(a attempts.Attempt) {
-	_, err := e.att.SettleDivergence(e.ctx, a.ID, "op_review", "review test: double payment shown", attempts.HoldNone)
+	_, err := e.att.SettleDivergence(e.ctx, a.ID, "op_review", "review test: double payment shown", attempts.HoldBook)
 	require.NoError(e.t, err)
 }
 

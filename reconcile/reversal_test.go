@@ -41,7 +41,7 @@ func TestStatementListingASucceededOperationFailedIsAReversal_R9_R19(t *testing.
 	require.NoError(t, err)
 	require.False(t, res.OK(), res.Summary())
 
-	_, err = e.att.SettleDivergence(e.ctx, a.ID, "op-rc", "returned by the bank; merchant re-credited by funding f-9", attempts.HoldNone)
+	_, err = e.att.SettleDivergence(e.ctx, a.ID, "op-rc", "returned by the bank; merchant re-credited by funding f-9", attempts.HoldBook)
 	require.NoError(t, err)
 	res, err = audit.Run(e.ctx, e.pool)
 	require.NoError(t, err)

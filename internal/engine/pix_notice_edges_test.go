@@ -236,7 +236,7 @@ func TestPixNoticeRepeatingAnEndToEndIDForAnotherTxidGoesToReview_R9_R17(t *test
 	res, err := audit.Run(ctx, pool)
 	require.NoError(t, err)
 	require.False(t, res.OK(), "the audit reports C's divergence until an operator settles it")
-	_, err = e.Attempts.SettleDivergence(ctx, c.ID, "op-1", "PSP notice misrouted: A's Pix named with C's txid; nothing to return", attempts.HoldNone)
+	_, err = e.Attempts.SettleDivergence(ctx, c.ID, "op-1", "PSP notice misrouted: A's Pix named with C's txid; nothing to return", attempts.HoldBook)
 	require.NoError(t, err)
 	res, err = audit.Run(ctx, pool)
 	require.NoError(t, err)
@@ -347,7 +347,7 @@ func TestPixSendReturnedByTheReceiverIsAReversal_R9_R19(t *testing.T) {
 	require.False(t, res.OK(), "audit verify reports the unsettled reversals")
 	require.Contains(t, res.Summary(), "diverged")
 	for _, id := range []attempts.Attempt{a, b} {
-		_, err = e.Attempts.SettleDivergence(ctx, id.ID, "op-1", "returned by the receiver's bank; merchant re-credited by funding", attempts.HoldNone)
+		_, err = e.Attempts.SettleDivergence(ctx, id.ID, "op-1", "returned by the receiver's bank; merchant re-credited by funding", attempts.HoldBook)
 		require.NoError(t, err)
 	}
 	res, err = audit.Run(ctx, pool)

@@ -61,7 +61,7 @@ func requireDivergedUntilSettled(t *testing.T, e interface {
 	require.False(t, res.OK(), "audit verify reports the unsettled second operation")
 	require.Contains(t, res.Summary(), "diverged")
 	require.Contains(t, res.Summary(), id.String())
-	_, err = e.SettleDivergence(ctx, id, "op-1", "second operation returned to the payer; booked", attempts.HoldNone)
+	_, err = e.SettleDivergence(ctx, id, "op-1", "second operation returned to the payer; booked", attempts.HoldBook)
 	require.NoError(t, err)
 	res, err = audit.Run(ctx, pool)
 	require.NoError(t, err)

@@ -15,7 +15,6 @@ import (
 	"github.com/saldo/saldo/attempts"
 	"github.com/saldo/saldo/audit"
 	"github.com/saldo/saldo/charges"
-	"github.com/saldo/saldo/merchants"
 	"github.com/saldo/saldo/money"
 	"github.com/saldo/saldo/providers/stripe/stripefake"
 )
@@ -169,12 +168,14 @@ func (w disputeAPI) auditOK(t *testing.T, want bool) {
 // attempt is in review, the charge needs_attention, charge.diverged tells
 // the merchant with divergence_kind "dispute", a refund is refused with
 // 409 charge_disputed (nothing reserved; Stripe would refuse it too), and
-// the audit fails. Redeliveries are duplicates. The dispute is lost
-// (charge.dispute.closed): a note; the divergence stays until the
-// operator books the withdrawal against the merchant (a negative funding)
-// and settles it; then the audit is clean. The charge stays unrefundable.
-// Before, every charge.dispute.* event was "unmatched" and the merchant's
-// balance kept money the platform no longer had.
+// the audit fails. The merchant's share of the charge is held (available
+// -> held) in the divergence's transaction: it can no longer be paid out.
+// Redeliveries are duplicates. The dispute is lost (charge.dispute.closed):
+// a note; the divergence stays until the operator settles it booking the
+// held money as gone ("hold": "book"); then the audit is clean. The charge
+// stays unrefundable. Before, every charge.dispute.* event was "unmatched"
+// and the merchant's balance kept money the platform no longer had, and
+// then, until the operator acted, it could still be paid out.
 func TestStripeDisputeLostIsADivergenceUntilBooked_R9_R19_R21_R22(t *testing.T) {
 	t.Parallel()
 	w := newDisputeAPI(t)
@@ -187,7 +188,10 @@ func TestStripeDisputeLostIsADivergenceUntilBooked_R9_R19_R21_R22(t *testing.T) 
 	got := w.diverged(t, c, a, dp)
 	require.Contains(t, got.Divergence, "fraudulent")
 	require.Contains(t, got.Divergence, "100.00 BRL")
-	require.Equal(t, before, merchantBalances(t, w.pool), "nothing moves automatically: a human books it")
+	heldNow := heldBalance(t, w)
+	require.Equal(t, "100.00", heldNow, "the merchant's share is held automatically (R22)")
+	afterHold := merchantBalances(t, w.pool)
+	require.NotEqual(t, before, afterHold)
 	notes := w.notes(t, a)
 	require.Len(t, notes, 2, "each event is noted")
 
@@ -203,7 +207,7 @@ func TestStripeDisputeLostIsADivergenceUntilBooked_R9_R19_R21_R22(t *testing.T) 
 	code, p := w.refund(t, c.ID)
 	require.Equal(t, http.StatusConflict, code, "%v", p)
 	require.Equal(t, "charge_disputed", p["code"], "%v", p)
-	require.Equal(t, before, merchantBalances(t, w.pool), "nothing reserved")
+	require.Equal(t, afterHold, merchantBalances(t, w.pool), "nothing reserved")
 	require.Equal(t, 0, w.fake.Requests("POST /v1/refunds"))
 	w.auditOK(t, false)
 
@@ -217,12 +221,11 @@ func TestStripeDisputeLostIsADivergenceUntilBooked_R9_R19_R21_R22(t *testing.T) 
 	require.Nil(t, again.DivergenceSettledAt, "only a human settles it")
 	w.auditOK(t, false)
 
-	// The operator books the chargeback against the merchant and settles.
-	_, err := merchants.Fund(w.ctx, w.pool, merchants.Funding{MerchantID: "m1", Amount: money.MustParse("-100.00", "BRL"),
-		Key: "chargeback-" + dp, Reason: "chargeback " + dp + " lost", Actor: "op-1"})
+	// The operator settles it, booking the held money as gone.
+	_, err := w.e.Attempts.SettleDivergence(w.ctx, a.ID, "op-1", "dispute "+dp+" lost; the held money is gone", attempts.HoldBook)
 	require.NoError(t, err)
-	_, err = w.e.Attempts.SettleDivergence(w.ctx, a.ID, "op-1", "dispute "+dp+" lost; merchant debited by funding chargeback-"+dp, attempts.HoldNone)
-	require.NoError(t, err)
+	require.Equal(t, "0.00", heldBalance(t, w))
+	require.Equal(t, afterHold, merchantBalances(t, w.pool), "booked from held, available untouched")
 	require.Equal(t, false, w.get(t, "/v1/merchants/m1/charges/"+c.ID)["needs_attention"])
 	code, p = w.refund(t, c.ID)
 	require.Equal(t, http.StatusConflict, code, "a charged-back charge is never refundable: %v", p)
@@ -232,9 +235,9 @@ func TestStripeDisputeLostIsADivergenceUntilBooked_R9_R19_R21_R22(t *testing.T) 
 
 // R9, R19: a dispute the merchant wins. The chargeback's events make the
 // dispute divergence; funds_reinstated and closed (won) are noted on the
-// attempt for the operator, who settles the divergence without booking
-// anything (the money came back): nothing was settled automatically.
-// Then the audit is clean.
+// attempt for the operator, who settles the divergence releasing the held
+// share back to the merchant's available balance (the money came back):
+// nothing was settled automatically. Then the audit is clean.
 func TestStripeDisputeWonIsNotedAndSettledByTheOperator_R9_R19(t *testing.T) {
 	t.Parallel()
 	w := newDisputeAPI(t)
@@ -254,11 +257,14 @@ func TestStripeDisputeWonIsNotedAndSettledByTheOperator_R9_R19(t *testing.T) {
 	}
 	got := w.diverged(t, c, a, dp)
 	require.Nil(t, got.DivergenceSettledAt, "a won dispute is settled by a human, not automatically")
-	require.Equal(t, before, merchantBalances(t, w.pool))
+	require.NotEqual(t, before, merchantBalances(t, w.pool), "held until the operator settles")
+	require.Equal(t, "60.00", heldBalance(t, w))
 	w.auditOK(t, false)
 
-	_, err := w.e.Attempts.SettleDivergence(w.ctx, a.ID, "op-2", "dispute "+dp+" won; nothing booked", attempts.HoldNone)
+	_, err := w.e.Attempts.SettleDivergence(w.ctx, a.ID, "op-2", "dispute "+dp+" won; the held share goes back", attempts.HoldRelease)
 	require.NoError(t, err)
+	require.Equal(t, before, merchantBalances(t, w.pool), "released back to available")
+	require.Equal(t, "0.00", heldBalance(t, w))
 	require.Equal(t, false, w.get(t, "/v1/merchants/m1/charges/"+c.ID)["needs_attention"])
 	w.auditOK(t, true)
 }
@@ -296,7 +302,7 @@ func TestStripeDisputeEventsOutOfOrder_R9_R17_R19(t *testing.T) {
 	code, p := w.refund(t, c2.ID)
 	require.Equal(t, http.StatusCreated, code, "a charge under inquiry stays refundable: %v", p)
 
-	_, err = w.e.Attempts.SettleDivergence(w.ctx, a.ID, "op-3", "dispute "+dp+" won", attempts.HoldNone)
+	_, err = w.e.Attempts.SettleDivergence(w.ctx, a.ID, "op-3", "dispute "+dp+" won", attempts.HoldRelease)
 	require.NoError(t, err)
 	// The refund of c2 is open or settled at Stripe; the audit is clean
 	// once the dispute divergence is settled.
@@ -304,6 +310,18 @@ func TestStripeDisputeEventsOutOfOrder_R9_R17_R19(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, attempts.StatusSucceeded, res.Attempt.Status)
 	w.auditOK(t, true)
+}
+
+// heldBalance is m1's held BRL balance as the API shows it.
+func heldBalance(t *testing.T, w disputeAPI) string {
+	t.Helper()
+	b := w.get(t, "/v1/merchants/m1/balances")
+	for _, x := range b["balances"].([]any) {
+		if m := x.(map[string]any); m["currency"] == "BRL" {
+			return m["held"].(string)
+		}
+	}
+	return "0.00"
 }
 
 func mustUUID(t *testing.T, v any) uuid.UUID {

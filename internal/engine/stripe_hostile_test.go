@@ -95,7 +95,7 @@ func TestStripeHostileSignedWebhooksNeverAnswer5xx(t *testing.T) {
 	// requires_payment_method) after it succeeded are a reversal: a
 	// divergence in review, nothing moved (R9, R19). The operator settles it.
 	require.NotNil(t, got.DivergedAt, "a signed failure after success is a divergence")
-	_, err = e.Attempts.SettleDivergence(ctx, a.ID, "op-hostile", "hostile test events, checked against Stripe", attempts.HoldNone)
+	_, err = e.Attempts.SettleDivergence(ctx, a.ID, "op-hostile", "hostile test events, checked against Stripe", attempts.HoldBook)
 	require.NoError(t, err)
 	res, err := audit.Run(ctx, e.Pool)
 	require.NoError(t, err)
