@@ -199,9 +199,12 @@ func Hold(ctx context.Context, tx pgx.Tx, log *slog.Logger, a attempts.Attempt, 
 			Metadata:       meta,
 			Postings:       legs,
 		}}, nil
-	}, nil, func([]ledger.Transaction) error {
+	}, nil, func(ts []ledger.Transaction) error {
+		if len(ts) == 0 {
+			return nil
+		}
 		log.WarnContext(ctx, "divergence hold posted: the merchant's money is held until the divergence is settled",
-			"attempt_id", a.ID, "subject", what, "divergence_kind", kind, "currency", cur.Code())
+			"attempt_id", a.ID, "subject", what, "divergence_kind", kind, "currency", cur.Code(), "ledger_tx", ts[0].ID)
 		return nil
 	})
 	return nil
