@@ -55,7 +55,7 @@ func TestDisputeOfASecondOperationIsNotedOnce_R9_R19(t *testing.T) {
 
 	for i, settle := range []bool{false, true} {
 		if settle {
-			_, err = h.svc.SettleDivergence(h.ctx, a.ID, "op-1", "second transfer recovered")
+			_, err = h.svc.SettleDivergence(h.ctx, a.ID, "op-1", "second transfer recovered", HoldNone)
 			require.NoError(t, err)
 		}
 		ev := []string{"evt_d1", "evt_d2"}[i]

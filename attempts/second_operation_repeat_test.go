@@ -68,7 +68,7 @@ func TestSecondOperationOfAnotherAmountReportedAgainAfterSettlementIsNotNews_R9_
 	_, err := h.svc.ResolveByReference(h.ctx, second)
 	require.ErrorIs(t, err, ErrReportMismatch, "news the first time")
 	require.Equal(t, DivergenceSecondOperation, h.get(a.ID).DivergenceKind)
-	_, err = h.svc.SettleDivergence(h.ctx, a.ID, "op-1", "second transfer recovered")
+	_, err = h.svc.SettleDivergence(h.ctx, a.ID, "op-1", "second transfer recovered", HoldNone)
 	require.NoError(t, err)
 	settled := h.get(a.ID)
 	n, reviews, errs := len(h.events(a.ID)), h.reviews.Load(), logs.errorCount()

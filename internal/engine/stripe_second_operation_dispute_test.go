@@ -166,7 +166,7 @@ func TestStripeDisputeOfTheSecondPaymentIsNotedOnTheAttempt_R9_R19_R21(t *testin
 	require.Equal(t, http.StatusCreated, code, "%v", p)
 
 	// The operator settles the double charge; the dispute is then won.
-	_, err = w.e.Attempts.SettleDivergence(w.ctx, a.ID, "op-1", "second payment "+pi+" refunded")
+	_, err = w.e.Attempts.SettleDivergence(w.ctx, a.ID, "op-1", "second payment "+pi+" refunded", attempts.HoldNone)
 	require.NoError(t, err)
 	_, won := w.fake.CloseDispute(dp, true)
 	w.handled(t, won...)
@@ -221,7 +221,7 @@ func TestStripeSecondPaymentReportedAgainAfterSettlementIsNotNews_R9_R19(t *test
 				require.Equal(t, alerts, w.alerts.Load(), "%s: no alert", when)
 			}
 			again("before the settlement")
-			_, err := w.e.Attempts.SettleDivergence(w.ctx, a.ID, "op-1", "second payment "+pi+" refunded")
+			_, err := w.e.Attempts.SettleDivergence(w.ctx, a.ID, "op-1", "second payment "+pi+" refunded", attempts.HoldNone)
 			require.NoError(t, err)
 			again("after the settlement")
 			w.auditOK(t, true)
