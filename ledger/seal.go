@@ -25,9 +25,11 @@ import (
 // wrong. A seal taken before the rewrite catches it: the posting at each
 // sealed sequence number must still have the sealed hash, and a posting's
 // hash covers every posting of its account before it, so history up to
-// every sealed head is what it was when the seal was taken. What was
-// written after the seal is vouched for by the chains (and by the next
-// seal), not by this one.
+// every sealed head is what it was when the seal was taken, as far as the
+// account's chain covers it (a v1 chain, accounts opened before migration
+// 00108, leaves out a transaction's cause and key). What was written after
+// the seal, and accounts opened after it, are vouched for by the chains
+// (and by the next seal), not by this one.
 //
 // The file is JSON lines, so it is written and checked at constant memory
 // however many accounts the ledger has:
