@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/saldo/saldo/ledger"
 	"github.com/saldo/saldo/merchants"
@@ -33,13 +34,27 @@ type createdKeyJSON struct {
 	Secret string `json:"secret,omitempty"`
 }
 
+// createKey creates an API key and shows its secret once. The key has no
+// client key of its own, so with an Idempotency-Key the answer (without the
+// secret) is stored in the key's own transaction (completeIdempotentInTx):
+// a retry after a lost COMMIT answer replays it instead of making a second
+// key.
 func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 	var req createKeyRequest
 	if err := s.decode(w, r, &req); err != nil {
 		s.problem(w, r, err)
 		return
 	}
-	k, secret, err := CreateKey(r.Context(), s.pool, req.Role, req.MerchantID, req.Name, s.clock.Now())
+	w.Header().Set("Cache-Control", "no-store")
+	var k Key
+	var secret string
+	err := pgx.BeginFunc(r.Context(), s.pool, func(tx pgx.Tx) error {
+		var err error
+		if k, secret, err = CreateKey(r.Context(), tx, req.Role, req.MerchantID, req.Name, s.clock.Now()); err != nil {
+			return err
+		}
+		return s.completeIdempotentInTx(r.Context(), tx, r, http.StatusCreated, createdKeyJSON{Key: k}, w.Header())
+	})
 	if errors.Is(err, ErrInvalidKey) {
 		err = invalidField("role", strings.TrimPrefix(err.Error(), "api: invalid key request: "))
 	}
@@ -49,8 +64,6 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.InfoContext(r.Context(), "api: key created", "key_id", k.ID, "role", k.Role, "merchant_id", k.MerchantID,
 		"by", principalFrom(r.Context()).KeyID)
-	replayWithout(r, createdKeyJSON{Key: k})
-	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusCreated, createdKeyJSON{Key: k, Secret: secret})
 }
 
@@ -61,13 +74,23 @@ type createMerchantRequest struct {
 	Name string `json:"name"`
 }
 
+// createMerchant creates a merchant. With an Idempotency-Key its answer is
+// stored in the merchant's own transaction (completeIdempotentInTx): a
+// retry after a lost COMMIT answer replays the 201, not 409 already_exists.
 func (s *Server) createMerchant(w http.ResponseWriter, r *http.Request) {
 	var req createMerchantRequest
 	if err := s.decode(w, r, &req); err != nil {
 		s.problem(w, r, err)
 		return
 	}
-	m, err := merchants.Create(r.Context(), s.pool, req.ID, req.Name)
+	var m merchants.Merchant
+	err := pgx.BeginFunc(r.Context(), s.pool, func(tx pgx.Tx) error {
+		var err error
+		if m, err = merchants.Create(r.Context(), tx, req.ID, req.Name); err != nil {
+			return err
+		}
+		return s.completeIdempotentInTx(r.Context(), tx, r, http.StatusCreated, m, w.Header())
+	})
 	if errors.Is(err, merchants.ErrInvalid) {
 		field := "id"
 		if strings.Contains(err.Error(), "name must") {

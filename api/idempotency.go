@@ -26,6 +26,99 @@ const IdempotencyHeader = "Idempotency-Key"
 // ReplayedHeader is "true" on a response replayed from a stored one.
 const ReplayedHeader = "Idempotent-Replayed"
 
+// releaseIdempotencyClaim deletes the running claim of (keyID, key) this
+// request holds (its token), after an answer that is not stored (a 5xx, a
+// panic): the client's retry runs again, and the domain keys below stop
+// double effects. A row the handler completed in its own transaction
+// (completeIdempotentInTx) is done, not running, and stays: the 5xx came
+// after its COMMIT reached the server, and the retry replays its answer.
+func (s *Server) releaseIdempotencyClaim(ctx context.Context, c *idemClaim) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM idempotent_requests
+		WHERE key_id = $1 AND idem_key = $2 AND state = 'running' AND claim_token = $3`, c.keyID, c.key, c.token)
+	switch {
+	case err != nil:
+		// Not released (or released, if the error came after the
+		// commit): a retry finds the claim until its lease passes.
+		s.log.ErrorContext(ctx, "api: release idempotency key", "key_id", c.keyID, "error", err)
+	case tag.RowsAffected() == 0 && c.inTx != 0:
+		s.log.WarnContext(ctx, "api: idempotency key not released: completed in the handler's transaction (its COMMIT's answer was lost) or taken over by a retry",
+			"key_id", c.keyID)
+	case tag.RowsAffected() == 0:
+		s.log.WarnContext(ctx, "api: idempotency key taken over by a retry; its claim left alone", "key_id", c.keyID)
+	}
+}
+
+// idemClaim is the Idempotency-Key claim a request holds while its handler
+// runs, carried in the request's context (claimSlot).
+type idemClaim struct {
+	keyID, key, token string
+	// inTx is the status the handler stored with the row in its own
+	// transaction (completeIdempotentInTx); 0 when it did not.
+	inTx int
+}
+
+type claimSlot struct{}
+
+// errTakenOver: a request that outlived its lease finds, in its own
+// transaction, that a retry took its Idempotency-Key over. It rolls back:
+// the retry's answer is the one.
+var errTakenOver = &apiError{status: http.StatusConflict, code: "request_in_progress", title: "Request in progress",
+	detail:     "a retry with this Idempotency-Key took this request over after its lease; this one changed nothing: retry to get the answer",
+	retryAfter: 1}
+
+// completeIdempotentInTx completes the request's Idempotency-Key row inside
+// the handler's transaction tx, before it commits, with the answer the
+// client will get: status, application/json, the headers of header kept
+// for replay (replayedHeaders; set them before the call) and replay as the
+// body stored. replay is the answer without its secret (a new API key, an
+// endpoint's signing secret): saldo never keeps a secret it showed once, so
+// a retry learns what was created, without the secret.
+//
+// For a route whose effect has no key of its own below the API (R4, R5:
+// after an error, ask whether it may have committed; never redo blindly):
+// the row and the effect commit together, so a COMMIT whose answer was
+// lost leaves the row done (the retry replays the answer), and a request
+// whose claim a retry took over after the lease gets errTakenOver (409
+// request_in_progress), on which the caller rolls back. Without an
+// Idempotency-Key it does nothing.
+func (s *Server) completeIdempotentInTx(ctx context.Context, tx pgx.Tx, r *http.Request, status int, replay any, header http.Header) error {
+	c, ok := r.Context().Value(claimSlot{}).(*idemClaim)
+	if !ok {
+		return nil
+	}
+	body, err := json.Marshal(replay)
+	if err != nil {
+		return fmt.Errorf("api: idempotent answer: %w", err)
+	}
+	tag, err := tx.Exec(ctx, completeIdempotencySQL, c.keyID, c.key, status, "application/json", body, s.clock.Now(),
+		keptHeaders(header), c.token)
+	if err != nil {
+		return fmt.Errorf("api: complete idempotency key: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return errTakenOver
+	}
+	c.inTx = status
+	return nil
+}
+
+// completeIdempotencySQL stores a request's answer, only while its claim
+// (claim_token) is still its own.
+const completeIdempotencySQL = `UPDATE idempotent_requests SET state = 'done', status = $3, content_type = $4,
+	response_body = $5, completed_at = $6, response_headers = $7
+	WHERE key_id = $1 AND idem_key = $2 AND state = 'running' AND claim_token = $8`
+
+// keptHeaders are the replayedHeaders of h, stored with an answer.
+func keptHeaders(h http.Header) map[string]string {
+	kept := map[string]string{}
+	for _, k := range replayedHeaders {
+		if v := h.Get(k); v != "" {
+			kept[k] = v
+		}
+	}
+	return kept
+}
+
 // idempotent makes a POST route idempotent per (API key, Idempotency-Key):
 //
 //   - the first request with a key inserts a 'running' row in its own
@@ -47,30 +140,23 @@ const ReplayedHeader = "Idempotent-Replayed"
 //   - every claim carries a random token (claim_token), and a request
 //     deletes or completes the row only while the token is its own: a
 //     request that outlived its lease and was taken over neither releases
-//     the retry's claim (a third request would run beside the retry, and on
-//     routes with no domain key below the API, such as notification
-//     endpoints, API keys and merchants, one Idempotency-Key would make two
-//     objects) nor overwrites the retry's answer.
+//     the retry's claim nor overwrites the retry's answer.
+//
+// By default the answer is stored after the handler's transaction
+// committed, which is safe only where the domain below has keys of its own
+// (payouts, refunds, charges, fundings): a 5xx after a COMMIT whose answer
+// was lost, or a request that outlived its lease and was taken over, runs
+// the handler twice. A handler with no such key (a notification endpoint,
+// an API key, a merchant) completes the row itself, inside its own
+// transaction and only while it still holds the claim
+// (completeIdempotentInTx): it creates nothing once a retry took the key
+// over (409 request_in_progress), and after a lost COMMIT answer (a 503)
+// the row is done with its 201, which the retry replays; the release after
+// a 5xx leaves a done row alone.
 //
 // Rows are kept for Config.IdempotencyRetention (at least 24 h), then
 // CleanupIdempotency deletes them. With required, a POST without the header
 // is 400 idempotency_key_required.
-// releaseIdempotencyClaim deletes the running claim of (keyID, key) this
-// request holds (its token), after an answer that is not stored (a 5xx, a
-// panic): the client's retry runs again, and the domain keys below stop
-// double effects.
-func (s *Server) releaseIdempotencyClaim(ctx context.Context, keyID, key, token string) {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM idempotent_requests
-		WHERE key_id = $1 AND idem_key = $2 AND state = 'running' AND claim_token = $3`, keyID, key, token)
-	if err != nil {
-		// Not released (or released, if the error came after the
-		// commit): a retry finds the claim until its lease passes.
-		s.log.ErrorContext(ctx, "api: release idempotency key", "key_id", keyID, "error", err)
-	} else if tag.RowsAffected() == 0 {
-		s.log.WarnContext(ctx, "api: idempotency key taken over by a retry; its claim left alone", "key_id", keyID)
-	}
-}
-
 func (s *Server) idempotent(required bool) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -104,10 +190,6 @@ func (s *Server) idempotent(required bool) func(http.Handler) http.Handler {
 			token := randomHex(16)
 			stored, err := s.claimIdempotencyKey(r.Context(), p.KeyID, key, token, hash, r)
 			if err != nil {
-				var ae *apiError
-				if errors.As(err, &ae) && ae.code == "request_in_progress" {
-					w.Header().Set("Retry-After", "1")
-				}
 				s.problem(w, r, err)
 				return
 			}
@@ -123,7 +205,7 @@ func (s *Server) idempotent(required bool) func(http.Handler) http.Handler {
 			}
 
 			rec := &recorder{header: http.Header{}, status: http.StatusOK}
-			replay := new([]byte)
+			claim := &idemClaim{keyID: p.KeyID, key: key, token: token}
 			ctx := context.WithoutCancel(r.Context())
 			func() {
 				// A panic is answered 500 by the recoverer outside this
@@ -132,30 +214,22 @@ func (s *Server) idempotent(required bool) func(http.Handler) http.Handler {
 				// lease's length.
 				defer func() {
 					if v := recover(); v != nil {
-						s.releaseIdempotencyClaim(ctx, p.KeyID, key, token)
+						s.releaseIdempotencyClaim(ctx, claim)
 						panic(v)
 					}
 				}()
-				next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), replaySlot{}, replay)))
+				next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), claimSlot{}, claim)))
 			}()
 
-			if !storable(rec.status) {
-				s.releaseIdempotencyClaim(ctx, p.KeyID, key, token)
-			} else {
-				stored := rec.body.Bytes()
-				if *replay != nil {
-					stored = *replay
-				}
-				kept := map[string]string{}
-				for _, h := range replayedHeaders {
-					if v := rec.header.Get(h); v != "" {
-						kept[h] = v
-					}
-				}
-				tag, err := s.pool.Exec(ctx, `UPDATE idempotent_requests SET state = 'done', status = $3, content_type = $4,
-					response_body = $5, completed_at = $6, response_headers = $7
-					WHERE key_id = $1 AND idem_key = $2 AND state = 'running' AND claim_token = $8`,
-					p.KeyID, key, rec.status, rec.header.Get("Content-Type"), stored, s.clock.Now(), kept, token)
+			switch {
+			case claim.inTx != 0 && claim.inTx == rec.status:
+				// The handler completed the row in its own transaction
+				// (completeIdempotentInTx), which committed.
+			case !storable(rec.status):
+				s.releaseIdempotencyClaim(ctx, claim)
+			default:
+				tag, err := s.pool.Exec(ctx, completeIdempotencySQL,
+					p.KeyID, key, rec.status, rec.header.Get("Content-Type"), rec.body.Bytes(), s.clock.Now(), keptHeaders(rec.header), token)
 				if err == nil && tag.RowsAffected() == 0 {
 					// A retry took the key over after our lease: its answer is
 					// the one kept (the domain keys make the two one effect
@@ -176,23 +250,6 @@ func (s *Server) idempotent(required bool) func(http.Handler) http.Handler {
 			w.WriteHeader(rec.status)
 			_, _ = w.Write(rec.body.Bytes())
 		})
-	}
-}
-
-// replaySlot carries a *[]byte: the body to store for replay when it is not
-// the body sent (replayWithout).
-type replaySlot struct{}
-
-// replayWithout makes an idempotent route store v for replay instead of
-// the answer it sends: an answer carrying a secret (a new API key, an
-// endpoint's signing secret) is stored without it, since saldo never keeps
-// a secret it showed once. A retry then learns what was created, without
-// the secret.
-func replayWithout(r *http.Request, v any) {
-	if slot, ok := r.Context().Value(replaySlot{}).(*[]byte); ok {
-		if b, err := json.Marshal(v); err == nil {
-			*slot = b
-		}
 	}
 }
 
@@ -246,7 +303,7 @@ func (s *Server) claimIdempotencyKey(ctx context.Context, keyID, key, token stri
 		if errors.Is(err, pgx.ErrNoRows) {
 			// Deleted (a 5xx) between our insert and read: try again.
 			return &apiError{status: http.StatusConflict, code: "request_in_progress", title: "Request in progress",
-				detail: "a request with this Idempotency-Key just finished with an error; retry"}
+				detail: "a request with this Idempotency-Key just finished with an error; retry", retryAfter: 1}
 		}
 		if err != nil {
 			return err
@@ -261,7 +318,7 @@ func (s *Server) claimIdempotencyKey(ctx context.Context, keyID, key, token stri
 		}
 		if now.Before(leaseUntil) {
 			return &apiError{status: http.StatusConflict, code: "request_in_progress", title: "Request in progress",
-				detail: "a request with this Idempotency-Key is still running; retry shortly"}
+				detail: "a request with this Idempotency-Key is still running; retry shortly", retryAfter: 1}
 		}
 		// Take the claim over: the request that held it can no longer
 		// release or complete it.

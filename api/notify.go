@@ -615,7 +615,10 @@ type createEndpointRequest struct {
 // secret, shown once. With an Idempotency-Key a retry answers the endpoint
 // made the first time, without its secret (saldo never stores an answer's
 // secret for replay): a client that lost the first answer disables that
-// endpoint and registers another. A URL into the platform's network is
+// endpoint and registers another. That answer is stored in the endpoint's
+// own transaction (completeIdempotentInTx): an endpoint has no client key
+// of its own, so a retry after a lost COMMIT answer, or beside a request
+// that outlived its lease, would otherwise register a second one. A URL into the platform's network is
 // refused (checkNotificationURL) unless Config.AllowPrivateNotificationURLs.
 func (s *Server) createNotificationEndpoint(w http.ResponseWriter, r *http.Request) {
 	var req createEndpointRequest
@@ -651,6 +654,9 @@ func (s *Server) createNotificationEndpoint(w http.ResponseWriter, r *http.Reque
 	// count inside the locking statement reads that statement's snapshot,
 	// taken before the wait, so every waiter counted without the
 	// endpoints the lock's holders inserted (docs/pitfalls.md).
+	withoutSecret := ep
+	withoutSecret.Secret = ""
+	w.Header().Set("Cache-Control", "no-store")
 	err = pgx.BeginFunc(r.Context(), s.pool, func(tx pgx.Tx) error {
 		var one, active int
 		if err := tx.QueryRow(r.Context(), `SELECT 1 FROM merchants WHERE id = $1 FOR UPDATE`, ep.MerchantID).Scan(&one); err != nil {
@@ -666,18 +672,16 @@ func (s *Server) createNotificationEndpoint(w http.ResponseWriter, r *http.Reque
 		if active >= MaxNotificationEndpoints {
 			return tooMany
 		}
-		_, err := tx.Exec(r.Context(), `INSERT INTO notification_endpoints (id, merchant_id, url, secret, created_at)
-			VALUES ($1, $2, $3, $4, $5)`, ep.ID, ep.MerchantID, ep.URL, ep.Secret, ep.CreatedAt)
-		return err
+		if _, err := tx.Exec(r.Context(), `INSERT INTO notification_endpoints (id, merchant_id, url, secret, created_at)
+			VALUES ($1, $2, $3, $4, $5)`, ep.ID, ep.MerchantID, ep.URL, ep.Secret, ep.CreatedAt); err != nil {
+			return err
+		}
+		return s.completeIdempotentInTx(r.Context(), tx, r, http.StatusCreated, withoutSecret, w.Header())
 	})
 	if err != nil {
 		s.problem(w, r, err)
 		return
 	}
-	withoutSecret := ep
-	withoutSecret.Secret = ""
-	replayWithout(r, withoutSecret)
-	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusCreated, ep)
 }
 

@@ -44,6 +44,8 @@ type apiError struct {
 	title  string
 	detail string
 	field  string
+	// retryAfter, when positive, is sent as Retry-After (seconds).
+	retryAfter int
 }
 
 func (e *apiError) Error() string { return e.code + ": " + e.detail }
@@ -80,7 +82,7 @@ func problemFor(err error) Problem {
 	var mfr *attempts.ManualFailRefusedError
 	switch {
 	case errors.As(err, &ae):
-		return Problem{Status: ae.status, Code: ae.code, Title: ae.title, Detail: ae.detail, Field: ae.field}
+		return Problem{Status: ae.status, Code: ae.code, Title: ae.title, Detail: ae.detail, Field: ae.field, retryAfter: ae.retryAfter}
 	case errors.Is(err, charges.ErrNotRefundable):
 		detail := "only a paid charge can be refunded"
 		if nr, ok := errors.AsType[*charges.NotRefundableError](err); ok && nr.Reason != "" {
