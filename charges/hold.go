@@ -15,8 +15,11 @@ import (
 // the card network disputed (a chargeback) or the provider reversed put
 // shares in merchants' available balances that are in doubt: each share
 // its credit gave (creditInput: the merchant's net, each split recipient's
-// share; not the platform's fee) is held, each capped at that merchant's
-// available balance (package holds; R9, R19, R21, R22). A charge not
+// share; not the platform's fee), scaled down by the refunds that already
+// count against the charge, is held, each capped at that merchant's
+// available balance (package holds decides the amounts: holds.Hold; R9,
+// R19, R21, R22); a refund failing later tops the hold up (holds.TopUp,
+// from payouts). A charge not
 // credited (not paid) holds nothing, nor do other divergences.
 func (s *Service) DivergenceHold(ctx context.Context, tx pgx.Tx, a attempts.Attempt, postings *ledger.Deferred) error {
 	if !holds.Holds(a) {
@@ -31,11 +34,7 @@ func (s *Service) DivergenceHold(ctx context.Context, tx pgx.Tx, a attempts.Atte
 			"attempt_id", a.ID, "charge_id", c.ID, "status", c.Status, "divergence_kind", a.DivergenceKind)
 		return nil
 	}
-	shares := []holds.Share{{MerchantID: c.MerchantID, Amount: c.MerchantNet.Decimal()}}
-	for _, sp := range c.Splits {
-		shares = append(shares, holds.Share{MerchantID: sp.RecipientID, Amount: sp.Amount.Decimal()})
-	}
-	return holds.Hold(ctx, tx, s.log, a, c.Amount.Currency(), shares, string(c.Kind)+" charge "+c.ID, postings)
+	return holds.Hold(ctx, tx, s.log, a, string(c.Kind)+" charge "+c.ID, postings)
 }
 
 // SettleDivergenceHold implements attempts.DivergenceSettleOwner

@@ -44,6 +44,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
 
@@ -66,13 +67,6 @@ const (
 
 // Causes lists the three causes, as SQL (for the checks).
 const causesSQL = `('divergence_hold', 'divergence_hold_release', 'divergence_hold_book')`
-
-// Share is a merchant's money a divergence puts in doubt: what the
-// attempt's effect put in (or gave back to) its available balance.
-type Share struct {
-	MerchantID string
-	Amount     decimal.Decimal
-}
 
 // Holds reports whether a's divergence holds money: an outgoing attempt
 // paid after it failed, an incoming one disputed or reversed.
@@ -105,109 +99,342 @@ func divergenceKindOf(a attempts.Attempt) (string, error) {
 }
 
 // Hold adds to postings the hold of a's divergence (a locked in tx, its
-// divergence just recorded): when its kind holds (Holds), each merchant's
-// share in cur moves from its available account to its held account, capped
-// at the available balance read under the row lock when postings is posted
+// divergence just recorded): when its kind holds (Holds), what it wants held
+// from each merchant (wanted) moves from the merchant's available account to
+// its held account (key divergence_hold:<attempt id>), capped at the
+// available balance read under the row lock when postings is posted
 // (ledger.Deferred.AddLocked: every account of the transaction is locked in
-// one id order). Shares of one merchant are added together; zero shares are
-// not posted, and when nothing is left to hold no transaction is. A
-// shortfall is in the transaction's metadata and description and logged at
-// ERROR. what names the divergence's subject for humans ("payout po_1").
-func Hold(ctx context.Context, tx pgx.Tx, log *slog.Logger, a attempts.Attempt, cur money.Currency, shares []Share,
-	what string, postings *ledger.Deferred) error {
+// one id order), less what an earlier part of postings already held for it.
+// Nothing is posted when nothing is left to hold. A shortfall is in the
+// transaction's metadata and description and logged at ERROR. what names
+// the divergence's subject for humans ("payout po_1").
+func Hold(ctx context.Context, tx pgx.Tx, log *slog.Logger, a attempts.Attempt, what string, postings *ledger.Deferred) error {
 	if !Holds(a) {
 		return nil
 	}
+	return hold(ctx, tx, log, []target{{id: a.ID, key: CauseHold + ":" + a.ID.String(), what: what}}, nil, postings)
+}
+
+// Release is a payout's reserve going back to its merchant's available
+// balance (a failed attempt's payout_release), in the transaction that
+// posts it: TopUp's input.
+type Release struct {
+	// AttemptID is the failed attempt whose release it is; PayoutID its
+	// payout; ChargeID the charge the payout refunds ("" unless a refund).
+	AttemptID uuid.UUID
+	PayoutID  string
+	ChargeID  string
+}
+
+// TopUp adds to postings, after the releases' own transactions, a further
+// hold for every open divergence those releases concern: (a) an attempt of
+// the same payout paid after it failed (its payout's reserve, carried to
+// the releasing attempt, is free only now); (b) when the payout refunds a
+// charge, the charge's attempt disputed or reversed (the refund no longer
+// counts against the charge: more of its credit is in doubt). Each moves
+// min(wanted - held net so far, available) per merchant (key
+// divergence_hold:<diverged attempt id>:<releasing attempt id>, cause
+// divergence_hold, cause id the diverged attempt). One statement finds
+// and locks the divergences (a settlement of one waits for this
+// transaction, or this one for it); nothing is asked when releases is
+// empty (a success releases nothing).
+func TopUp(ctx context.Context, tx pgx.Tx, log *slog.Logger, releases []Release, postings *ledger.Deferred) error {
+	if len(releases) == 0 {
+		return nil
+	}
+	var subjects, dirs, by, released []string
+	for _, r := range releases {
+		subjects, dirs, by = append(subjects, r.PayoutID), append(dirs, "out"), append(by, r.AttemptID.String())
+		if r.ChargeID != "" {
+			subjects, dirs, by = append(subjects, r.ChargeID), append(dirs, "in"), append(by, r.AttemptID.String())
+		}
+		released = append(released, r.AttemptID.String())
+	}
+	// FOR UPDATE: a settlement of the divergence (which reads what its hold
+	// holds) and this hold do not cross; a divergence settled meanwhile is
+	// read again and left out.
+	rows, err := tx.Query(ctx, `SELECT a.id, r.by::text, a.subject_id
+		FROM attempts a JOIN unnest($1::text[], $2::text[], $3::uuid[]) AS r(subject, direction, by)
+		  ON a.subject_id = r.subject AND a.direction = r.direction
+		WHERE a.diverged_at IS NOT NULL AND a.divergence_settled_at IS NULL AND `+holdsSQL+`
+		  AND a.id <> r.by
+		ORDER BY a.id, r.by FOR UPDATE OF a`, subjects, dirs, by)
+	if err != nil {
+		return fmt.Errorf("holds: divergences concerned by %d releases: %w", len(releases), err)
+	}
+	var targets []target
+	var id uuid.UUID
+	var trigger, subject string
+	if _, err := pgx.ForEachRow(rows, []any{&id, &trigger, &subject}, func() error {
+		if n := len(targets); n > 0 && targets[n-1].id == id {
+			return nil // one top-up per divergence, keyed by its first releasing attempt
+		}
+		targets = append(targets, target{id: id, key: CauseHold + ":" + id.String() + ":" + trigger, what: subject,
+			trigger: trigger})
+		return nil
+	}); err != nil {
+		return fmt.Errorf("holds: divergences concerned by %d releases: %w", len(releases), err)
+	}
+	if len(targets) == 0 {
+		return nil
+	}
+	return hold(ctx, tx, log, targets, released, postings)
+}
+
+// target is one hold transaction to build: the diverged attempt, the
+// transaction's key, its subject for humans, the releasing attempt that
+// triggered a top-up ("" for the hold at the divergence).
+type target struct {
+	id                 uuid.UUID
+	key, what, trigger string
+}
+
+// want is a divergence's doubt on one merchant in one currency: what it
+// wants held (Wanted; nil when it puts nothing in doubt there) and what its
+// holds hold now (held net: hold - release - book).
+type want struct {
+	attempt            uuid.UUID
+	subject, kind      string
+	merchant           string
+	cur                money.Currency
+	wanted             *decimal.Decimal
+	net                decimal.Decimal
+	available, heldAcc int64
+}
+
+// hold builds, for each target, the move of min(wanted - held, available)
+// per merchant (held: its held net plus what earlier parts of postings
+// hold for it), one transaction per target.
+func hold(ctx context.Context, tx pgx.Tx, log *slog.Logger, targets []target, released []string, postings *ledger.Deferred) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	byMerchant := map[string]decimal.Decimal{}
-	for _, sh := range shares {
-		if sh.Amount.IsNegative() {
-			return fmt.Errorf("holds: attempt %s: negative share %s of merchant %s", a.ID, sh.Amount, sh.MerchantID)
-		}
-		if !sh.Amount.IsZero() {
-			byMerchant[sh.MerchantID] = byMerchant[sh.MerchantID].Add(sh.Amount)
-		}
+	ids := make([]string, len(targets))
+	for i, t := range targets {
+		ids[i] = t.id.String()
 	}
-	if len(byMerchant) == 0 {
+	all, err := wanted(ctx, tx, ids, released)
+	if err != nil {
+		return err
+	}
+	byAttempt := map[uuid.UUID][]*want{}
+	var accounts []int64
+	for i := range all {
+		w := &all[i]
+		if w.wanted == nil || !w.wanted.GreaterThan(w.net) {
+			continue
+		}
+		av, err := ledger.EnsureAccount(ctx, tx, ledger.MerchantAvailable(w.merchant, w.cur))
+		if err != nil {
+			return fmt.Errorf("holds: attempt %s: %w", w.attempt, err)
+		}
+		he, err := ledger.EnsureAccount(ctx, tx, ledger.MerchantHeld(w.merchant, w.cur))
+		if err != nil {
+			return fmt.Errorf("holds: attempt %s: %w", w.attempt, err)
+		}
+		w.available, w.heldAcc = av.ID, he.ID
+		accounts = append(accounts, av.ID, he.ID)
+		byAttempt[w.attempt] = append(byAttempt[w.attempt], w)
+	}
+	if len(accounts) == 0 {
 		return nil
 	}
-	merchants := make([]string, 0, len(byMerchant))
-	for m := range byMerchant {
-		merchants = append(merchants, m)
-	}
-	sort.Strings(merchants)
-	type acc struct{ available, held int64 }
-	accs := make([]acc, len(merchants))
-	var ids []int64
-	for i, m := range merchants {
-		av, err := ledger.EnsureAccount(ctx, tx, ledger.MerchantAvailable(m, cur))
-		if err != nil {
-			return fmt.Errorf("holds: attempt %s: %w", a.ID, err)
-		}
-		he, err := ledger.EnsureAccount(ctx, tx, ledger.MerchantHeld(m, cur))
-		if err != nil {
-			return fmt.Errorf("holds: attempt %s: %w", a.ID, err)
-		}
-		accs[i] = acc{av.ID, he.ID}
-		ids = append(ids, av.ID, he.ID)
-	}
-	kind, _ := divergenceKindOf(a)
-	postings.AddLocked(ids, func(bal map[int64]decimal.Decimal) ([]ledger.TransactionInput, error) {
-		var legs []ledger.PostingInput
-		wanted, held := decimal.Zero, decimal.Zero
-		meta := map[string]string{"attempt_id": a.ID.String(), "subject_id": a.SubjectID, "divergence_kind": kind}
-		var short []string
-		for i, m := range merchants {
-			want := byMerchant[m]
-			take := decimal.Min(want, decimal.Max(bal[accs[i].available], decimal.Zero))
-			wanted, held = wanted.Add(want), held.Add(take)
-			if take.IsPositive() {
-				legs = append(legs, ledger.PostingInput{AccountID: accs[i].available, Amount: take.Neg(), Currency: cur},
-					ledger.PostingInput{AccountID: accs[i].held, Amount: take, Currency: cur})
+	postings.AddLocked(accounts, func(bal map[int64]decimal.Decimal, before []ledger.TransactionInput) ([]ledger.TransactionInput, error) {
+		// What earlier parts of this transaction already hold for each
+		// attempt on each held account (a top-up and the divergence's own
+		// hold in one record batch).
+		pending := map[string]decimal.Decimal{}
+		for _, in := range before {
+			if !strings.HasPrefix(in.CauseKind, CauseHold) {
+				continue
 			}
-			if take.LessThan(want) {
-				miss := want.Sub(take)
-				short = append(short, fmt.Sprintf("%s %s", m, miss))
-				if len(meta) < 60 {
-					meta["shortfall:"+m] = miss.String()
+			for _, leg := range in.Postings {
+				k := fmt.Sprintf("%s/%d", in.CauseID, leg.AccountID)
+				pending[k] = pending[k].Add(leg.Amount)
+			}
+		}
+		var out []ledger.TransactionInput
+		for _, t := range targets {
+			ws := byAttempt[t.id]
+			if len(ws) == 0 {
+				continue
+			}
+			var legs []ledger.PostingInput
+			var short []string
+			wantedSum, heldSum := decimal.Zero, decimal.Zero
+			kind := ws[0].kind
+			meta := map[string]string{"attempt_id": t.id.String(), "subject_id": ws[0].subject, "divergence_kind": kind}
+			if t.trigger != "" {
+				meta["released_by_attempt"] = t.trigger
+			}
+			var cur money.Currency
+			for _, w := range ws {
+				cur = w.cur
+				have := w.net.Add(pending[fmt.Sprintf("%s/%d", t.id, w.heldAcc)])
+				take := decimal.Min(w.wanted.Sub(have), decimal.Max(bal[w.available], decimal.Zero))
+				if take.IsPositive() {
+					legs = append(legs, ledger.PostingInput{AccountID: w.available, Amount: take.Neg(), Currency: w.cur},
+						ledger.PostingInput{AccountID: w.heldAcc, Amount: take, Currency: w.cur})
+					bal[w.available] = bal[w.available].Sub(take)
+					bal[w.heldAcc] = bal[w.heldAcc].Add(take)
+				} else {
+					take = decimal.Zero
+				}
+				wantedSum, heldSum = wantedSum.Add(*w.wanted), heldSum.Add(have).Add(take)
+				if miss := w.wanted.Sub(have).Sub(take); miss.IsPositive() {
+					short = append(short, fmt.Sprintf("%s %s", w.merchant, miss))
+					if len(meta) < 60 {
+						meta["shortfall:"+w.merchant] = miss.String()
+					}
 				}
 			}
+			meta["wanted"], meta["held"] = wantedSum.String(), heldSum.String()
+			shortfall := wantedSum.Sub(heldSum)
+			if shortfall.IsPositive() {
+				meta["shortfall"] = shortfall.String()
+				log.ErrorContext(ctx, "divergence hold short: the merchant's available balance no longer covers what the divergence puts in doubt; "+
+					"the operator must recover the shortfall", "attempt_id", t.id, "subject", t.what, "divergence_kind", kind,
+					"currency", cur.Code(), "wanted", wantedSum.String(), "held", heldSum.String(), "shortfall", shortfall.String(),
+					"short_by_merchant", strings.Join(short, ", "), "released_by_attempt", t.trigger)
+			}
+			if len(legs) == 0 {
+				continue
+			}
+			desc := fmt.Sprintf("divergence (%s) of attempt %s of %s: %s %s held of %s wanted", kind, t.id, t.what, heldSum, cur.Code(), wantedSum)
+			if t.trigger != "" {
+				desc += " (topped up: attempt " + t.trigger + " released a reserve)"
+			}
+			if shortfall.IsPositive() {
+				desc += fmt.Sprintf("; SHORTFALL %s %s (%s) to recover", shortfall, cur.Code(), strings.Join(short, ", "))
+			}
+			out = append(out, ledger.TransactionInput{
+				IdempotencyKey: t.key,
+				CauseKind:      CauseHold,
+				CauseID:        t.id.String(),
+				Description:    truncate(desc, 1000),
+				Metadata:       meta,
+				Postings:       legs,
+			})
 		}
-		meta["wanted"], meta["held"] = wanted.String(), held.String()
-		shortfall := wanted.Sub(held)
-		if shortfall.IsPositive() {
-			meta["shortfall"] = shortfall.String()
-			log.ErrorContext(ctx, "divergence hold short: the merchant's available balance no longer covers what the divergence puts in doubt; "+
-				"the operator must recover the shortfall", "attempt_id", a.ID, "subject", what, "divergence_kind", kind,
-				"currency", cur.Code(), "wanted", wanted.String(), "held", held.String(), "shortfall", shortfall.String(),
-				"short_by_merchant", strings.Join(short, ", "))
-		}
-		if len(legs) == 0 {
-			return nil, nil
-		}
-		desc := fmt.Sprintf("divergence (%s) of attempt %s of %s: %s %s held of %s wanted", kind, a.ID, what, held, cur.Code(), wanted)
-		if shortfall.IsPositive() {
-			desc += fmt.Sprintf("; SHORTFALL %s %s (%s) to recover", shortfall, cur.Code(), strings.Join(short, ", "))
-		}
-		return []ledger.TransactionInput{{
-			IdempotencyKey: CauseHold + ":" + a.ID.String(),
-			CauseKind:      CauseHold,
-			CauseID:        a.ID.String(),
-			Description:    truncate(desc, 1000),
-			Metadata:       meta,
-			Postings:       legs,
-		}}, nil
+		return out, nil
 	}, nil, func(ts []ledger.Transaction) error {
-		if len(ts) == 0 {
-			return nil
+		for _, t := range ts {
+			log.WarnContext(ctx, "divergence hold posted: the merchant's money is held until the divergence is settled",
+				"attempt_id", t.CauseID, "ledger_tx", t.ID)
 		}
-		log.WarnContext(ctx, "divergence hold posted: the merchant's money is held until the divergence is settled",
-			"attempt_id", a.ID, "subject", what, "divergence_kind", kind, "currency", cur.Code(), "ledger_tx", ts[0].ID)
 		return nil
 	})
 	return nil
+}
+
+// wanted is what the divergences of ids want held and hold now, per
+// merchant and currency (wantedSQL); released: attempts whose
+// payout_release this transaction posts after the statement.
+func wanted(ctx context.Context, db ledger.DBTX, ids, released []string) ([]want, error) {
+	codes, minors := currencyUnits()
+	if released == nil {
+		released = []string{}
+	}
+	rows, err := db.Query(ctx, wantedSQL(`a.id = ANY ($4::uuid[])`)+` ORDER BY 1, 4, 5`, released, codes, minors, ids)
+	if err != nil {
+		return nil, fmt.Errorf("holds: what %d divergences want held: %w", len(ids), err)
+	}
+	var out []want
+	var w want
+	var cur, net string
+	var amt *string
+	if _, err := pgx.ForEachRow(rows, []any{&w.attempt, &w.subject, &w.kind, &w.merchant, &cur, &amt, &net}, func() error {
+		var err error
+		if w.cur, err = money.LookupCurrency(cur); err != nil {
+			return err
+		}
+		if w.net, err = decimal.NewFromString(net); err != nil {
+			return err
+		}
+		w.wanted = nil
+		if amt != nil {
+			d, err := decimal.NewFromString(*amt)
+			if err != nil {
+				return err
+			}
+			w.wanted = &d
+		}
+		out = append(out, w)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("holds: what %d divergences want held: %w", len(ids), err)
+	}
+	return out, nil
+}
+
+// currencyUnits is every currency's code and minor units, for wantedSQL's
+// rounding.
+func currencyUnits() ([]string, []int32) {
+	var codes []string
+	var minors []int32
+	for _, c := range money.Currencies() {
+		codes, minors = append(codes, c.Code()), append(minors, c.MinorUnits())
+	}
+	return codes, minors
+}
+
+// wantedSQL is THE formula of what a holding divergence wants held (Hold,
+// TopUp, Settle's shortfall and the audit's hold_exceeds all use it), for
+// the diverged attempts a filter selects: one row per attempt, merchant and
+// currency with what it wants (NULL: it puts nothing in doubt there) and
+// what its holds hold (held net). $1: attempts whose payout_release the
+// caller's transaction posts later ('{}' otherwise); $2, $3: currency codes
+// and their minor units.
+//
+//   - an outgoing attempt paid after it failed: its payout's amount from
+//     the payout's merchant, once the payout's reserve was released by ANY
+//     attempt of the payout (a failed attempt whose reserve was carried to
+//     the next holds nothing while that one holds the reserve);
+//   - an incoming attempt disputed or reversed, the one that credited its
+//     paid charge: each share its credit gave (the merchant's net, each
+//     split recipient's share; never the fee) times (amount - refunds that
+//     count against the charge) / amount, rounded down to the currency's
+//     minor units. A refund counts when it is processing or succeeded
+//     (payouts' refundTakesSQL, without its failed-but-paid case: such a
+//     refund's own divergence holds its amount) and was created no later
+//     than the divergence (a refund created after it, which the provider
+//     would refuse, changes nothing here).
+func wantedSQL(filter string) string {
+	return `WITH mu AS (SELECT * FROM unnest($2::text[], $3::int[]) AS m(code, minor)),
+	d AS (
+		SELECT a.id, a.direction, a.subject_id, a.divergence_kind, a.diverged_at FROM attempts a
+		WHERE (` + filter + `) AND a.diverged_at IS NOT NULL AND ` + holdsSQL + `
+	), want AS (
+		SELECT d.id, p.merchant_id, p.currency, p.amount
+		FROM d JOIN payouts p ON d.direction = 'out' AND p.id = d.subject_id
+		WHERE EXISTS (SELECT 1 FROM attempts s WHERE s.subject_id = p.id AND s.direction = 'out'
+			AND (s.id = ANY ($1::uuid[]) OR EXISTS (SELECT 1 FROM ledger_transactions r
+				WHERE r.cause_kind = 'payout_release' AND r.cause_id = s.id::text)))
+		UNION ALL
+		SELECT d.id, x.merchant_id, c.currency, trunc(x.amount * (c.amount - r.taken) / c.amount, mu.minor)
+		FROM d JOIN charges c ON d.direction = 'in' AND c.id = d.subject_id AND c.status = 'paid' AND c.attempt_id = d.id
+		JOIN mu ON mu.code = c.currency
+		CROSS JOIN LATERAL (SELECT coalesce(sum(p.amount), 0) AS taken FROM payouts p
+			WHERE p.charge_id = c.id AND p.kind = 'refund' AND p.status IN ('processing', 'succeeded')
+			  AND p.created_at <= d.diverged_at) r
+		CROSS JOIN LATERAL (SELECT c.merchant_id, c.merchant_net AS amount
+			UNION ALL SELECT s.recipient_id, s.amount FROM charge_splits s WHERE s.charge_id = c.id) x
+	), wanted AS (
+		SELECT id, merchant_id, currency, sum(amount) AS amount FROM want GROUP BY 1, 2, 3
+	), net AS (
+		SELECT d.id, ac.owner_id AS merchant_id, ac.currency, sum(po.amount) AS amount
+		FROM d JOIN ledger_transactions t ON t.cause_kind IN ` + causesSQL + ` AND t.cause_id = d.id::text
+		JOIN ledger_postings po ON po.transaction_id = t.id
+		JOIN ledger_accounts ac ON ac.id = po.account_id
+		WHERE ac.owner_kind = 'merchant' AND ac.purpose = 'held'
+		GROUP BY 1, 2, 3
+	), k AS (
+		SELECT id, merchant_id, currency FROM wanted UNION SELECT id, merchant_id, currency FROM net
+	)
+	SELECT k.id, d.subject_id, d.divergence_kind, k.merchant_id, k.currency, w.amount::text, coalesce(n.amount, 0)::text
+	FROM k JOIN d ON d.id = k.id
+	LEFT JOIN wanted w ON w.id = k.id AND w.merchant_id = k.merchant_id AND w.currency = k.currency
+	LEFT JOIN net n ON n.id = k.id AND n.merchant_id = k.merchant_id AND n.currency = k.currency`
 }
 
 // Held is what an attempt's hold still holds on one merchant's held account.
@@ -337,19 +564,24 @@ func Settle(ctx context.Context, tx pgx.Tx, log *slog.Logger, a attempts.Attempt
 	return fmt.Sprintf("hold: %s held, %s", held, done), nil
 }
 
-// shortfallOf is the shortfall the hold of attempt id recorded ("" when
-// none).
+// shortfallOf is what the divergence of attempt id wants held and its
+// holds do not hold ("" when nothing): the shortfall the operator recovers
+// outside saldo.
 func shortfallOf(ctx context.Context, db ledger.DBTX, id string) (string, error) {
-	var short *string
-	err := db.QueryRow(ctx, `SELECT metadata->>'shortfall' FROM ledger_transactions
-		WHERE cause_kind = $1 AND cause_id = $2`, CauseHold, id).Scan(&short)
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && short == nil) {
-		return "", nil
-	}
+	ws, err := wanted(ctx, db, []string{id}, nil)
 	if err != nil {
-		return "", fmt.Errorf("holds: shortfall of %s: %w", id, err)
+		return "", err
 	}
-	return *short, nil
+	var parts []string
+	for _, w := range ws {
+		if w.wanted == nil {
+			continue
+		}
+		if miss := w.wanted.Sub(w.net); miss.IsPositive() {
+			parts = append(parts, fmt.Sprintf("%s %s of merchant %s", miss.StringFixed(w.cur.MinorUnits()), w.cur.Code(), w.merchant))
+		}
+	}
+	return strings.Join(parts, ", "), nil
 }
 
 func truncate(s string, n int) string {

@@ -32,24 +32,31 @@ const holdsSQL = `((a.direction = 'in' AND a.divergence_kind IN ('dispute', 'rev
 //   - hold_cause: every hold transaction names an attempt whose divergence
 //     holds (an outgoing attempt paid after it failed; an incoming one
 //     disputed or reversed), and a release or a booking one whose
-//     divergence is settled; at most one of each per attempt;
+//     divergence is settled; at most one release or booking per attempt
+//     (holds: the one at the divergence and the top-ups of releases);
 //   - hold_net: an attempt's hold net is never negative on any account, and
 //     zero once its divergence is settled;
 //   - hold_legs: a hold moves each merchant's money from its available
 //     account to its held account, a release back, a booking from held to
 //     the attempt's provider clearing account, all in one currency;
-//   - hold_exceeds: a hold takes from each merchant at most what the
-//     divergence put in doubt: the payout's amount from the payout's
-//     merchant; from a charge's merchant its net and from each split
-//     recipient its share, in the charge's currency; nothing from an
-//     outgoing attempt whose reserve was not released (carried on).
+//   - hold_exceeds: what an attempt's holds hold (held net) from each
+//     merchant in each currency is at most what its divergence wants held
+//     there now (wantedSQL, the formula Hold and TopUp take from), and no
+//     hold ever moved money of a merchant or currency the divergence puts
+//     nothing in doubt for (an outgoing attempt whose payout's reserve was
+//     never released, a merchant with no share of the charge).
 func Verify(ctx context.Context, db ledger.DBTX) ([]Violation, error) {
 	var out []Violation
 	for _, ch := range []struct{ name, sql string }{
 		{"held_balance", heldBalanceSQL}, {"hold_cause", holdCauseSQL}, {"hold_net", holdNetSQL},
-		{"hold_legs", holdLegsSQL}, {"hold_exceeds", holdExceedsSQL},
+		{"hold_legs", holdLegsSQL}, {"hold_exceeds", holdExceedsSQL()},
 	} {
-		rows, err := db.Query(ctx, ch.sql)
+		var args []any
+		if ch.name == "hold_exceeds" {
+			codes, minors := currencyUnits()
+			args = []any{[]string{}, codes, minors}
+		}
+		rows, err := db.Query(ctx, ch.sql, args...)
 		if err != nil {
 			return nil, fmt.Errorf("holds: verify %s: %w", ch.name, err)
 		}
@@ -91,7 +98,8 @@ const holdCauseSQL = `
 	WHERE t.cause_kind IN ` + causesSQL + `
 	  AND (a.id IS NULL OR a.diverged_at IS NULL OR NOT ` + holdsSQL + `
 	       OR (t.cause_kind <> 'divergence_hold' AND a.divergence_settled_at IS NULL)
-	       OR EXISTS (SELECT 1 FROM ledger_transactions t2 WHERE t2.cause_kind = t.cause_kind AND t2.cause_id = t.cause_id AND t2.id <> t.id))
+	       OR (t.cause_kind <> 'divergence_hold' AND EXISTS (SELECT 1 FROM ledger_transactions t2
+	           WHERE t2.cause_kind = t.cause_kind AND t2.cause_id = t.cause_id AND t2.id <> t.id)))
 	ORDER BY t.id`
 
 const holdNetSQL = `
@@ -140,36 +148,18 @@ const holdLegsSQL = `
 	FROM (SELECT * FROM bad_leg UNION ALL SELECT * FROM unbalanced) b
 	ORDER BY tx, what`
 
-// holdExceedsSQL: each hold's credit to a merchant's held account against
-// what the divergence put in doubt for that merchant, in that currency.
-const holdExceedsSQL = `
-	WITH held AS (
-		SELECT t.id AS tx, t.cause_id, a.direction, a.subject_id, ac.owner_id AS merchant_id, ac.currency,
-		       sum(po.amount) AS amount
-		FROM ledger_transactions t JOIN ledger_postings po ON po.transaction_id = t.id
-		JOIN ledger_accounts ac ON ac.id = po.account_id
-		JOIN attempts a ON a.id = ` + causeAttempt + `
-		WHERE t.cause_kind = 'divergence_hold' AND ac.owner_kind = 'merchant' AND ac.purpose = 'held'
-		GROUP BY 1, 2, 3, 4, 5, 6
-	), doubt AS (
-		SELECT h.tx, h.merchant_id, h.currency, sum(x.amount) AS amount
-		FROM held h
-		JOIN LATERAL (
-			-- Only a reserve released into available is in doubt.
-			SELECT p.merchant_id, p.currency, p.amount FROM payouts p
-			WHERE h.direction = 'out' AND p.id = h.subject_id
-			  AND EXISTS (SELECT 1 FROM ledger_transactions r WHERE r.cause_kind = 'payout_release' AND r.cause_id = h.cause_id)
-			UNION ALL
-			SELECT c.merchant_id, c.currency, c.merchant_net FROM charges c
-			WHERE h.direction = 'in' AND c.id = h.subject_id
-			UNION ALL
-			SELECT s.recipient_id, c.currency, s.amount FROM charges c JOIN charge_splits s ON s.charge_id = c.id
-			WHERE h.direction = 'in' AND c.id = h.subject_id
-		) x ON x.merchant_id = h.merchant_id AND x.currency = h.currency
-		GROUP BY h.tx, h.merchant_id, h.currency
-	)
-	SELECT format('ledger transaction %s (divergence_hold of %s): holds %s %s of merchant %s, the divergence puts %s in doubt',
-		h.tx, h.cause_id, h.amount, h.currency, h.merchant_id, coalesce(d.amount::text, 'nothing'))
-	FROM held h LEFT JOIN doubt d ON d.tx = h.tx AND d.merchant_id = h.merchant_id AND d.currency = h.currency
-	WHERE d.amount IS NULL OR h.amount > d.amount
-	ORDER BY h.tx, h.merchant_id`
+// holdExceedsSQL: per diverged attempt, merchant and currency its holds
+// touched, what they hold against what the divergence wants held now
+// (wantedSQL: one formula for the holds and the audit).
+func holdExceedsSQL() string {
+	return `WITH x AS (` + wantedSQL(`true`) + `)
+	SELECT format('attempt %s (%s divergence of %s): its holds hold %s %s of merchant %s, the divergence wants %s held',
+		h.id, h.divergence_kind, h.subject_id, h.net, h.currency, h.merchant_id, coalesce(h.wanted, 'nothing'))
+	FROM x AS h (id, subject_id, divergence_kind, merchant_id, currency, wanted, net)
+	WHERE h.net::numeric <> 0 AND (h.wanted IS NULL OR h.net::numeric > h.wanted::numeric)
+	   OR h.wanted IS NULL AND EXISTS (SELECT 1 FROM ledger_transactions t JOIN ledger_postings po ON po.transaction_id = t.id
+			JOIN ledger_accounts ac ON ac.id = po.account_id
+			WHERE t.cause_kind = 'divergence_hold' AND t.cause_id = h.id::text AND ac.owner_kind = 'merchant'
+			  AND ac.purpose = 'held' AND ac.owner_id = h.merchant_id AND ac.currency = h.currency)
+	ORDER BY h.id, h.merchant_id, h.currency`
+}

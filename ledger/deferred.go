@@ -37,7 +37,7 @@ type deferredPart struct {
 	// accounts and build: an AddLocked part, built at Post (from and to
 	// are set then).
 	accounts []int64
-	build    func(balances map[int64]decimal.Decimal) ([]TransactionInput, error)
+	build    func(balances map[int64]decimal.Decimal, before []TransactionInput) ([]TransactionInput, error)
 }
 
 // ErrDeferredPosted is Add's or Post's error after Post.
@@ -61,11 +61,13 @@ func (d *Deferred) Add(ins []TransactionInput, refused func(i int, err error) er
 // account of every deferred transaction and of accounts, in id order, in
 // one statement (the order PostMany uses, so nothing else is locked in
 // another order), then calls build with each of accounts' balance as it
-// will be once the transactions deferred before this part are posted, and
-// posts what build returns in this part's place, with the others, in one
-// PostMany. It is for postings capped at a balance (a divergence's hold
-// takes at most what is available). then and refused are Add's.
-func (d *Deferred) AddLocked(accounts []int64, build func(balances map[int64]decimal.Decimal) ([]TransactionInput, error),
+// will be once the transactions deferred before this part are posted (and
+// with those transactions, before, in order: what this transaction will
+// have posted by then), and posts what build returns in this part's place,
+// with the others, in one PostMany. It is for postings capped at a balance
+// (a divergence's hold takes at most what is available, less what an
+// earlier part already held for it). then and refused are Add's.
+func (d *Deferred) AddLocked(accounts []int64, build func(balances map[int64]decimal.Decimal, before []TransactionInput) ([]TransactionInput, error),
 	refused func(i int, err error) error, then func(ts []Transaction) error) {
 	if d.posted {
 		panic(ErrDeferredPosted)
@@ -148,7 +150,7 @@ func (d *Deferred) buildLocked(ctx context.Context, tx pgx.Tx) error {
 				}
 				seen[a] = b
 			}
-			if part, err = p.build(seen); err != nil {
+			if part, err = p.build(seen, ins[:len(ins):len(ins)]); err != nil {
 				return err
 			}
 		}

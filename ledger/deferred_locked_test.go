@@ -26,12 +26,12 @@ func TestDeferredLockedPartSeesEarlierParts_R22_R23(t *testing.T) {
 	require.NoError(t, pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
 		var d ledger.Deferred
 		d.Add([]ledger.TransactionInput{transfer("credit", f.funding.Code, av.Code, "20.00")}, nil, nil)
-		d.AddLocked([]int64{av.ID, held.ID}, func(b map[int64]decimal.Decimal) ([]ledger.TransactionInput, error) {
+		d.AddLocked([]int64{av.ID, held.ID}, func(b map[int64]decimal.Decimal, _ []ledger.TransactionInput) ([]ledger.TransactionInput, error) {
 			seen = b[av.ID]
 			take := decimal.Min(seen, dec("100.00"))
 			return []ledger.TransactionInput{transfer("hold", av.Code, held.Code, take.StringFixed(2))}, nil
 		}, nil, nil)
-		d.AddLocked([]int64{av.ID}, func(b map[int64]decimal.Decimal) ([]ledger.TransactionInput, error) {
+		d.AddLocked([]int64{av.ID}, func(b map[int64]decimal.Decimal, _ []ledger.TransactionInput) ([]ledger.TransactionInput, error) {
 			require.True(t, b[av.ID].IsZero(), "a later part sees the hold: %s", b[av.ID])
 			return nil, nil // nothing to post
 		}, nil, nil)

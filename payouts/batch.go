@@ -446,7 +446,8 @@ func (s *Service) AttemptsFinal(ctx context.Context, tx pgx.Tx, as []attempts.At
 		}
 		return nil
 	})
-	return nil
+	// A release frees a reserve an open divergence may want held (R9, R22).
+	return s.topUpHolds(ctx, tx, as, ins, final, postings)
 }
 
 // attemptsFinalSQL moves the payouts of a batch of final attempts: to

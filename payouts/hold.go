@@ -13,34 +13,41 @@ import (
 
 // DivergenceHold implements attempts.HoldOwner: an outgoing attempt (a
 // payout, Pix transfer, refund or split leg) the provider paid after saldo
-// resolved it failed released its reserve into the merchant's available
-// balance while the money left: the payout's amount is held from the
-// payout's merchant, in its currency, capped at what is available (package
-// holds; R9, R19, R22), when that attempt's reserve was released (not
-// carried to a next attempt). Other divergences of outgoing attempts hold
-// nothing.
+// resolved it failed: once the payout's reserve went back to available
+// (released by this attempt or a later one of the payout), the money left
+// all the same, and the payout's amount is held from the payout's merchant,
+// capped at what is available (package holds decides: holds.Hold; R9, R19,
+// R22). While a next attempt still holds the carried reserve (RetryPolicy),
+// nothing is free yet: the hold comes with that attempt's release
+// (holds.TopUp, from AttemptsFinal). Other divergences hold nothing.
 func (s *Service) DivergenceHold(ctx context.Context, tx pgx.Tx, a attempts.Attempt, postings *ledger.Deferred) error {
 	if !holds.Holds(a) {
 		return nil
 	}
-	// Only a reserve released into available puts it in doubt. A failed
-	// attempt whose reserve was carried to the payout's next attempt
-	// (RetryPolicy) freed nothing: that attempt, held in review by the
-	// divergence (holdSiblings), still holds the reserve.
-	var released bool
-	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ledger_transactions WHERE cause_kind = $1 AND cause_id = $2)`,
-		CauseRelease, a.ID.String()).Scan(&released); err != nil {
-		return fmt.Errorf("payouts: release of diverged attempt %s: %w", a.ID, err)
+	return holds.Hold(ctx, tx, s.log, a, "payout "+a.SubjectID, postings)
+}
+
+// topUpHolds adds to postings (after the releases in ins) the further
+// holds of the open divergences the releases of as concern (holds.TopUp):
+// one statement for the batch, none when nothing is released.
+func (s *Service) topUpHolds(ctx context.Context, tx pgx.Tx, as []attempts.Attempt, ins []ledger.TransactionInput,
+	final map[string]Payout, postings *ledger.Deferred) error {
+	var rs []holds.Release
+	for i, a := range as {
+		if ins[i].CauseKind != CauseRelease {
+			continue
+		}
+		p := final[a.SubjectID]
+		r := holds.Release{AttemptID: a.ID, PayoutID: p.ID}
+		if p.Kind == attempts.KindRefund {
+			r.ChargeID = p.ChargeID
+		}
+		rs = append(rs, r)
 	}
-	if !released {
-		return nil
+	if err := holds.TopUp(ctx, tx, s.log, rs, postings); err != nil {
+		return fmt.Errorf("payouts: holds topped up by %d releases: %w", len(rs), err)
 	}
-	p, err := s.get(ctx, tx, "", a.SubjectID)
-	if err != nil {
-		return fmt.Errorf("payouts: payout %s of diverged attempt %s: %w", a.SubjectID, a.ID, err)
-	}
-	return holds.Hold(ctx, tx, s.log, a, p.Amount.Currency(),
-		[]holds.Share{{MerchantID: p.MerchantID, Amount: p.Amount.Decimal()}}, string(p.Kind)+" "+p.ID, postings)
+	return nil
 }
 
 // SettleDivergenceHold implements attempts.DivergenceSettleOwner
