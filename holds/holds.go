@@ -150,14 +150,18 @@ func TopUp(ctx context.Context, tx pgx.Tx, log *slog.Logger, releases []Release,
 		}
 		released = append(released, r.AttemptID.String())
 	}
-	// FOR UPDATE: a settlement of the divergence (which reads what its hold
-	// holds) and this hold do not cross; a divergence settled meanwhile is
-	// read again and left out.
-	rows, err := tx.Query(ctx, `SELECT a.id, r.by::text, a.subject_id
+	// FOR UPDATE, and the divergence read from the locked row: a settlement
+	// of the divergence (which reads what its hold holds) and this top-up do
+	// not cross. A refunded charge's attempts are locked whether diverged or
+	// not: a dispute recorded concurrently either waits for this
+	// transaction (and its hold then sees the refund failed) or is seen
+	// here once it committed.
+	rows, err := tx.Query(ctx, `SELECT a.id, r.by::text, a.subject_id,
+		    (a.diverged_at IS NOT NULL AND a.divergence_settled_at IS NULL AND `+holdsSQL+`) AS holding
 		FROM attempts a JOIN unnest($1::text[], $2::text[], $3::uuid[]) AS r(subject, direction, by)
 		  ON a.subject_id = r.subject AND a.direction = r.direction
-		WHERE a.diverged_at IS NOT NULL AND a.divergence_settled_at IS NULL AND `+holdsSQL+`
-		  AND a.id <> r.by
+		WHERE a.id <> r.by AND (r.direction = 'in'
+		   OR (a.diverged_at IS NOT NULL AND a.divergence_settled_at IS NULL AND `+holdsSQL+`))
 		ORDER BY a.id, r.by FOR UPDATE OF a`, subjects, dirs, by)
 	if err != nil {
 		return fmt.Errorf("holds: divergences concerned by %d releases: %w", len(releases), err)
@@ -165,8 +169,9 @@ func TopUp(ctx context.Context, tx pgx.Tx, log *slog.Logger, releases []Release,
 	var targets []target
 	var id uuid.UUID
 	var trigger, subject string
-	if _, err := pgx.ForEachRow(rows, []any{&id, &trigger, &subject}, func() error {
-		if n := len(targets); n > 0 && targets[n-1].id == id {
+	var holding bool
+	if _, err := pgx.ForEachRow(rows, []any{&id, &trigger, &subject, &holding}, func() error {
+		if n := len(targets); !holding || (n > 0 && targets[n-1].id == id) {
 			return nil // one top-up per divergence, keyed by its first releasing attempt
 		}
 		targets = append(targets, target{id: id, key: CauseHold + ":" + id.String() + ":" + trigger, what: subject,
