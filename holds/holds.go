@@ -14,26 +14,44 @@
 //     merchant's net, each split recipient's share; not the platform's fee)
 //     that the card network took back or that never arrived.
 //
-// For those, the transaction that records the divergence also moves each
-// share from the merchant's available account to its held account
+// What such a divergence WANTS held is computed from the attempt, now
+// (wantedSQL, the one formula): for an outgoing attempt, the payout's amount
+// once the payout's reserve was released by any of its attempts (nothing
+// while a next attempt still holds the carried reserve); for an incoming
+// one, each share its credit gave (the merchant's net, each split
+// recipient's share; never the platform's fee) times (amount - refunds
+// that count against the charge: processing or succeeded) / amount,
+// rounded down to the currency's minor units.
+//
+// The transaction that records the divergence moves, per merchant, what it
+// wants from the merchant's available account to its held account
 // (ledger.MerchantHeld; cause divergence_hold, cause id the attempt id, key
 // divergence_hold:<attempt id>), at most what is available, read under the
-// account's row lock: available never goes negative, and a shortfall (the
-// merchant paid part of it out before) is written in the hold's metadata and
-// logged at ERROR for the operator to recover. Payouts reserve from
-// available only: held money cannot be paid out. Other kinds hold nothing (a
-// payout's reversal: the ledger shows money left that came back, available
-// does not overstate; a second operation; a charge paid after it failed:
-// never credited).
+// account's row lock: available never goes negative, and a shortfall is
+// written in the hold's metadata and logged at ERROR. Later, the
+// transaction of a payout's release (a failed attempt's reserve going back
+// to available: payouts' AttemptsFinal, one by one or batched) tops up
+// (TopUp) the open divergences it concerns: another attempt of the same
+// payout paid after it failed, and, for a refund, its charge's dispute or
+// reversal. Each moves min(wanted - held net so far, available) (key
+// divergence_hold:<attempt id>:<releasing attempt id>). Money that comes
+// back to available any other way (an unrelated payout of the merchant in
+// flight at the hold, failing later) does not top up: that shortfall stays
+// for the operator (docs/runbook.md). Payouts reserve from available only:
+// held money cannot be paid out. Other kinds hold nothing (a payout's
+// reversal: the ledger shows money left that came back, available does
+// not overstate; a second operation; a charge paid after it failed: never
+// credited).
 //
 // Settling the divergence (attempts.Service.SettleDivergence) decides what
 // the hold still holds: release (held -> available, cause
 // divergence_hold_release) or book (held -> the attempt's provider clearing
 // account, cause divergence_hold_book), in the settlement's transaction.
 //
-// One place decides the legs: the owners (payouts, charges) say only which
-// shares the divergence puts in doubt (Share); Hold and Settle post them,
-// and Verify checks them for `saldo audit verify`.
+// One place decides the legs and the amounts: the owners (payouts,
+// charges) only say when (Hold at the divergence, TopUp at a release);
+// Hold, TopUp and Settle post them from wantedSQL, and Verify checks them
+// against the same formula for `saldo audit verify`.
 package holds
 
 import (
@@ -54,7 +72,8 @@ import (
 )
 
 // Ledger causes of the holds' transactions; each cause id is the diverged
-// attempt's id and each idempotency key is "<cause>:<attempt id>".
+// attempt's id and each idempotency key is "<cause>:<attempt id>" (a
+// top-up's: "divergence_hold:<attempt id>:<releasing attempt id>").
 const (
 	// CauseHold: available -> held, in the divergence's transaction.
 	CauseHold = "divergence_hold"
