@@ -970,21 +970,9 @@ type ResolveInput struct {
 // operator's "failed" (SourceOperator) is ResolveManually's decision, with
 // its refusals (ErrManualFailRefused).
 func (s *Service) ResolveByReference(ctx context.Context, in ResolveInput) (ResolveResult, error) {
-	var actor Actor
-	switch in.Source {
-	case SourceWebhook:
-		actor = ActorWebhook
-	case SourceResolver:
-		actor = ActorResolver
-	case SourceReconciliation:
-		actor = ActorReconciliation
-	case SourceOperator:
-		actor = ActorOperator
-		if in.Actor == "" || strings.TrimSpace(in.Reason) == "" {
-			return ResolveResult{}, fmt.Errorf("%w: an operator resolution needs an operator id and a reason", ErrInvalid)
-		}
-	default:
-		return ResolveResult{}, fmt.Errorf("%w: unknown source %q", ErrInvalid, in.Source)
+	actor, err := sourceActor(in)
+	if err != nil {
+		return ResolveResult{}, err
 	}
 	switch in.State {
 	case providers.StateSucceeded, providers.StateFailed, providers.StateProcessing:
@@ -1005,7 +993,7 @@ func (s *Service) ResolveByReference(ctx context.Context, in ResolveInput) (Reso
 	}
 	var res ResolveResult
 	var mismatch error
-	err := s.inTx(ctx, func(tx pgx.Tx, after *afterCommit) error {
+	err = s.inTx(ctx, func(tx pgx.Tx, after *afterCommit) error {
 		mismatch = nil
 		a, err := scanAttempt(tx.QueryRow(ctx, `SELECT `+attemptColumns+` FROM attempts WHERE reference = $1 FOR UPDATE`, in.Reference))
 		if err != nil {

@@ -672,7 +672,12 @@ func (s *Service) runTx(ctx context.Context, collectFinals bool, fn func(tx pgx.
 		after.collectFinals = false
 		// After the owners credited them: a chargeback reported while a
 		// charge's attempt was open becomes its dispute divergence now.
-		return s.disputesAfterSuccess(ctx, tx, &after, after.finals)
+		if err := s.disputesAfterSuccess(ctx, tx, &after, after.finals); err != nil {
+			return err
+		}
+		// And a second operation reported while one was open, its
+		// divergence (NoteSecondOperation).
+		return s.secondOperationsAfterFinal(ctx, tx, &after, after.finals)
 	})
 	if err != nil {
 		return err

@@ -125,6 +125,12 @@ func (s *Service) transition(ctx context.Context, tx pgx.Tx, after *afterCommit,
 		if na, err = s.disputeAfterSuccess(ctx, tx, after, na); err != nil {
 			return transitioned{}, err
 		}
+		// A second operation reported while the attempt was open becomes
+		// its divergence now that it is final (NoteSecondOperation; R9,
+		// R19). In an inTxFinals transaction, secondOperationsAfterFinal.
+		if na, err = s.secondOperationAfterFinal(ctx, tx, after, na); err != nil {
+			return transitioned{}, err
+		}
 	case c.To == StatusUnknown:
 		if err := s.enqueueResolveFor(ctx, tx, na); err != nil {
 			return transitioned{}, err

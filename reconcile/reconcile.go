@@ -869,7 +869,7 @@ func (s *Service) matchGroup(ctx context.Context, st *runState, ls []line, a, ot
 		}
 	}
 	// extras: one line per other operation, reported to the attempts core
-	// once the attempt is succeeded as its own.
+	// (reportExtras).
 	var extras []line
 	if ownID != "" {
 		var own []line
@@ -890,21 +890,26 @@ func (s *Service) matchGroup(ctx context.Context, st *runState, ls []line, a, ot
 		for _, id := range extraIDs {
 			x := extra[id][0]
 			extras = append(extras, x)
-			how := "succeeded"
+			how := fmt.Sprintf("succeeded as provider operation %s", ownID)
 			if a.Status.Open() {
-				how = "is resolved by this statement"
+				how = fmt.Sprintf("was %s when this run met it (its own operation on the statement: %s); the copy is "+
+					"recorded on the attempt, and is its second_operation divergence once the attempt succeeds", a.Status, ownID)
 			}
 			out = append(out, finding{kind: KindDoublePayment, day: d, fingerprint: opFingerprint(ref, x), reference: ref,
 				providerID: id, attempt: a, currency: x.Currency,
 				detail: fmt.Sprintf("the provider moved money (%s %s %s, id %s) under reference %q of %s %s, whose attempt "+
-					"%s as provider operation %s: a double payment", x.Operation, x.Amount, x.Currency, id, ref,
-					a.Kind, a.SubjectID, how, ownID),
+					"%s: a double payment", x.Operation, x.Amount, x.Currency, id, ref, a.Kind, a.SubjectID, how),
 				provider: linesSide(ls), our: our})
 		}
-		if a.Status == attempts.StatusSucceeded {
-			if err := s.reportExtras(ctx, st, *a, extras); err != nil {
-				return nil, false, err
-			}
+		// Each other operation reaches the attempts core before the own
+		// line is reported, whatever becomes of that report (refused for
+		// its amount, processing, a provider id the core contradicts): on
+		// a succeeded attempt it is its second_operation divergence at
+		// once; on an open one a note the core turns into the divergence in
+		// the transaction that makes the attempt final (R9, R19). The same
+		// operation seen again adds nothing.
+		if err := s.reportExtras(ctx, st, *a, ownID, extras); err != nil {
+			return nil, false, err
 		}
 		if len(own) == 0 {
 			return out, false, nil
@@ -1027,14 +1032,6 @@ func (s *Service) matchGroup(ctx context.Context, st *runState, ls []line, a, ot
 		case err != nil:
 			return nil, false, err
 		}
-		if res.Attempt.Status == attempts.StatusSucceeded && ownID != "" && res.Attempt.ProviderID == ownID {
-			// Now succeeded as its own operation: the others are second
-			// operations, recorded on it as the succeeded branch above
-			// does (a re-run takes that branch and adds nothing).
-			if err := s.reportExtras(ctx, st, *a, extras); err != nil {
-				return nil, false, err
-			}
-		}
 		if res.Transitioned {
 			na := *a
 			na.Status, na.ResolvedBy = res.Attempt.Status, res.Attempt.ResolvedBy
@@ -1069,16 +1066,27 @@ func (s *Service) matchGroup(ctx context.Context, st *runState, ls []line, a, ot
 }
 
 // reportExtras gives the attempts core each extra operation under the
-// reference of a, succeeded as another: the core records the second
-// operation on the attempt as a divergence (second_operation: review,
-// needs_attention, *.diverged, the audit until an operator settles it), as
-// a webhook or a lookup that named it first did; the same operation seen
-// again, by any of them or by a later run, is found by its provider id and
-// adds nothing (R9, R19). Its status and the ledger stay.
-func (s *Service) reportExtras(ctx context.Context, st *runState, a ours, extras []line) error {
+// reference of a, whose own is ownID (attempts.NoteSecondOperation). On a
+// succeeded attempt the core records the second operation as a divergence
+// (second_operation: review, needs_attention, *.diverged, the audit until
+// an operator settles it), as a webhook or a lookup that named it first
+// did. On an open one it notes it, and the transaction that makes the
+// attempt final records that divergence (or, failed, paid_after_failure):
+// an attempt whose own line this run cannot take (another amount: review)
+// never loses its second operation. The same operation seen again, by any
+// of them or by a later run, is found by its provider id and adds nothing
+// (R9, R19). Its status and the ledger stay.
+func (s *Service) reportExtras(ctx context.Context, st *runState, a ours, ownID string, extras []line) error {
 	for _, x := range extras {
-		if _, err := s.report(ctx, st, a, x); err != nil && !errors.Is(err, attempts.ErrReportMismatch) &&
-			!errors.Is(err, attempts.ErrProviderIDMismatch) {
+		evidence, err := lineEvidence(st, x)
+		if err != nil {
+			return err
+		}
+		_, err = s.att.NoteSecondOperation(ctx, attempts.SecondOperationInput{Besides: ownID,
+			ResolveInput: attempts.ResolveInput{Reference: a.Reference, Provider: st.run.Provider, Evidence: evidence,
+				Operation: x.Operation, Amount: x.Amount, Currency: x.Currency, State: x.State, ProviderID: x.ProviderID,
+				Source: attempts.SourceReconciliation, Actor: st.run.ID, Reason: lineReason(st, x)}})
+		if err != nil && !errors.Is(err, attempts.ErrReportMismatch) && !errors.Is(err, attempts.ErrProviderIDMismatch) {
 			return err
 		}
 	}
@@ -1088,19 +1096,28 @@ func (s *Service) reportExtras(ctx context.Context, st *runState, a ours, extras
 // report gives the attempts core the statement line l as the provider's
 // word about a, through the conditional transition (R10, R17).
 func (s *Service) report(ctx context.Context, st *runState, a ours, l line) (attempts.ResolveResult, error) {
-	evidence, err := json.Marshal(map[string]any{"reconciliation_run": st.run.ID, "provider": st.run.Provider,
-		"day": st.run.Day.Format(time.DateOnly), "statement_line": map[string]any{"operation": l.Operation,
-			"reference": l.Reference, "provider_id": l.ProviderID, "state": l.State, "amount": l.Amount,
-			"currency": l.Currency, "at": l.At.UTC()}})
+	evidence, err := lineEvidence(st, l)
 	if err != nil {
 		return attempts.ResolveResult{}, err
 	}
 	return s.att.ResolveByReference(ctx, attempts.ResolveInput{Reference: a.Reference, Provider: st.run.Provider, Evidence: evidence,
 		Operation: l.Operation, Amount: l.Amount, Currency: l.Currency, State: l.State, ProviderID: l.ProviderID,
-		Source: attempts.SourceReconciliation, Actor: st.run.ID,
-		Reason: fmt.Sprintf("reconciliation run %s: the %s statement of %s lists %s %s %s %s %s (id %s, at %s)",
-			st.run.ID, st.run.Provider, st.run.Day.Format(time.DateOnly), l.Operation, l.Reference, l.State, l.Amount,
-			l.Currency, l.ProviderID, l.At.UTC().Format(time.RFC3339))})
+		Source: attempts.SourceReconciliation, Actor: st.run.ID, Reason: lineReason(st, l)})
+}
+
+// lineEvidence is the evidence of a report of statement line l by the run.
+func lineEvidence(st *runState, l line) (json.RawMessage, error) {
+	return json.Marshal(map[string]any{"reconciliation_run": st.run.ID, "provider": st.run.Provider,
+		"day": st.run.Day.Format(time.DateOnly), "statement_line": map[string]any{"operation": l.Operation,
+			"reference": l.Reference, "provider_id": l.ProviderID, "state": l.State, "amount": l.Amount,
+			"currency": l.Currency, "at": l.At.UTC()}})
+}
+
+// lineReason is the reason of a report of statement line l by the run.
+func lineReason(st *runState, l line) string {
+	return fmt.Sprintf("reconciliation run %s: the %s statement of %s lists %s %s %s %s %s (id %s, at %s)",
+		st.run.ID, st.run.Provider, st.run.Day.Format(time.DateOnly), l.Operation, l.Reference, l.State, l.Amount,
+		l.Currency, l.ProviderID, l.At.UTC().Format(time.RFC3339))
 }
 
 // mismatch compares a line with the attempt: the first field that differs,
