@@ -226,6 +226,18 @@ type line struct {
 
 func (l line) moved() bool { return l.State == providers.StateSucceeded }
 
+// version is what a line says about its operation: operation, amount,
+// currency and state. Lines of one provider operation (one provider id)
+// with one version are one operation listed twice (a page repeated); with
+// more, the statement contradicts itself (conflicts).
+func (l line) version() string {
+	amount := l.Amount
+	if l.ok {
+		amount = l.amount.String()
+	}
+	return strings.Join([]string{string(l.Operation), amount, strings.ToUpper(l.Currency), string(l.State)}, "\x00")
+}
+
 // opKey names the provider operation of the line: "id:" and its provider
 // id, or, for a line without one, "line:" and its day, hash and occurrence,
 // so two anonymous lines are never taken for one operation.
@@ -426,6 +438,9 @@ type runState struct {
 	// unreadable: the lines of each statement fetched that saldo cannot
 	// read (see unreadable), kept out of statements.
 	unreadable map[time.Time][]refused
+	// conflicted: the operations (line.opKey) the day's statement lists
+	// more than once with different versions (conflicts).
+	conflicted map[string]bool
 }
 
 // refused is a statement line saldo cannot read, and why.
@@ -462,6 +477,7 @@ func (s *Service) Run(ctx context.Context, provider string, day time.Time, opts 
 		opts.TriggeredBy = "unknown"
 	}
 	st := &runState{prov: prov, statements: map[time.Time][]line{}, unreadable: map[time.Time][]refused{},
+		conflicted: map[string]bool{},
 		run: Run{ID: newID("rr_"), Provider: provider, Day: d, Status: "running", TriggeredBy: opts.TriggeredBy,
 			StartedAt: now, ByKind: map[Kind]int{}}}
 	if _, err := s.pool.Exec(ctx, `INSERT INTO reconcile_runs (id, provider, day, status, triggered_by, started_at)
@@ -683,6 +699,9 @@ func (s *Service) run(ctx context.Context, st *runState, opts RunOptions) error 
 	if err != nil {
 		return err
 	}
+	if err := storeAll(conflicts(st, lines, found, byID)); err != nil {
+		return err
+	}
 
 	// intents: per (direction, subject), the references whose lines moved money.
 	type intent struct {
@@ -800,6 +819,79 @@ func (s *Service) run(ctx context.Context, st *runState, opts RunOptions) error 
 		return err
 	}
 	return s.autoResolve(ctx, st)
+}
+
+// conflicts reports each provider operation (provider id) that the day's
+// lines list more than once with different versions (amount, currency,
+// state, operation), and records it in st.conflicted: one amount_mismatch
+// naming every line, whatever their order (R19). The statement contradicts
+// itself about money that moved: saldo takes no line as the operation's
+// word (matchGroup resolves no open attempt with it and compares each of
+// its lines with the attempt), and the totals count each amount
+// (ledgerTotals). Repeated lines that agree are one operation, as before.
+func conflicts(st *runState, lines []line, found, byID map[string]ours) []finding {
+	d := st.run.Day
+	byOp := map[string][]line{}
+	for _, l := range lines {
+		if l.ProviderID != "" {
+			byOp[l.opKey()] = append(byOp[l.opKey()], l)
+		}
+	}
+	keys := make([]string, 0, len(byOp))
+	for k, ls := range byOp {
+		if len(ls) > 1 {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	var out []finding
+	for _, k := range keys {
+		ls := append([]line(nil), byOp[k]...)
+		sort.SliceStable(ls, func(i, j int) bool {
+			if vi, vj := ls[i].version(), ls[j].version(); vi != vj {
+				return vi < vj
+			}
+			if ls[i].Reference != ls[j].Reference {
+				return ls[i].Reference < ls[j].Reference
+			}
+			return ls[i].At.Before(ls[j].At)
+		})
+		var says []string
+		seen := map[string]bool{}
+		for _, l := range ls {
+			if v := l.version(); !seen[v] {
+				seen[v] = true
+				says = append(says, fmt.Sprintf("%s %s %s %s (reference %q)", l.Operation, l.Amount, l.Currency, l.State, l.Reference))
+			}
+		}
+		if len(says) < 2 {
+			continue
+		}
+		st.conflicted[k] = true
+		var a *ours
+		for _, l := range ls {
+			if o, ok := found[l.Reference]; ok && l.Reference != "" {
+				a = &o
+				break
+			}
+		}
+		if o, ok := byID[ls[0].ProviderID]; ok && a == nil {
+			a = &o
+		}
+		var our any = map[string]any{}
+		currency := strings.ToUpper(ls[0].Currency)
+		if a != nil {
+			our, currency = a.side(), a.Currency
+		}
+		out = append(out, finding{kind: KindAmountMismatch, day: d, fingerprint: "versions:" + k, reference: ls[0].Reference,
+			providerID: ls[0].ProviderID, attempt: a, currency: currency,
+			detail: fmt.Sprintf("the %s statement of %s lists provider operation %s %d times and its lines disagree: %s. "+
+				"saldo takes none of them for the operation's word (no open attempt is resolved by it; the totals count "+
+				"each amount): ask the provider which is true", st.run.Provider, d.Format(time.DateOnly), ls[0].ProviderID,
+				len(ls), strings.Join(says, "; ")),
+			provider: linesSide(ls), our: our})
+	}
+	return out
 }
 
 // ownLines reports whether lines (one group) include the operation of a:
@@ -974,6 +1066,20 @@ func (s *Service) matchGroup(ctx context.Context, st *runState, ls []line, a, ot
 		}
 	}
 	field, said, want := mismatch(l, *a)
+	// An operation the statement lists with different versions
+	// (conflicts): each of its lines is compared with the attempt, so a
+	// contradicting one is found whatever the lines' order.
+	conflicted := st.conflicted[l.opKey()]
+	for _, m := range ls {
+		if !conflicted || field != "" {
+			break
+		}
+		if m.opKey() == l.opKey() {
+			if f, sd, w := mismatch(m, *a); f != "" {
+				l, field, said, want = m, f, sd, w
+			}
+		}
+	}
 	if field != "" {
 		out = append(out, finding{kind: KindAmountMismatch, day: d, fingerprint: key, reference: a.Reference,
 			providerID: l.ProviderID, attempt: a, currency: a.Currency,
@@ -1018,6 +1124,12 @@ func (s *Service) matchGroup(ctx context.Context, st *runState, ls []line, a, ot
 	switch {
 	case a.Status.Open():
 		if l.State != providers.StateSucceeded && l.State != providers.StateFailed {
+			return out, false, nil
+		}
+		if conflicted {
+			// The statement says the operation succeeded and failed:
+			// not its word; the attempt stays open for its lookups or a
+			// human (the conflict is reported).
 			return out, false, nil
 		}
 		res, err := s.report(ctx, st, *a, l)
@@ -1441,14 +1553,17 @@ func (s *Service) ledgerTotals(ctx context.Context, st *runState, lines []line, 
 	type key struct{ cur, dir string }
 	stmt := map[key]decimal.Decimal{}
 	count := map[key]int{}
-	// One operation listed twice (a page of the statement repeated: the
-	// same provider id) is one operation, as the matching takes it.
+	// One operation listed twice alike (a page of the statement repeated:
+	// the same provider id, amount, currency and state) is one operation,
+	// as the matching takes it. Listed with different amounts, each
+	// amount counts: the totals never pick one of the statement's
+	// contradicting words (conflicts reports them), whatever their order.
 	counted := map[string]bool{}
 	for _, l := range lines {
-		if !l.moved() || !l.ok || counted[l.opKey()] {
+		if !l.moved() || !l.ok || counted[l.opKey()+"\x00"+l.version()] {
 			continue
 		}
-		counted[l.opKey()] = true
+		counted[l.opKey()+"\x00"+l.version()] = true
 		dir := "in"
 		if outgoing(l.Operation) {
 			dir = "out"
