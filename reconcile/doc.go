@@ -29,7 +29,9 @@
 //     statement, under the reference of a succeeded attempt whose
 //     recorded provider id is another (or of an open attempt, besides the
 //     operation the run resolves it with). The attempts core records such
-//     an operation on the attempt (second_operation) once it succeeded.
+//     an operation on the attempt (second_operation); on an open attempt
+//     a note (attempts.NoteSecondOperation), the divergence once the
+//     attempt is made final, whatever became of its own line.
 //   - unreadable_line (critical): a statement line saldo cannot read (text
 //     PostgreSQL cannot store, or a currency saldo does not know). It is
 //     reported alone, its fields quoted, matched to no attempt and counted
@@ -47,7 +49,11 @@
 //     until then it is counted as deferred.
 //   - amount_mismatch (high): the statement's amount, currency or
 //     operation differs from the attempt's (an open attempt then goes to
-//     review through ResolveByReference, which moves nothing).
+//     review through ResolveByReference, which moves nothing); or the
+//     statement lists one provider operation (provider id) more than once
+//     with different amounts, currencies, states or operations
+//     (conflicts): every line is named, no open attempt is resolved by
+//     them, the totals count each amount.
 //   - ledger_totals (high): per currency and direction, the ledger's
 //     settled (payout_settle) and credited (charge_credit) sums of the
 //     provider's attempts resolved that day differ from the statement's
