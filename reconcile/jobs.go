@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -37,8 +38,16 @@ func (w *RunWorker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
 	if err != nil {
 		return river.JobCancel(fmt.Errorf("reconcile: bad day %q: %w", job.Args.Day, err))
 	}
-	if err := w.svc.catchUp(ctx, job.Args.Provider, day); err != nil {
-		return err
+	// A day whose daily job started is not the catch-up's any more, whatever
+	// becomes of this job (cancelled by an operator: catchUp).
+	if _, err := w.svc.pool.Exec(ctx, `INSERT INTO reconcile_job_days (provider, day, recorded_at) VALUES ($1, $2, $3)
+		ON CONFLICT DO NOTHING`, job.Args.Provider, Day(day), w.svc.clock.Now()); err != nil {
+		return fmt.Errorf("reconcile: record the daily job of %s for %s: %w", job.Args.Provider, job.Args.Day, err)
+	}
+	if c, err := river.ClientFromContextSafely[pgx.Tx](ctx); err == nil {
+		if err := w.svc.catchUp(ctx, c, job.Args.Provider, day); err != nil {
+			return err
+		}
 	}
 	// The daily job reconciles a provider's day once. River's uniqueness
 	// alone cannot say so: it forgets a completed job after
@@ -73,46 +82,51 @@ const CatchUpDays = 7
 // catchUp enqueues the daily runs of the days before day, back to
 // CatchUpDays before the last closed day, that no daily run reconciled
 // since the provider's first one (a fresh install catches up nothing: the
-// days before it are no business of saldo's). Each is its own job, unique
-// by its provider and day like the daily one; a day a job is still
-// retrying is not enqueued twice (R19).
-func (s *Service) catchUp(ctx context.Context, provider string, day time.Time) error {
-	c, err := river.ClientFromContextSafely[pgx.Tx](ctx)
-	if err != nil {
-		return nil // not run by River (a test calling Work)
-	}
+// days before it are no business of saldo's) and that no daily job was
+// enqueued by a catch-up or started for (reconcile_job_days, recorded in
+// the transaction that enqueues them). Each is its own job, unique by its
+// provider and day like the daily one: a day a job is still retrying is
+// not enqueued twice, and a day whose job was cancelled (an operator, in
+// River's UI) or discarded is not enqueued again by every later daily job,
+// though River's uniqueness does not count such a job (R19). That day is
+// the operator's (saldo reconcile --date).
+func (s *Service) catchUp(ctx context.Context, c *river.Client[pgx.Tx], provider string, day time.Time) error {
 	from := DayToReconcile(s.clock.Now(), s.cfg.SettleMargin).AddDate(0, 0, -CatchUpDays)
-	rows, err := s.pool.Query(ctx, `SELECT d::date FROM generate_series($2::date, $3::date, interval '1 day') d
-		WHERE d >= (SELECT min(day) FROM reconcile_runs WHERE provider = $1 AND status = 'succeeded' AND triggered_by LIKE 'job:%')
-			AND NOT EXISTS (SELECT 1 FROM reconcile_runs r WHERE r.provider = $1 AND r.day = d::date AND r.status = 'succeeded'
-				AND r.triggered_by LIKE 'job:%')
-		ORDER BY d`, provider, from, Day(day).AddDate(0, 0, -1))
-	if err != nil {
-		return fmt.Errorf("reconcile: missed days of %s: %w", provider, err)
-	}
-	days, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
-	if err != nil {
-		return fmt.Errorf("reconcile: missed days of %s: %w", provider, err)
-	}
-	if len(days) == 0 {
-		return nil
-	}
-	params := make([]river.InsertManyParams, 0, len(days))
-	for _, d := range days {
-		params = append(params, river.InsertManyParams{Args: RunArgs{Provider: provider, Day: d.Format(time.DateOnly)},
-			InsertOpts: &river.InsertOpts{Queue: s.cfg.Queue, UniqueOpts: river.UniqueOpts{ByArgs: true}}})
-	}
-	res, err := c.InsertMany(ctx, params)
+	var days []time.Time
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `INSERT INTO reconcile_job_days (provider, day, recorded_at)
+			SELECT $1, d::date, $4 FROM generate_series($2::date, $3::date, interval '1 day') d
+			WHERE d >= (SELECT min(day) FROM reconcile_runs WHERE provider = $1 AND status = 'succeeded' AND triggered_by LIKE 'job:%')
+				AND NOT EXISTS (SELECT 1 FROM reconcile_runs r WHERE r.provider = $1 AND r.day = d::date AND r.status = 'succeeded'
+					AND r.triggered_by LIKE 'job:%')
+			ON CONFLICT DO NOTHING
+			RETURNING day`, provider, from, Day(day).AddDate(0, 0, -1), s.clock.Now())
+		if err != nil {
+			return err
+		}
+		if days, err = pgx.CollectRows(rows, pgx.RowTo[time.Time]); err != nil {
+			return err
+		}
+		if len(days) == 0 {
+			return nil
+		}
+		sort.Slice(days, func(i, j int) bool { return days[i].Before(days[j]) })
+		params := make([]river.InsertManyParams, 0, len(days))
+		for _, d := range days {
+			params = append(params, river.InsertManyParams{Args: RunArgs{Provider: provider, Day: d.Format(time.DateOnly)},
+				InsertOpts: &river.InsertOpts{Queue: s.cfg.Queue, UniqueOpts: river.UniqueOpts{ByArgs: true}}})
+		}
+		_, err = c.InsertManyTx(ctx, tx, params)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("reconcile: enqueue missed days of %s: %w", provider, err)
 	}
-	var names []string
-	for i, r := range res {
-		if !r.UniqueSkippedAsDuplicate {
-			names = append(names, days[i].Format(time.DateOnly))
+	if len(days) > 0 {
+		names := make([]string, 0, len(days))
+		for _, d := range days {
+			names = append(names, d.Format(time.DateOnly))
 		}
-	}
-	if len(names) > 0 {
 		s.log.WarnContext(ctx, "reconcile: catching up days no daily run reconciled", "provider", provider, "days", names)
 	}
 	return nil
