@@ -38,9 +38,10 @@ const (
 
 // recordDivergence records on a (locked in tx, final) what the provider
 // said against it: diverged_at, divergence (why) and its kind, review, a
-// review event; it holds the subject's unsent attempts (holdSiblings),
-// tells the owner (DivergenceOwner, its notification), has a HoldOwner hold
-// the merchant's money the divergence puts in doubt and, after commit,
+// review event; it holds the subject's unsent attempts (holdSiblings, and
+// again once a SubjectLocker owner locked the subject's row), tells the
+// owner (DivergenceOwner, its notification), has a HoldOwner hold the
+// merchant's money the divergence puts in doubt and, after commit,
 // logs, counts and calls OnReview. An attempt already diverged keeps its
 // divergence (the evidence never changes, R9): diverged is false and the
 // caller's note is all. said is what the provider reported, for the log.
@@ -61,8 +62,27 @@ func (s *Service) recordDivergence(ctx context.Context, tx pgx.Tx, after *afterC
 	if err := insertEvent(ctx, tx, Event{AttemptID: na.ID, At: now, Type: EventReview, Actor: actor, Reason: why}); err != nil {
 		return na, false, err
 	}
+	// The unsent siblings visible now, locked before the subject (attempt
+	// rows, then the subject's row: the order of every transaction that
+	// makes an attempt final, so an operator failing an unsent sibling at
+	// this moment makes this wait, not deadlock).
 	if err := s.holdSiblings(ctx, tx, after, na, actor); err != nil {
 		return na, false, err
+	}
+	if o, ok := s.owner(na.Kind).(SubjectLocker); ok {
+		// The subject's row (a payout's), then, in later statements (new
+		// snapshots), its siblings again and the owner's hooks: a
+		// concurrent transaction that made another attempt final and
+		// opened the subject's next attempt (RetryPolicy) or released its
+		// reserve committed before this lock, and its next attempt is held
+		// here, its release seen by the hold; or it waits for this
+		// transaction and then sees the divergence (R6, R9, R22).
+		if err := o.LockSubject(ctx, tx, na); err != nil {
+			return na, false, fmt.Errorf("attempts: subject of diverged %s: %w", na.ID, err)
+		}
+		if err := s.holdSiblings(ctx, tx, after, na, actor); err != nil {
+			return na, false, err
+		}
 	}
 	if o, ok := s.owner(na.Kind).(DivergenceOwner); ok {
 		if err := o.AttemptDiverged(ctx, tx, na); err != nil {

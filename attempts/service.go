@@ -56,6 +56,22 @@ type DivergenceOwner interface {
 	AttemptDiverged(ctx context.Context, tx pgx.Tx, a Attempt) error
 }
 
+// SubjectLocker is an Owner whose subject has a row that serializes its
+// attempts' outcomes (a payout's row, R6, R9, R22): LockSubject locks it
+// (FOR UPDATE) in tx. The transaction that records a divergence of a calls
+// it after a's row (lock order: attempt, then subject, as every
+// transaction that makes an attempt final and then moves its owner's
+// row), before it holds a's unsent siblings (a second time) and runs the
+// owner's hooks. So a concurrent transaction that makes another attempt
+// of the subject final and decides from the subject's other attempts
+// (opens a next one, releases the reserve) either committed before and is
+// seen by the divergence's later statements (its next attempt held in
+// review, its release held), or waits and then sees the divergence.
+type SubjectLocker interface {
+	Owner
+	LockSubject(ctx context.Context, tx pgx.Tx, a Attempt) error
+}
+
 // HoldOwner is a DivergenceOwner that holds a merchant's money while a
 // divergence of one of its attempts is open, when the divergence means the
 // merchant's available balance overstates what it has (a payout paid after

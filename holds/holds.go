@@ -153,56 +153,84 @@ type Release struct {
 // counts against the charge: more of its credit is in doubt). Each moves
 // min(wanted - held net so far, available) per merchant (key
 // divergence_hold:<diverged attempt id>:<releasing attempt id>, cause
-// divergence_hold, cause id the diverged attempt). One statement finds
-// and locks the divergences (a settlement of one waits for this
-// transaction, or this one for it); nothing is asked when releases is
-// empty (a success releases nothing).
+// divergence_hold, cause id the diverged attempt). The caller holds each
+// releasing payout's row: (a) is read after it, (b) locks the charge's
+// attempts; nothing is asked when releases is empty (a success releases
+// nothing).
 func TopUp(ctx context.Context, tx pgx.Tx, log *slog.Logger, releases []Release, postings *ledger.Deferred) error {
 	if len(releases) == 0 {
 		return nil
 	}
-	var subjects, dirs, by, released []string
+	var payouts, payoutBy, charges, chargeBy, released []string
 	for _, r := range releases {
-		subjects, dirs, by = append(subjects, r.PayoutID), append(dirs, "out"), append(by, r.AttemptID.String())
+		payouts, payoutBy = append(payouts, r.PayoutID), append(payoutBy, r.AttemptID.String())
 		if r.ChargeID != "" {
-			subjects, dirs, by = append(subjects, r.ChargeID), append(dirs, "in"), append(by, r.AttemptID.String())
+			charges, chargeBy = append(charges, r.ChargeID), append(chargeBy, r.AttemptID.String())
 		}
 		released = append(released, r.AttemptID.String())
 	}
-	// FOR UPDATE, and the divergence read from the locked row: a settlement
-	// of the divergence (which reads what its hold holds) and this top-up do
-	// not cross. A refunded charge's attempts are locked whether diverged or
-	// not: a dispute recorded concurrently either waits for this
-	// transaction (and its hold then sees the refund failed) or is seen
-	// here once it committed.
-	rows, err := tx.Query(ctx, `SELECT a.id, r.by::text, a.subject_id,
-		    (a.diverged_at IS NOT NULL AND a.divergence_settled_at IS NULL AND `+holdsSQL+`) AS holding
-		FROM attempts a JOIN unnest($1::text[], $2::text[], $3::uuid[]) AS r(subject, direction, by)
-		  ON a.subject_id = r.subject AND a.direction = r.direction
-		WHERE a.id <> r.by AND (r.direction = 'in'
-		   OR (a.diverged_at IS NOT NULL AND a.divergence_settled_at IS NULL AND `+holdsSQL+`))
-		ORDER BY a.id, r.by FOR UPDATE OF a`, subjects, dirs, by)
+	// (a) The payout's own other attempts, read, not locked: the caller
+	// holds each payout's row (payouts' attemptsFinalSQL moved it), and
+	// every transaction that records a divergence of a payout's attempt or
+	// settles one locks the payout's row after the attempt's (the owner's
+	// attempts.SubjectLocker): one that committed first is seen by this
+	// statement's snapshot, a later one waits for this transaction. Locking
+	// the attempts here would deadlock with a divergence that holds its
+	// attempt and waits for the payout (docs/pitfalls.md).
+	rows, err := tx.Query(ctx, `SELECT a.id, r.by::text, a.subject_id, true
+		FROM attempts a JOIN unnest($1::text[], $2::uuid[]) AS r(subject, by)
+		  ON a.subject_id = r.subject AND a.direction = 'out'
+		WHERE a.id <> r.by AND a.diverged_at IS NOT NULL AND a.divergence_settled_at IS NULL AND `+holdsSQL+`
+		ORDER BY a.id, r.by`, payouts, payoutBy)
 	if err != nil {
 		return fmt.Errorf("holds: divergences concerned by %d releases: %w", len(releases), err)
 	}
-	var targets []target
-	var id uuid.UUID
-	var trigger, subject string
-	var holding bool
-	if _, err := pgx.ForEachRow(rows, []any{&id, &trigger, &subject, &holding}, func() error {
-		if n := len(targets); !holding || (n > 0 && targets[n-1].id == id) {
-			return nil // one top-up per divergence, keyed by its first releasing attempt
-		}
-		targets = append(targets, target{id: id, key: CauseHold + ":" + id.String() + ":" + trigger, what: subject,
-			trigger: trigger})
-		return nil
-	}); err != nil {
+	targets, err := topUpTargets(rows, nil)
+	if err != nil {
 		return fmt.Errorf("holds: divergences concerned by %d releases: %w", len(releases), err)
+	}
+	if len(charges) > 0 {
+		// (b) A refunded charge's attempts, locked (FOR UPDATE, the
+		// divergence read from the locked row) whether diverged or not: a
+		// dispute recorded concurrently (which never takes the refund's
+		// payout row) either waits for this transaction (and its hold
+		// then sees the refund failed) or is seen here once it committed;
+		// a settlement of one (which reads what its hold holds) and this
+		// top-up do not cross.
+		rows, err := tx.Query(ctx, `SELECT a.id, r.by::text, a.subject_id,
+			    (a.diverged_at IS NOT NULL AND a.divergence_settled_at IS NULL AND `+holdsSQL+`) AS holding
+			FROM attempts a JOIN unnest($1::text[], $2::uuid[]) AS r(subject, by)
+			  ON a.subject_id = r.subject AND a.direction = 'in'
+			ORDER BY a.id, r.by FOR UPDATE OF a`, charges, chargeBy)
+		if err != nil {
+			return fmt.Errorf("holds: divergences concerned by %d refunds' releases: %w", len(charges), err)
+		}
+		if targets, err = topUpTargets(rows, targets); err != nil {
+			return fmt.Errorf("holds: divergences concerned by %d refunds' releases: %w", len(charges), err)
+		}
 	}
 	if len(targets) == 0 {
 		return nil
 	}
 	return hold(ctx, tx, log, targets, released, postings)
+}
+
+// topUpTargets appends to targets a top-up for each holding divergence of
+// rows (id, releasing attempt, subject, holding; in id order): one per
+// divergence, keyed by its first releasing attempt.
+func topUpTargets(rows pgx.Rows, targets []target) ([]target, error) {
+	var id uuid.UUID
+	var trigger, subject string
+	var holding bool
+	_, err := pgx.ForEachRow(rows, []any{&id, &trigger, &subject, &holding}, func() error {
+		if n := len(targets); !holding || (n > 0 && targets[n-1].id == id) {
+			return nil
+		}
+		targets = append(targets, target{id: id, key: CauseHold + ":" + id.String() + ":" + trigger, what: subject,
+			trigger: trigger})
+		return nil
+	})
+	return targets, err
 }
 
 // target is one hold transaction to build: the diverged attempt, the

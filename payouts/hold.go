@@ -51,12 +51,37 @@ func (s *Service) topUpHolds(ctx context.Context, tx pgx.Tx, as []attempts.Attem
 }
 
 // SettleDivergenceHold implements attempts.DivergenceSettleOwner
-// (holds.Settle).
+// (holds.Settle). The payout's row is locked first (a locked before it:
+// the divergence's order), so the settlement reads what the hold holds
+// after a concurrent release of another attempt of the payout committed
+// its top-up (holds.TopUp), or that release waits and sees the divergence
+// settled (R9, R22).
 func (s *Service) SettleDivergenceHold(ctx context.Context, tx pgx.Tx, a attempts.Attempt, d attempts.HoldDecision) (string, error) {
+	if err := s.LockSubject(ctx, tx, a); err != nil {
+		return "", err
+	}
 	return holds.Settle(ctx, tx, s.log, a, d)
+}
+
+// LockSubject implements attempts.SubjectLocker: a's payout row, FOR
+// UPDATE, in the transaction that records a's divergence (a locked
+// first). The payout's row is where a divergence and the outcome of the
+// payout's other attempts meet: AttemptsFinal moves it (attemptsFinalSQL)
+// before it decides, from the payout's other attempts, whether to open
+// the next attempt (anyDiverged) or release the reserve and top up the
+// holds (holds.TopUp); Retry locks it before anyDiverged. Whichever takes
+// the row second sees what the first committed (R6, R9, R22). Lock order
+// everywhere: attempt rows, then the payout's row (docs/pitfalls.md).
+func (s *Service) LockSubject(ctx context.Context, tx pgx.Tx, a attempts.Attempt) error {
+	var one int
+	if err := tx.QueryRow(ctx, `SELECT 1 FROM payouts WHERE id = $1 FOR UPDATE`, a.SubjectID).Scan(&one); err != nil {
+		return fmt.Errorf("payouts: lock payout %s of attempt %s: %w", a.SubjectID, a.ID, err)
+	}
+	return nil
 }
 
 var (
 	_ attempts.HoldOwner             = (*Service)(nil)
 	_ attempts.DivergenceSettleOwner = (*Service)(nil)
+	_ attempts.SubjectLocker         = (*Service)(nil)
 )
