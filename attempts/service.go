@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -671,7 +672,37 @@ func (s *Service) inTxFinals(ctx context.Context, fn func(tx pgx.Tx, after *afte
 	return s.runTx(ctx, true, fn)
 }
 
+// deadlockTries is how many times runTx runs a transaction PostgreSQL
+// chose as a deadlock's victim (40P01).
+const deadlockTries = 3
+
+// runTx runs fn in a transaction, again (up to deadlockTries in all) when
+// PostgreSQL aborted it as a deadlock's victim: nothing of it committed,
+// and fn reads what it decides from inside its transaction (a closure
+// keeps no state across tries but what it assigns). A divergence locks its
+// subject's row after its attempt, then holds the subject's unsent
+// siblings again (recordDivergence): a transaction that locked such a
+// sibling in that instant and waits for the subject's row is a cycle,
+// which PostgreSQL breaks by aborting one of the two; each is an attempts
+// transaction and runs again here, instead of an error to a provider's
+// webhook, a job or an operator (docs/pitfalls.md).
 func (s *Service) runTx(ctx context.Context, collectFinals bool, fn func(tx pgx.Tx, after *afterCommit) error) error {
+	for try := 1; ; try++ {
+		err := s.runTxOnce(ctx, collectFinals, fn)
+		if try >= deadlockTries || !isDeadlock(err) || ctx.Err() != nil {
+			return err
+		}
+		s.log.WarnContext(ctx, "attempts: transaction aborted by a deadlock; running it again", "try", try, "error", err)
+	}
+}
+
+// isDeadlock reports whether err is PostgreSQL's deadlock_detected.
+func isDeadlock(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "40P01"
+}
+
+func (s *Service) runTxOnce(ctx context.Context, collectFinals bool, fn func(tx pgx.Tx, after *afterCommit) error) error {
 	var after afterCommit
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		after = afterCommit{collectFinals: collectFinals}
