@@ -139,10 +139,13 @@ func Hold(ctx context.Context, tx pgx.Tx, log *slog.Logger, a attempts.Attempt, 
 // posts it: TopUp's input.
 type Release struct {
 	// AttemptID is the failed attempt whose release it is; PayoutID its
-	// payout; ChargeID the charge the payout refunds ("" unless a refund).
-	AttemptID uuid.UUID
-	PayoutID  string
-	ChargeID  string
+	// payout; ChargeID the charge the payout refunds ("" unless a refund);
+	// MerchantID and Currency: whose available balance it credits.
+	AttemptID  uuid.UUID
+	PayoutID   string
+	ChargeID   string
+	MerchantID string
+	Currency   money.Currency
 }
 
 // TopUp adds to postings, after the releases' own transactions, a further
@@ -150,70 +153,109 @@ type Release struct {
 // the same payout paid after it failed (its payout's reserve, carried to
 // the releasing attempt, is free only now); (b) when the payout refunds a
 // charge, the charge's attempt disputed or reversed (the refund no longer
-// counts against the charge: more of its credit is in doubt). Each moves
-// min(wanted - held net so far, available) per merchant (key
+// counts against the charge: more of its credit is in doubt); (c) any other
+// open holding divergence that wants money of the releasing merchant in
+// that currency (another payout's attempt of the merchant paid after it
+// failed; a charge disputed or reversed whose credit gave the merchant a
+// share: its own charge or a split recipient's), so that money coming back
+// to available by an unrelated release fills a short hold before it can
+// be paid out (R9, R22). Each moves min(wanted - held net so far,
+// available) per merchant, oldest divergence (attempt id) first (key
 // divergence_hold:<diverged attempt id>:<releasing attempt id>, cause
-// divergence_hold, cause id the diverged attempt). The caller holds each
-// releasing payout's row: (a) is read after it, (b) locks the charge's
-// attempts; nothing is asked when releases is empty (a success releases
-// nothing).
+// divergence_hold, cause id the diverged attempt). One statement finds and
+// locks them all (topUpSQL); nothing is asked when releases is empty (a
+// success releases nothing). The caller holds each releasing attempt's and
+// payout's row.
 func TopUp(ctx context.Context, tx pgx.Tx, log *slog.Logger, releases []Release, postings *ledger.Deferred) error {
 	if len(releases) == 0 {
 		return nil
 	}
-	var payouts, payoutBy, charges, chargeBy, released []string
-	for _, r := range releases {
-		payouts, payoutBy = append(payouts, r.PayoutID), append(payoutBy, r.AttemptID.String())
-		if r.ChargeID != "" {
-			charges, chargeBy = append(charges, r.ChargeID), append(chargeBy, r.AttemptID.String())
-		}
-		released = append(released, r.AttemptID.String())
+	n := len(releases)
+	payouts, by, charges := make([]string, n), make([]string, n), make([]string, n)
+	merchants, currencies, released := make([]string, n), make([]string, n), make([]string, n)
+	for i, r := range releases {
+		payouts[i], by[i], charges[i] = r.PayoutID, r.AttemptID.String(), r.ChargeID
+		merchants[i], currencies[i], released[i] = r.MerchantID, r.Currency.Code(), r.AttemptID.String()
 	}
-	// (a) The payout's own other attempts, read, not locked: the caller
-	// holds each payout's row (payouts' attemptsFinalSQL moved it), and
-	// every transaction that records a divergence of a payout's attempt or
-	// settles one locks the payout's row after the attempt's (the owner's
-	// attempts.SubjectLocker): one that committed first is seen by this
-	// statement's snapshot, a later one waits for this transaction. Locking
-	// the attempts here would deadlock with a divergence that holds its
-	// attempt and waits for the payout (docs/pitfalls.md).
-	rows, err := tx.Query(ctx, `SELECT a.id, r.by::text, a.subject_id, true
-		FROM attempts a JOIN unnest($1::text[], $2::uuid[]) AS r(subject, by)
-		  ON a.subject_id = r.subject AND a.direction = 'out'
-		WHERE a.id <> r.by AND a.diverged_at IS NOT NULL AND a.divergence_settled_at IS NULL AND `+holdsSQL+`
-		ORDER BY a.id, r.by`, payouts, payoutBy)
+	rows, err := tx.Query(ctx, topUpSQL, payouts, by, charges, merchants, currencies)
 	if err != nil {
-		return fmt.Errorf("holds: divergences concerned by %d releases: %w", len(releases), err)
+		return fmt.Errorf("holds: divergences concerned by %d releases: %w", n, err)
 	}
 	targets, err := topUpTargets(rows, nil)
 	if err != nil {
-		return fmt.Errorf("holds: divergences concerned by %d releases: %w", len(releases), err)
-	}
-	if len(charges) > 0 {
-		// (b) A refunded charge's attempts, locked (FOR UPDATE, the
-		// divergence read from the locked row) whether diverged or not: a
-		// dispute recorded concurrently (which never takes the refund's
-		// payout row) either waits for this transaction (and its hold
-		// then sees the refund failed) or is seen here once it committed;
-		// a settlement of one (which reads what its hold holds) and this
-		// top-up do not cross.
-		rows, err := tx.Query(ctx, `SELECT a.id, r.by::text, a.subject_id,
-			    (a.diverged_at IS NOT NULL AND a.divergence_settled_at IS NULL AND `+holdsSQL+`) AS holding
-			FROM attempts a JOIN unnest($1::text[], $2::uuid[]) AS r(subject, by)
-			  ON a.subject_id = r.subject AND a.direction = 'in'
-			ORDER BY a.id, r.by FOR UPDATE OF a`, charges, chargeBy)
-		if err != nil {
-			return fmt.Errorf("holds: divergences concerned by %d refunds' releases: %w", len(charges), err)
-		}
-		if targets, err = topUpTargets(rows, targets); err != nil {
-			return fmt.Errorf("holds: divergences concerned by %d refunds' releases: %w", len(charges), err)
-		}
+		return fmt.Errorf("holds: divergences concerned by %d releases: %w", n, err)
 	}
 	if len(targets) == 0 {
 		return nil
 	}
 	return hold(ctx, tx, log, targets, released, postings)
 }
+
+// topUpSQL finds, in one statement, the divergences a batch of releases
+// concerns ($1 payouts, $2 releasing attempts, $3 refunded charges or '',
+// $4 merchants, $5 currencies; one row per release) and locks what
+// serialises each top-up with the divergence's settlement and with another
+// release's top-up of it: one row per divergence and releasing attempt (id,
+// releasing attempt, subject, holding), in id order.
+//
+//   - own (a): the releasing payout's other attempts, read, not locked: the
+//     caller holds the payout's row (payouts' attemptsFinalSQL moved it),
+//     and every transaction that records a divergence of a payout's attempt
+//     or settles one locks the payout's row after the attempt's (the
+//     owner's attempts.SubjectLocker): one that committed first is seen by
+//     this statement's snapshot, a later one waits for this transaction.
+//     Locking the attempts here would deadlock with a divergence that holds
+//     its attempt and waits for the payout (docs/pitfalls.md).
+//   - in (b, c): a refunded charge's attempts whether diverged or not, and
+//     every open dispute or reversal of a charge whose credit gave the
+//     releasing merchant a share in that currency: locked (lin, FOR UPDATE,
+//     id order), the divergence read from the locked row (a condition on
+//     it in the WHERE would read the statement's snapshot). A dispute
+//     recorded concurrently on a refunded charge (which never takes the
+//     refund's payout row) either waits for this transaction (and its hold
+//     then sees the refund failed) or is seen here once it committed; a
+//     settlement (which reads what the hold holds) and this top-up do not
+//     cross; two releases' top-ups of one divergence take turns.
+//   - out (c): open paid_after_failure divergences of the merchant's other
+//     payouts in that currency (not the batch's: those are own): their
+//     payout's row is locked (lout, FOR UPDATE, id order, after lin), where
+//     the divergence's settlement, its payout's own release (own, above)
+//     and another release's top-up of it meet; whether it is still open is
+//     read after the lock (wanted, a later statement, skips a settled one).
+//
+// The candidates of c are read from the partial index of open divergences
+// (attempts_diverged: diverged_at IS NOT NULL AND divergence_settled_at IS
+// NULL): a few rows.
+const topUpSQL = `WITH r AS (
+		SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::text[]) AS r(payout, by, charge, merchant, currency)
+	), c AS (
+		SELECT a.id, r.by, 'own' AS how FROM attempts a JOIN r ON a.subject_id = r.payout AND a.direction = 'out'
+		WHERE a.id <> r.by AND a.diverged_at IS NOT NULL AND a.divergence_settled_at IS NULL AND ` + holdsSQL + `
+		UNION ALL
+		SELECT a.id, r.by, 'in' FROM attempts a JOIN r ON r.charge <> '' AND a.subject_id = r.charge AND a.direction = 'in'
+		UNION ALL
+		SELECT a.id, r.by, 'out' FROM attempts a JOIN payouts p ON p.id = a.subject_id
+		JOIN r ON p.merchant_id = r.merchant AND p.currency = r.currency
+		WHERE a.direction = 'out' AND a.diverged_at IS NOT NULL AND a.divergence_settled_at IS NULL AND ` + holdsSQL + `
+		  AND p.id <> ALL ($1::text[])
+		UNION ALL
+		SELECT a.id, r.by, 'in' FROM attempts a JOIN charges ch ON ch.id = a.subject_id AND ch.attempt_id = a.id
+		JOIN r ON ch.currency = r.currency AND (ch.merchant_id = r.merchant
+			OR EXISTS (SELECT 1 FROM charge_splits s WHERE s.charge_id = ch.id AND s.recipient_id = r.merchant))
+		WHERE a.direction = 'in' AND a.diverged_at IS NOT NULL AND a.divergence_settled_at IS NULL AND ` + holdsSQL + `
+	), lin AS (
+		SELECT a.id, (a.diverged_at IS NOT NULL AND a.divergence_settled_at IS NULL AND ` + holdsSQL + `) AS holding
+		FROM attempts a WHERE a.id IN (SELECT id FROM c WHERE how = 'in') ORDER BY a.id FOR UPDATE
+	), lout AS (
+		SELECT p.id FROM payouts p
+		WHERE p.id IN (SELECT a.subject_id FROM attempts a JOIN c ON c.id = a.id AND c.how = 'out')
+		  AND (SELECT count(*) FROM lin) >= 0
+		ORDER BY p.id FOR UPDATE
+	), lo AS (SELECT count(*) FROM lout)
+	SELECT c.id, c.by::text, a.subject_id, CASE WHEN c.how = 'in' THEN coalesce(l.holding, false) ELSE true END
+	FROM c JOIN attempts a ON a.id = c.id LEFT JOIN lin l ON l.id = c.id
+	WHERE (SELECT count FROM lo) >= 0
+	ORDER BY c.id, c.by`
 
 // topUpTargets appends to targets a top-up for each holding divergence of
 // rows (id, releasing attempt, subject, holding; in id order): one per
@@ -265,7 +307,10 @@ func hold(ctx context.Context, tx pgx.Tx, log *slog.Logger, targets []target, re
 	for i, t := range targets {
 		ids[i] = t.id.String()
 	}
-	all, err := wanted(ctx, tx, ids, released)
+	// Only open divergences: a top-up's candidate of another payout is read
+	// as open before its payout's row was locked (topUpSQL, lout); its
+	// settlement may have committed in between.
+	all, err := wanted(ctx, tx, ids, released, true)
 	if err != nil {
 		return err
 	}
@@ -382,12 +427,16 @@ func hold(ctx context.Context, tx pgx.Tx, log *slog.Logger, targets []target, re
 // wanted is what the divergences of ids want held and hold now, per
 // merchant and currency (wantedSQL); released: attempts whose
 // payout_release this transaction posts after the statement.
-func wanted(ctx context.Context, db ledger.DBTX, ids, released []string) ([]want, error) {
+func wanted(ctx context.Context, db ledger.DBTX, ids, released []string, open bool) ([]want, error) {
 	codes, minors := currencyUnits()
 	if released == nil {
 		released = []string{}
 	}
-	rows, err := db.Query(ctx, wantedSQL(`a.id = ANY ($4::uuid[])`)+` ORDER BY 1, 4, 5`, released, codes, minors, ids)
+	filter := `a.id = ANY ($4::uuid[])`
+	if open {
+		filter += ` AND a.divergence_settled_at IS NULL`
+	}
+	rows, err := db.Query(ctx, wantedSQL(filter)+` ORDER BY 1, 4, 5`, released, codes, minors, ids)
 	if err != nil {
 		return nil, fmt.Errorf("holds: what %d divergences want held: %w", len(ids), err)
 	}
@@ -620,7 +669,7 @@ func Settle(ctx context.Context, tx pgx.Tx, log *slog.Logger, a attempts.Attempt
 // holds do not hold ("" when nothing): the shortfall the operator recovers
 // outside saldo.
 func shortfallOf(ctx context.Context, db ledger.DBTX, id string) (string, error) {
-	ws, err := wanted(ctx, db, []string{id}, nil)
+	ws, err := wanted(ctx, db, []string{id}, nil, false)
 	if err != nil {
 		return "", err
 	}

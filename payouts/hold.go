@@ -29,7 +29,9 @@ func (s *Service) DivergenceHold(ctx context.Context, tx pgx.Tx, a attempts.Atte
 
 // topUpHolds adds to postings (after the releases in ins) the further
 // holds of the open divergences the releases of as concern (holds.TopUp):
-// one statement for the batch, none when nothing is released.
+// the payout's own, a refunded charge's, and any other open divergence
+// short of the releasing merchant's money in that currency (R9, R22). One
+// statement for the batch, none when nothing is released.
 func (s *Service) topUpHolds(ctx context.Context, tx pgx.Tx, as []attempts.Attempt, ins []ledger.TransactionInput,
 	final map[string]Payout, postings *ledger.Deferred) error {
 	var rs []holds.Release
@@ -38,7 +40,7 @@ func (s *Service) topUpHolds(ctx context.Context, tx pgx.Tx, as []attempts.Attem
 			continue
 		}
 		p := final[a.SubjectID]
-		r := holds.Release{AttemptID: a.ID, PayoutID: p.ID}
+		r := holds.Release{AttemptID: a.ID, PayoutID: p.ID, MerchantID: p.MerchantID, Currency: p.Amount.Currency()}
 		if p.Kind == attempts.KindRefund {
 			r.ChargeID = p.ChargeID
 		}
