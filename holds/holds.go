@@ -192,7 +192,7 @@ func TopUp(ctx context.Context, tx pgx.Tx, log *slog.Logger, releases []Release,
 }
 
 // topUpSQL finds, in one statement, the divergences a batch of releases
-// concerns ($1 payouts, $2 releasing attempts, $3 refunded charges or ”,
+// concerns ($1 payouts, $2 releasing attempts, $3 refunded charges or empty,
 // $4 merchants, $5 currencies; one row per release) and locks what
 // serialises each top-up with the divergence's settlement and with another
 // release's top-up of it: one row per divergence and releasing attempt (id,
