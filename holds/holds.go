@@ -223,37 +223,41 @@ func TopUp(ctx context.Context, tx pgx.Tx, log *slog.Logger, releases []Release,
 //     and another release's top-up of it meet; whether it is still open is
 //     read after the lock (wanted, a later statement, skips a settled one).
 //
-// The candidates of c are read from the partial index of open divergences
-// (attempts_diverged: diverged_at IS NOT NULL AND divergence_settled_at IS
-// NULL): a few rows.
+// The open divergences (od) are read once from the partial index of open
+// divergences (attempts_diverged: diverged_at IS NOT NULL AND
+// divergence_settled_at IS NULL, the review queue's): a few rows, joined
+// to their payout or charge by primary key (OFFSET 0: the planner keeps
+// the open divergences outside); a merchant's many payouts are never
+// scanned.
 const topUpSQL = `WITH r AS (
 		SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::text[]) AS r(payout, by, charge, merchant, currency)
+	), od AS MATERIALIZED (
+		SELECT a.id, a.direction, a.subject_id FROM attempts a
+		WHERE a.diverged_at IS NOT NULL AND a.divergence_settled_at IS NULL AND ` + holdsSQL + `
 	), c AS (
-		SELECT a.id, r.by, 'own' AS how FROM attempts a JOIN r ON a.subject_id = r.payout AND a.direction = 'out'
-		WHERE a.id <> r.by AND a.diverged_at IS NOT NULL AND a.divergence_settled_at IS NULL AND ` + holdsSQL + `
+		SELECT od.id, r.by, od.subject_id, 'own' AS how FROM od JOIN r ON od.subject_id = r.payout AND od.direction = 'out'
+		WHERE od.id <> r.by
 		UNION ALL
-		SELECT a.id, r.by, 'in' FROM attempts a JOIN r ON r.charge <> '' AND a.subject_id = r.charge AND a.direction = 'in'
+		SELECT a.id, r.by, a.subject_id, 'in' FROM attempts a JOIN r ON r.charge <> '' AND a.subject_id = r.charge AND a.direction = 'in'
 		UNION ALL
-		SELECT a.id, r.by, 'out' FROM attempts a JOIN payouts p ON p.id = a.subject_id
+		SELECT od.id, r.by, od.subject_id, 'out' FROM od
+		CROSS JOIN LATERAL (SELECT p.merchant_id, p.currency FROM payouts p WHERE od.direction = 'out' AND p.id = od.subject_id OFFSET 0) p
 		JOIN r ON p.merchant_id = r.merchant AND p.currency = r.currency
-		WHERE a.direction = 'out' AND a.diverged_at IS NOT NULL AND a.divergence_settled_at IS NULL AND ` + holdsSQL + `
-		  AND p.id <> ALL ($1::text[])
+		WHERE od.subject_id <> ALL ($1::text[])
 		UNION ALL
-		SELECT a.id, r.by, 'in' FROM attempts a JOIN charges ch ON ch.id = a.subject_id AND ch.attempt_id = a.id
+		SELECT od.id, r.by, od.subject_id, 'in' FROM od JOIN charges ch ON od.direction = 'in' AND ch.id = od.subject_id AND ch.attempt_id = od.id
 		JOIN r ON ch.currency = r.currency AND (ch.merchant_id = r.merchant
 			OR EXISTS (SELECT 1 FROM charge_splits s WHERE s.charge_id = ch.id AND s.recipient_id = r.merchant))
-		WHERE a.direction = 'in' AND a.diverged_at IS NOT NULL AND a.divergence_settled_at IS NULL AND ` + holdsSQL + `
 	), lin AS (
 		SELECT a.id, (a.diverged_at IS NOT NULL AND a.divergence_settled_at IS NULL AND ` + holdsSQL + `) AS holding
 		FROM attempts a WHERE a.id IN (SELECT id FROM c WHERE how = 'in') ORDER BY a.id FOR UPDATE
 	), lout AS (
 		SELECT p.id FROM payouts p
-		WHERE p.id IN (SELECT a.subject_id FROM attempts a JOIN c ON c.id = a.id AND c.how = 'out')
-		  AND (SELECT count(*) FROM lin) >= 0
+		WHERE p.id IN (SELECT subject_id FROM c WHERE how = 'out') AND (SELECT count(*) FROM lin) >= 0
 		ORDER BY p.id FOR UPDATE
 	), lo AS (SELECT count(*) FROM lout)
-	SELECT c.id, c.by::text, a.subject_id, CASE WHEN c.how = 'in' THEN coalesce(l.holding, false) ELSE true END
-	FROM c JOIN attempts a ON a.id = c.id LEFT JOIN lin l ON l.id = c.id
+	SELECT c.id, c.by::text, c.subject_id, CASE WHEN c.how = 'in' THEN coalesce(l.holding, false) ELSE true END
+	FROM c LEFT JOIN lin l ON l.id = c.id
 	WHERE (SELECT count FROM lo) >= 0
 	ORDER BY c.id, c.by`
 
