@@ -32,12 +32,14 @@
 // transaction of a payout's release (a failed attempt's reserve going back
 // to available: payouts' AttemptsFinal, one by one or batched) tops up
 // (TopUp) the open divergences it concerns: another attempt of the same
-// payout paid after it failed, and, for a refund, its charge's dispute or
-// reversal. Each moves min(wanted - held net so far, available) (key
-// divergence_hold:<attempt id>:<releasing attempt id>). Money that comes
-// back to available any other way (an unrelated payout of the merchant in
-// flight at the hold, failing later) does not top up: that shortfall stays
-// for the operator (docs/runbook.md). Payouts reserve from available only:
+// payout paid after it failed, for a refund its charge's dispute or
+// reversal, and every other open divergence that wants the releasing
+// merchant's money in that currency (an unrelated payout of the merchant in
+// flight at the hold, failing later), oldest first. Each moves min(wanted -
+// held net so far, available) (key divergence_hold:<attempt id>:<releasing
+// attempt id>). Money credited to available any other way (a funding, a
+// charge) does not top up: what stays short is for the operator
+// (docs/runbook.md). Payouts reserve from available only:
 // held money cannot be paid out. Other kinds hold nothing (a payout's
 // reversal: the ledger shows money left that came back, available does
 // not overstate; a second operation; a charge paid after it failed: never
