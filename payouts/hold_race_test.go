@@ -33,17 +33,7 @@ func TestReleaseWaitsForASiblingsDivergenceInFlight_R9_R22(t *testing.T) {
 	t.Parallel()
 	e := setup(t, sim.Config{}, "100.00")
 	e.withRetry(payouts.RetryPolicy{MaxAttempts: 3, Within: 24 * time.Hour, Backoff: 30 * time.Second})
-	p, err := e.svc.CreatePayout(e.ctx, e.pix("10.00"))
-	require.NoError(t, err)
-	first := e.attempt(p)
-	require.NoError(t, e.srv.AddFault(sim.FaultRule{Kind: sim.FaultUnavailable, Reference: first.Reference}))
-	require.Equal(t, attempts.StatusUnknown, e.execute(p).Status)
-	require.Equal(t, attempts.StatusFailed, e.resolveAfter(p, time.Hour).Attempt.Status)
-	second := e.attempt(e.get(p).Payout)
-	require.NotEqual(t, first.ID, second.ID)
-	require.NoError(t, e.srv.AddFault(sim.FaultRule{Kind: sim.FaultUnavailable, Reference: second.Reference}))
-	e.clock.Advance(time.Minute)
-	require.Equal(t, attempts.StatusUnknown, e.execute(e.get(p).Payout).Status, "attempt 2 sent into the outage")
+	p, first, _ := e.secondAttemptSentIntoOutage()
 
 	// The divergence's transaction, caught after it recorded attempt 1's
 	// divergence and found nothing to hold (attempt 2 still holds the
@@ -104,17 +94,7 @@ func raceEnv(t *testing.T, onDiverged func()) (*env, payouts.Payout, attempts.At
 		}})
 	require.NoError(t, err)
 	e.svc = svc
-	p, err := e.svc.CreatePayout(e.ctx, e.pix("10.00"))
-	require.NoError(t, err)
-	first := e.attempt(p)
-	require.NoError(t, e.srv.AddFault(sim.FaultRule{Kind: sim.FaultUnavailable, Reference: first.Reference}))
-	require.Equal(t, attempts.StatusUnknown, e.execute(p).Status)
-	require.Equal(t, attempts.StatusFailed, e.resolveAfter(p, time.Hour).Attempt.Status)
-	second := e.attempt(e.get(p).Payout)
-	require.NotEqual(t, first.ID, second.ID)
-	require.NoError(t, e.srv.AddFault(sim.FaultRule{Kind: sim.FaultUnavailable, Reference: second.Reference}))
-	e.clock.Advance(time.Minute)
-	require.Equal(t, attempts.StatusUnknown, e.execute(e.get(p).Payout).Status, "attempt 2 sent into the outage")
+	p, first, second := e.secondAttemptSentIntoOutage()
 	return e, p, first, second
 }
 

@@ -20,17 +20,7 @@ import (
 func outageThenDivergence(t *testing.T, e *env, r payouts.RetryPolicy) (payouts.Payout, attempts.Attempt, attempts.Attempt) {
 	t.Helper()
 	e.withRetry(r)
-	p, err := e.svc.CreatePayout(e.ctx, e.pix("10.00"))
-	require.NoError(t, err)
-	first := e.attempt(p)
-	require.NoError(t, e.srv.AddFault(sim.FaultRule{Kind: sim.FaultUnavailable, Reference: first.Reference}))
-	require.Equal(t, attempts.StatusUnknown, e.execute(p).Status)
-	require.Equal(t, attempts.StatusFailed, e.resolveAfter(p, time.Hour).Attempt.Status)
-	second := e.attempt(e.get(p).Payout)
-	require.NotEqual(t, first.ID, second.ID)
-	require.NoError(t, e.srv.AddFault(sim.FaultRule{Kind: sim.FaultUnavailable, Reference: second.Reference}))
-	e.clock.Advance(time.Minute) // past the backoff
-	require.Equal(t, attempts.StatusUnknown, e.execute(e.get(p).Payout).Status, "attempt 2 sent into the outage")
+	p, first, second := e.secondAttemptSentIntoOutage()
 
 	e.lateSuccess(first, "10.00") // attempt 1 paid after all: divergence
 	sec, err := e.att.Get(e.ctx, e.pool, second.ID)
@@ -62,4 +52,26 @@ func TestRetryPolicyOpensNoSuccessorAfterADivergence_R6_R9(t *testing.T) {
 	require.Equal(t, payouts.StatusFailed, v.Status)
 	require.True(t, v.NeedsAttention, "the divergence waits for an operator")
 	t.Cleanup(func() { e.settleDivergence(first) })
+}
+
+// secondAttemptSentIntoOutage brings a payout of 10.00 (under the retry
+// policy set before) to the point the divergence tests start from: attempt
+// 1 hit a 503 (unknown) and was failed by "not found" past the window, its
+// reserve carried to attempt 2, which was sent into the same outage
+// (unknown, its call recorded).
+func (e *env) secondAttemptSentIntoOutage() (payouts.Payout, attempts.Attempt, attempts.Attempt) {
+	t := e.t
+	t.Helper()
+	p, err := e.svc.CreatePayout(e.ctx, e.pix("10.00"))
+	require.NoError(t, err)
+	first := e.attempt(p)
+	require.NoError(t, e.srv.AddFault(sim.FaultRule{Kind: sim.FaultUnavailable, Reference: first.Reference}))
+	require.Equal(t, attempts.StatusUnknown, e.execute(p).Status)
+	require.Equal(t, attempts.StatusFailed, e.resolveAfter(p, time.Hour).Attempt.Status)
+	second := e.attempt(e.get(p).Payout)
+	require.NotEqual(t, first.ID, second.ID, "the reserve was carried to attempt 2")
+	require.NoError(t, e.srv.AddFault(sim.FaultRule{Kind: sim.FaultUnavailable, Reference: second.Reference}))
+	e.clock.Advance(time.Minute) // past the backoff
+	require.Equal(t, attempts.StatusUnknown, e.execute(e.get(p).Payout).Status, "attempt 2 sent into the outage")
+	return p, first, second
 }
