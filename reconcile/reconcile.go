@@ -1542,8 +1542,10 @@ func outgoing(op providers.Operation) bool {
 }
 
 // ledgerTotals compares, per currency and direction, the statement's
-// succeeded totals with what the ledger settled (payout_settle) and credited
-// (charge_credit, gross) for the attempts the day's lines name, plus the
+// succeeded totals with what the ledger settled (payout_settle, and for an
+// outgoing attempt paid after it failed the hold its settlement booked as
+// gone: divergence_hold_book) and credited (charge_credit, gross) for the
+// attempts the day's lines name, plus the
 // attempts that succeeded that day and that no statement lists (missing at
 // the provider). Keyed by the statement's lines rather than by when saldo
 // resolved each attempt, so an attempt resolved the next day (by a lookup,
@@ -1581,7 +1583,9 @@ func (s *Service) ledgerTotals(ctx context.Context, st *runState, lines []line, 
 		SELECT p.currency, 'out', sum(p.amount)::text
 		FROM ledger_transactions t
 		JOIN ledger_postings p ON p.transaction_id = t.id AND p.amount > 0
-		WHERE t.cause_kind = 'payout_settle' AND t.cause_id = ANY ($1::text[])
+		WHERE (t.cause_kind = 'payout_settle' AND t.cause_id = ANY ($1::text[]))
+		   OR (t.cause_kind = 'divergence_hold_book'
+		       AND t.cause_id IN (SELECT id::text FROM attempts WHERE id = ANY ($2::uuid[]) AND direction = 'out'))
 		GROUP BY p.currency
 		UNION ALL
 		SELECT p.currency, 'in', (-sum(p.amount))::text
