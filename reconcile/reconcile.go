@@ -563,9 +563,12 @@ func (s *Service) statement(ctx context.Context, st *runState, d time.Time) ([]l
 
 // unreadable says why saldo cannot take e as a statement line, "" when it
 // can: a text field PostgreSQL cannot store (NUL, invalid UTF-8; the
-// statement is the provider's text, like a webhook's, R17), or a currency
+// statement is the provider's text, like a webhook's, R17), a currency
 // that is not an ISO currency saldo knows (it would be stored as one, and
-// reach the divergences export).
+// reach the divergences export), or a state other than succeeded,
+// processing and failed (every adapter maps its provider's statuses to
+// those; another may say money moved, and must not pass as "nothing
+// moved").
 func unreadable(e providers.StatementEntry) string {
 	for _, f := range []struct{ name, v string }{{"operation", string(e.Operation)}, {"reference", e.Reference},
 		{"provider id", e.ProviderID}, {"state", string(e.State)}, {"amount", e.Amount}, {"currency", e.Currency}} {
@@ -575,6 +578,11 @@ func unreadable(e providers.StatementEntry) string {
 	}
 	if _, err := money.LookupCurrency(strings.ToUpper(e.Currency)); err != nil {
 		return "its currency is not one saldo knows"
+	}
+	switch e.State {
+	case providers.StateSucceeded, providers.StateProcessing, providers.StateFailed:
+	default:
+		return "its state is not one saldo knows"
 	}
 	return ""
 }
