@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/saldo/saldo/internal/pgtext"
 	"github.com/saldo/saldo/internal/sqlcols"
 )
 
@@ -336,18 +337,6 @@ func scanEvent(row pgx.Row) (Event, error) {
 // maxErrorText bounds error text stored in events and last_error.
 const maxErrorText = 2000
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	// Cut on a rune boundary.
-	cut := n
-	for cut > 0 && (s[cut]&0xC0) == 0x80 {
-		cut--
-	}
-	return s[:cut]
-}
-
 func insertEvent(ctx context.Context, db DB, e Event) error {
 	var evidence any
 	if len(e.Evidence) > 0 {
@@ -370,6 +359,6 @@ func insertEvent(ctx context.Context, db DB, e Event) error {
 		e.AttemptID, e.At, e.Type, e.Actor, sqlcols.Nullable(e.ActorID), sqlcols.Nullable(string(e.FromStatus)),
 		sqlcols.Nullable(string(e.ToStatus)), sqlcols.Nullable(e.Reason), callNo, e.StartedAt, e.EndedAt,
 		sqlcols.Nullable(e.Outcome), code, sqlcols.Nullable(e.ProviderRequestID), wire,
-		sqlcols.Nullable(truncate(e.Error, maxErrorText)), evidence)
+		sqlcols.Nullable(pgtext.Truncate(e.Error, maxErrorText)), evidence)
 	return err
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/saldo/saldo/internal/groupcommit"
 	"github.com/saldo/saldo/internal/pgplan"
+	"github.com/saldo/saldo/internal/pgtext"
 	"github.com/saldo/saldo/internal/sqlcols"
 	"github.com/saldo/saldo/ledger"
 )
@@ -477,7 +478,7 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, after *afterComm
 		retryAt := make([]*time.Time, n)
 		for i, r := range reqs {
 			ids[i], calls[i] = r.a.ID.String(), int32(r.callNo)
-			errs[i] = sqlcols.Nullable(truncate(r.errText(), maxErrorText))
+			errs[i] = sqlcols.Nullable(pgtext.Truncate(r.errText(), maxErrorText))
 			ack := acknowledgement(r.sr)
 			switch {
 			case r.outcome == OutcomeSucceeded || r.outcome == OutcomeFailed:
@@ -493,7 +494,7 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, after *afterComm
 				// review).
 				to[i] = ptr(string(StatusUnknown))
 				if ack != "" {
-					acks[i] = ptr(truncate(fmt.Sprintf("call %d: %s", r.callNo, ack), maxErrorText))
+					acks[i] = ptr(pgtext.Truncate(fmt.Sprintf("call %d: %s", r.callNo, ack), maxErrorText))
 					pids[i] = sqlcols.Nullable(r.sr.ProviderID)
 				}
 			case r.outcome.Resendable() && ack == "" && (r.outcome == OutcomeAuthRefused || r.callNo < s.cfg.MaxSends):
@@ -651,7 +652,7 @@ func insertEvents(ctx context.Context, tx pgx.Tx, events []Event) error {
 			wires[i] = ptr(int32(e.WireCalls))
 		}
 		started[i], ended[i] = e.StartedAt, e.EndedAt
-		outcomes[i], reqIDs[i], errs[i] = sqlcols.Nullable(e.Outcome), sqlcols.Nullable(e.ProviderRequestID), sqlcols.Nullable(truncate(e.Error, maxErrorText))
+		outcomes[i], reqIDs[i], errs[i] = sqlcols.Nullable(e.Outcome), sqlcols.Nullable(e.ProviderRequestID), sqlcols.Nullable(pgtext.Truncate(e.Error, maxErrorText))
 	}
 	_, err := tx.Exec(ctx, `INSERT INTO attempt_events (attempt_id, at, type, actor, from_status, to_status, reason,
 			call_number, started_at, ended_at, outcome, status_code, provider_request_id, wire_calls, error)

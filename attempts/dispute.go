@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/saldo/saldo/internal/pgtext"
 )
 
 // WithdrawnDisputeEvidence is the JSON every note RecordDispute writes for a
@@ -126,7 +128,7 @@ func (s *Service) RecordDispute(ctx context.Context, r DisputeReport) (DisputeRe
 		if res.Duplicate {
 			return nil
 		}
-		note := truncate(r.Note, 2000)
+		note := pgtext.Truncate(r.Note, 2000)
 		if res.SecondOperation {
 			return s.noteSecondOperationDispute(ctx, tx, after, a, r, note)
 		}
@@ -186,7 +188,7 @@ func (s *Service) noteSecondOperationDispute(ctx context.Context, tx pgx.Tx, aft
 	if err != nil {
 		return err
 	}
-	reason := truncate("dispute of the second operation "+r.ProviderID+" under this attempt's reference (not of "+
+	reason := pgtext.Truncate("dispute of the second operation "+r.ProviderID+" under this attempt's reference (not of "+
 		a.ProviderID+", this attempt's own payment): "+note, 2000)
 	if err := insertEvent(ctx, tx, Event{AttemptID: a.ID, At: s.clock.Now(), Type: EventNote, Actor: ActorWebhook,
 		ActorID: r.EventID, Reason: reason, Evidence: evidence}); err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/saldo/saldo/internal/pgtext"
 	"github.com/saldo/saldo/ledger"
 )
 
@@ -48,7 +49,7 @@ const (
 func (s *Service) recordDivergence(ctx context.Context, tx pgx.Tx, after *afterCommit, a Attempt, actor Actor,
 	kind, why, said string) (_ Attempt, diverged bool, _ error) {
 	now := s.clock.Now()
-	why = truncate(why, 2000)
+	why = pgtext.Truncate(why, 2000)
 	na, err := scanAttempt(tx.QueryRow(ctx, `UPDATE attempts SET diverged_at = $2, divergence = $3, divergence_kind = $5,
 		review = true, review_reason = $3, review_at = $2, updated_at = $2
 		WHERE id = $1 AND status = $4 AND diverged_at IS NULL RETURNING `+attemptColumns, a.ID, now, why, a.Status, kind))

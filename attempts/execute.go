@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/saldo/saldo/internal/pgtext"
 	"github.com/saldo/saldo/internal/sqlcols"
 	"github.com/saldo/saldo/providers"
 )
@@ -474,7 +475,7 @@ func (r recordReq) errText() string {
 // unknownReason is the reason of the transition to unknown the call's
 // answer makes.
 func (r recordReq) unknownReason() string {
-	return fmt.Sprintf("call %d: %s (HTTP %d) %s", r.callNo, r.outcome, r.sr.Exchange.StatusCode, truncate(r.errText(), 300))
+	return fmt.Sprintf("call %d: %s (HTTP %d) %s", r.callNo, r.outcome, r.sr.Exchange.StatusCode, pgtext.Truncate(r.errText(), 300))
 }
 
 // callEvent is the event that records the call.
@@ -508,7 +509,7 @@ func (s *Service) recordOne(ctx context.Context, r recordReq) (recorded, error) 
 		// call event, metrics and owner work twice.
 		la, err := scanAttempt(tx.QueryRow(ctx, `UPDATE attempts SET calls_recorded = $2,
 			call_ended_at = $3, last_error = $4, updated_at = $3 WHERE id = $1 AND calls_recorded < $2 RETURNING `+attemptColumns,
-			r.a.ID, r.callNo, now, sqlcols.Nullable(truncate(errText, maxErrorText))))
+			r.a.ID, r.callNo, now, sqlcols.Nullable(pgtext.Truncate(errText, maxErrorText))))
 		if errors.Is(err, ErrNotFound) { // no row matched: recorded meanwhile (or no such attempt: Get says so)
 			if out.a, err = s.Get(ctx, tx, r.a.ID); err != nil {
 				return err
@@ -546,11 +547,11 @@ func (s *Service) afterCall(ctx context.Context, after *afterCommit, r recordReq
 			s.log.ErrorContext(ctx, "provider refused saldo's credentials: nothing was processed; the attempt waits "+
 				"until an operator fixes the provider's API key or its permissions", "attempt_id", a.ID, "kind", a.Kind,
 				"provider", a.Provider, "operation", a.Operation, "reference", a.Reference, "call", r.callNo,
-				"status_code", ex.StatusCode, "provider_request_id", ex.ProviderRequestID, "error", truncate(r.errText(), 300))
+				"status_code", ex.StatusCode, "provider_request_id", ex.ProviderRequestID, "error", pgtext.Truncate(r.errText(), 300))
 		}
 		s.log.InfoContext(ctx, "attempt call", "attempt_id", a.ID, "kind", a.Kind, "provider", a.Provider,
 			"reference", a.Reference, "call", r.callNo, "outcome", r.outcome, "status_code", ex.StatusCode,
-			"wire_calls", ex.WireCalls, "duration", ex.Ended.Sub(ex.Started), "error", truncate(r.errText(), 300))
+			"wire_calls", ex.WireCalls, "duration", ex.Ended.Sub(ex.Started), "error", pgtext.Truncate(r.errText(), 300))
 	})
 }
 

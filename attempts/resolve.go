@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/shopspring/decimal"
 
+	"github.com/saldo/saldo/internal/pgtext"
 	"github.com/saldo/saldo/internal/sqlcols"
 	"github.com/saldo/saldo/providers"
 )
@@ -391,7 +392,7 @@ func (s *Service) secondOperation(ctx context.Context, tx pgx.Tx, after *afterCo
 	}
 	now := s.clock.Now()
 	if err := insertEvent(ctx, tx, Event{AttemptID: a.ID, At: now, Type: EventNote, Actor: actor, ActorID: r.ActorID,
-		Reason:   truncate(what+": a second operation under our reference; nothing moved", maxErrorText),
+		Reason:   pgtext.Truncate(what+": a second operation under our reference; nothing moved", maxErrorText),
 		Evidence: evidence}); err != nil {
 		return a, err
 	}
@@ -1266,7 +1267,7 @@ func (s *Service) manualFailVerdict(ctx context.Context, db DB, a Attempt, fresh
 		if fresh.Exchange.Err != nil {
 			what = fresh.Exchange.Err.Error()
 		}
-		return manualVerdict{manualRefuse, "a lookup just made was inconclusive (" + truncate(what, 300) +
+		return manualVerdict{manualRefuse, "a lookup just made was inconclusive (" + pgtext.Truncate(what, 300) +
 			"): nothing proves the operation absent; record the decision again later"}, nil
 	}
 	var at time.Time
@@ -1453,9 +1454,9 @@ func (s *Service) SettleDivergence(ctx context.Context, attemptID uuid.UUID, ope
 		// (at most 2000 characters: the reason gives way).
 		settlement := reason
 		if holdNote != "" {
-			holdNote = truncate(holdNote, 1000)
+			holdNote = pgtext.Truncate(holdNote, 1000)
 			suffix := " [" + holdNote + "]"
-			settlement = truncate(reason, 2000-len(suffix)) + suffix
+			settlement = pgtext.Truncate(reason, 2000-len(suffix)) + suffix
 		}
 		note := "divergence settled: " + settlement
 		now := s.clock.Now()

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/saldo/saldo/internal/pgtext"
 	"github.com/saldo/saldo/providers"
 )
 
@@ -112,7 +113,7 @@ func (s *Service) NoteSecondOperation(ctx context.Context, in SecondOperationInp
 			what += fmt.Sprintf(", besides %q (taken for its own)", in.Besides)
 		}
 		if err := insertEvent(ctx, tx, Event{AttemptID: a.ID, At: s.clock.Now(), Type: EventNote, Actor: actor,
-			ActorID: in.Actor, Reason: truncate(what+": a second operation; nothing moved. When the attempt is made final, "+
+			ActorID: in.Actor, Reason: pgtext.Truncate(what+": a second operation; nothing moved. When the attempt is made final, "+
 				"it is its divergence (R9, R19): "+reason, maxErrorText), Evidence: evidence}); err != nil {
 			return err
 		}
@@ -287,7 +288,7 @@ func (s *Service) paidBeforeFailure(ctx context.Context, tx pgx.Tx, after *after
 		return a, err
 	}
 	if err := insertEvent(ctx, tx, Event{AttemptID: a.ID, At: s.clock.Now(), Type: EventNote, Actor: n.actor,
-		ActorID: n.actorID, Reason: truncate(what+": final status kept, nothing moved", maxErrorText), Evidence: evidence}); err != nil {
+		ActorID: n.actorID, Reason: pgtext.Truncate(what+": final status kept, nothing moved", maxErrorText), Evidence: evidence}); err != nil {
 		return a, err
 	}
 	na, _, err := s.recordDivergence(ctx, tx, after, a, n.actor, DivergencePaidAfterFailure, why, "succeeded as "+second)

@@ -52,13 +52,6 @@ func TestKindAllows(t *testing.T) {
 	require.Equal(t, "out", KindSplitLeg.direction())
 }
 
-func TestTruncateKeepsRunes(t *testing.T) {
-	t.Parallel()
-	require.Equal(t, "abc", truncate("abc", 10))
-	require.Equal(t, "ab", truncate("abç", 3)) // ç is 2 bytes: never cut in half
-	require.Equal(t, "abç", truncate("abçd", 4))
-}
-
 func TestBackoffBounds(t *testing.T) {
 	t.Parallel()
 	for n := 1; n <= 30; n++ {

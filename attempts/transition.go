@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/saldo/saldo/internal/pgtext"
 	"github.com/saldo/saldo/internal/sqlcols"
 	"github.com/saldo/saldo/providers"
 )
@@ -170,7 +171,7 @@ func (s *Service) flagReview(ctx context.Context, tx pgx.Tx, after *afterCommit,
 	now := s.clock.Now()
 	na, err := scanAttempt(tx.QueryRow(ctx, `UPDATE attempts SET review = true, review_reason = $2,
 		review_at = $3, updated_at = $3 WHERE id = $1 AND NOT review AND status IN ('pending', 'unknown')
-		RETURNING `+attemptColumns, a.ID, truncate(reason, maxErrorText), now))
+		RETURNING `+attemptColumns, a.ID, pgtext.Truncate(reason, maxErrorText), now))
 	if errors.Is(err, ErrNotFound) {
 		return a, nil
 	}
@@ -252,7 +253,7 @@ func (s *Service) acknowledge(ctx context.Context, tx pgx.Tx, after *afterCommit
 	now := s.clock.Now()
 	na, err := scanAttempt(tx.QueryRow(ctx, `UPDATE attempts SET provider_id = COALESCE(provider_id, $2),
 		acknowledged_at = COALESCE(acknowledged_at, $3), acknowledgement = COALESCE(acknowledgement, $4), updated_at = $3
-		WHERE id = $1 RETURNING `+attemptColumns, a.ID, sqlcols.Nullable(providerID), now, truncate(what, maxErrorText)))
+		WHERE id = $1 RETURNING `+attemptColumns, a.ID, sqlcols.Nullable(providerID), now, pgtext.Truncate(what, maxErrorText)))
 	if err != nil {
 		return a, fmt.Errorf("attempts: keep acknowledgement of %s: %w", a.ID, err)
 	}

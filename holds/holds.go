@@ -69,6 +69,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/internal/pgtext"
 	"github.com/saldo/saldo/ledger"
 	"github.com/saldo/saldo/money"
 )
@@ -414,7 +415,7 @@ func hold(ctx context.Context, tx pgx.Tx, log *slog.Logger, targets []target, re
 				IdempotencyKey: t.key,
 				CauseKind:      CauseHold,
 				CauseID:        t.id.String(),
-				Description:    truncate(desc, 1000),
+				Description:    pgtext.Truncate(desc, 1000),
 				Metadata:       meta,
 				Postings:       legs,
 			})
@@ -661,7 +662,7 @@ func Settle(ctx context.Context, tx pgx.Tx, log *slog.Logger, a attempts.Attempt
 		IdempotencyKey: cause + ":" + a.ID.String(),
 		CauseKind:      cause,
 		CauseID:        a.ID.String(),
-		Description:    truncate(fmt.Sprintf("divergence of attempt %s settled: %s held, %s", a.ID, held, done), 1000),
+		Description:    pgtext.Truncate(fmt.Sprintf("divergence of attempt %s settled: %s held, %s", a.ID, held, done), 1000),
 		Metadata:       map[string]string{"attempt_id": a.ID.String(), "subject_id": a.SubjectID, "decision": string(decision)},
 		Postings:       legs,
 	}); err != nil {
@@ -689,12 +690,4 @@ func shortfallOf(ctx context.Context, db ledger.DBTX, id string) (string, error)
 		}
 	}
 	return strings.Join(parts, ", "), nil
-}
-
-func truncate(s string, n int) string {
-	r := []rune(s)
-	if len(r) <= n {
-		return s
-	}
-	return string(r[:n])
 }

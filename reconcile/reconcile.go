@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -592,7 +591,7 @@ func unreadable(e providers.StatementEntry) string {
 // of invalid UTF-8 as \xff), so the row names it whatever it holds; the
 // reference and provider id columns hold them only when they are text.
 func unreadableFinding(st *runState, r refused) finding {
-	q := func(v string) string { return truncate(strconv.Quote(v), 300) }
+	q := func(v string) string { return pgtext.Truncate(strconv.Quote(v), 300) }
 	f := finding{kind: KindUnreadableLine, day: st.run.Day, fingerprint: r.key,
 		detail: fmt.Sprintf("the %s statement of %s lists a line saldo cannot read (%s): operation %s, reference %s, "+
 			"provider id %s, state %s, amount %s, currency %s, at %s. It is matched to no attempt and counted in no "+
@@ -1661,18 +1660,6 @@ func (s *Service) ledgerTotals(ctx context.Context, st *runState, lines []line, 
 	return out, nil
 }
 
-// truncate cuts s to at most n bytes, on a character boundary, so that
-// PostgreSQL never meets half a multi-byte character (R19).
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
-
 // storedText is s as text PostgreSQL stores, at most n bytes: invalid
 // UTF-8 replaced, NUL written \x00, cut on a character boundary. For the
 // texts saldo writes about a run (its detail, its error), which may quote
@@ -1681,7 +1668,7 @@ func storedText(s string, n int) string {
 	if !pgtext.Valid(s) {
 		s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", `\x00`)
 	}
-	return truncate(s, n)
+	return pgtext.Truncate(s, n)
 }
 
 // maxFingerprint is the longest fingerprint the table holds (bytes; it
