@@ -89,17 +89,8 @@ func (d *Deferred) buildLocked(ctx context.Context, tx pgx.Tx) error {
 	var codes []string
 	for _, p := range d.parts {
 		ids = append(ids, p.accounts...)
-		if p.build != nil {
-			continue
-		}
-		for _, in := range d.ins[p.from:p.to] {
-			for _, leg := range in.Postings {
-				if leg.AccountID != 0 {
-					ids = append(ids, leg.AccountID)
-				} else {
-					codes = append(codes, leg.AccountCode)
-				}
-			}
+		if p.build == nil {
+			ids, codes = legAccounts(d.ins[p.from:p.to], ids, codes)
 		}
 	}
 	// ledger_lock_accounts (migration 00100) locks them in id order, as the

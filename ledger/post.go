@@ -397,17 +397,7 @@ func PostMany(ctx context.Context, tx pgx.Tx, ins []TransactionInput) ([]Transac
 		}
 		return out, nil
 	}
-	var ids []int64
-	var codes []string
-	for _, in := range ins {
-		for _, leg := range in.Postings {
-			if leg.AccountID != 0 {
-				ids = append(ids, leg.AccountID)
-			} else {
-				codes = append(codes, leg.AccountCode)
-			}
-		}
-	}
+	ids, codes := legAccounts(ins, nil, nil)
 	if _, err := tx.Exec(ctx, lockAccountsSQL, ids, codes); err != nil {
 		return nil, fmt.Errorf("ledger: lock accounts of a batch of %d: %w", len(ins), mapPgError(err))
 	}
@@ -434,3 +424,18 @@ func (e *BatchError) Error() string {
 
 // Unwrap returns the refusal.
 func (e *BatchError) Unwrap() error { return e.Err }
+
+// legAccounts appends to ids and codes the accounts ins's legs name (by id,
+// or by code when they give no id): what lockAccountsSQL locks.
+func legAccounts(ins []TransactionInput, ids []int64, codes []string) ([]int64, []string) {
+	for _, in := range ins {
+		for _, leg := range in.Postings {
+			if leg.AccountID != 0 {
+				ids = append(ids, leg.AccountID)
+			} else {
+				codes = append(codes, leg.AccountCode)
+			}
+		}
+	}
+	return ids, codes
+}
