@@ -52,6 +52,12 @@ func auditLedger(ctx context.Context, pool *pgxpool.Pool) (string, []violation, 
 		return "", nil, err
 	}
 	summary := fmt.Sprintf("%d accounts, %d transactions, %d postings", rep.Accounts, rep.Transactions, rep.Postings)
+	return summary, ledgerViolations(rep), nil
+}
+
+// ledgerViolations are a ledger report's violations as the audit prints
+// them (Verify's and VerifySeal's), with a line for those not listed.
+func ledgerViolations(rep ledger.Report) []violation {
 	var out []violation
 	for _, v := range rep.Violations {
 		where := v.AccountCode
@@ -69,7 +75,7 @@ func auditLedger(ctx context.Context, pool *pgxpool.Pool) (string, []violation, 
 	if hidden := rep.Total() - int64(len(rep.Violations)); hidden > 0 {
 		out = append(out, violation{Kind: "more", Detail: fmt.Sprintf("%d further violations not listed", hidden)})
 	}
-	return summary, out, nil
+	return out
 }
 
 // maxListedViolations keeps the report on one screen per check.

@@ -26,18 +26,7 @@ func auditSeal(r io.Reader) func(ctx context.Context, pool *pgxpool.Pool) (strin
 			return "", nil, err
 		}
 		summary := fmt.Sprintf("%d accounts sealed at %s (digest %s)", sum.Accounts, sum.TakenAt.Format(time.RFC3339), sum.Digest)
-		var out []violation
-		for _, v := range rep.Violations {
-			where := v.AccountCode
-			if v.Seq != 0 {
-				where += fmt.Sprintf(" seq %d", v.Seq)
-			}
-			out = append(out, violation{Kind: string(v.Kind), Where: where, Detail: v.Detail})
-		}
-		if hidden := rep.Total() - int64(len(rep.Violations)); hidden > 0 {
-			out = append(out, violation{Kind: "more", Detail: fmt.Sprintf("%d further violations not listed", hidden)})
-		}
-		return summary, out, nil
+		return summary, ledgerViolations(rep), nil
 	}
 }
 
