@@ -181,7 +181,9 @@ func (s *Service) secondOperationHolder(ctx context.Context, tx pgx.Tx, r Disput
 // noteSecondOperationDispute notes on a (locked in tx) the dispute r of the
 // second operation recorded on it (RecordDispute): evidence naming the
 // second operation and the dispute, without the dispute_withdrawn marker
-// (a's own payment is not disputed), and an ERROR log after commit.
+// (a's own payment is not disputed), and after commit an ERROR log and
+// an alert (saldo_attempts_final_conflicts_total, OnReview), once per
+// dispute event (a redelivery is a duplicate and alerts nobody).
 func (s *Service) noteSecondOperationDispute(ctx context.Context, tx pgx.Tx, after *afterCommit, a Attempt, r DisputeReport, note string) error {
 	evidence, err := json.Marshal(map[string]any{"second_operation_dispute": true, "second_provider_id": r.ProviderID,
 		"dispute_id": r.DisputeID, "withdrawn": r.Withdrawn})
@@ -205,6 +207,13 @@ func (s *Service) noteSecondOperationDispute(ctx context.Context, tx pgx.Tx, aft
 		s.log.ErrorContext(ctx, msg, "attempt_id", a.ID, "kind", a.Kind, "provider", a.Provider, "reference", a.Reference,
 			"provider_id", a.ProviderID, "second_provider_id", r.ProviderID, "dispute", r.DisputeID, "event_id", r.EventID,
 			"withdrawn", r.Withdrawn, "divergence_kind", kind, "divergence_settled", settled, "note", note)
+		// Money moves on a double charge: alerted as a further second
+		// operation is (the conflicts counter and the review hook), not
+		// only logged.
+		s.metrics.conflict(a)
+		if s.cfg.OnReview != nil {
+			s.cfg.OnReview(a, reason)
+		}
 	})
 	return nil
 }

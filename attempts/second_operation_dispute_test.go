@@ -35,7 +35,8 @@ func TestSecondOperationHolderLookupUsesItsIndex_R19(t *testing.T) {
 // as its second operation is ErrNotFound (the webhook answers
 // "unmatched"); one of a second operation recorded on an attempt is a note
 // there, once per event, without the dispute marker, whether the attempt
-// holds the divergence or has it settled.
+// holds the divergence or has it settled; each is alerted (the conflicts
+// counter, the review hook), a redelivery is not.
 func TestDisputeOfASecondOperationIsNotedOnce_R9_R19(t *testing.T) {
 	t.Parallel()
 	h := setup(t, harnessOpts{})
@@ -52,6 +53,7 @@ func TestDisputeOfASecondOperationIsNotedOnce_R9_R19(t *testing.T) {
 		ProviderID: "op_2", Source: SourceWebhook, Actor: "evt_2"})
 	require.ErrorIs(t, err, ErrProviderIDMismatch)
 	diverged := h.get(a.ID)
+	conflicts, reviews := testCounter(h.metrics.Conflicts), h.reviews.Load()
 
 	for i, settle := range []bool{false, true} {
 		if settle {
@@ -68,10 +70,14 @@ func TestDisputeOfASecondOperationIsNotedOnce_R9_R19(t *testing.T) {
 		require.False(t, res.Diverged)
 		require.Equal(t, a.ID, res.Attempt.ID)
 		n := len(h.events(a.ID))
+		require.Equal(t, conflicts+float64(i+1), testCounter(h.metrics.Conflicts), "alerted, not only logged")
+		require.Equal(t, reviews+int32(i+1), h.reviews.Load(), "the review hook is called")
 		res, err = h.svc.RecordDispute(h.ctx, r)
 		require.NoError(t, err)
 		require.True(t, res.Duplicate, "a redelivery")
 		require.Len(t, h.events(a.ID), n)
+		require.Equal(t, conflicts+float64(i+1), testCounter(h.metrics.Conflicts), "a redelivery alerts nobody")
+		require.Equal(t, reviews+int32(i+1), h.reviews.Load())
 	}
 	var marked, noted int
 	require.NoError(t, h.pool.QueryRow(h.ctx, `SELECT count(*) FILTER (WHERE evidence @> $2::jsonb),
