@@ -188,6 +188,12 @@ func (s *Service) providerFor(prefix string, op providers.Operation, dest *provi
 		return takers[0], nil
 	}
 	if s.provider != "" {
+		if p, ok := s.attempts.Provider(s.provider); ok && !p.Capabilities().Supports(op) {
+			// Refused here, naming the field: the provider's own refusal
+			// (ErrUnsupported) reached the client as a detail holding only
+			// the operation's name, with no field (found by review).
+			return "", invalid(at("operation"), "no provider takes %s here", op)
+		}
 		if p, ok := s.attempts.Provider(s.provider); ok && op.HasDestination() {
 			if c := p.Capabilities(); c.Supports(op) && !c.Takes(op, kind) {
 				return "", &UnroutableError{Field: at("destination"), Operation: op, Kind: kind,
