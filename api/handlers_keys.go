@@ -77,15 +77,21 @@ func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if k.RevokedAt == nil {
-		if err := RevokeKey(r.Context(), s.pool, id, s.clock.Now()); err != nil {
-			s.problem(w, r, err)
+		// Zero rows is a key revoked meanwhile (another request, saldo
+		// keys revoke): answered as it is, like any revoked key; the read
+		// below says 404 only if the key does not exist.
+		rerr := RevokeKey(r.Context(), s.pool, id, s.clock.Now())
+		if rerr != nil && !errors.Is(rerr, errNotFound) {
+			s.problem(w, r, rerr)
 			return
 		}
 		if k, err = GetKey(r.Context(), s.pool, id); err != nil {
 			s.problem(w, r, err)
 			return
 		}
-		s.log.InfoContext(r.Context(), "api: key revoked", "key_id", id, "by", principalFrom(r.Context()).KeyID)
+		if rerr == nil {
+			s.log.InfoContext(r.Context(), "api: key revoked", "key_id", id, "by", principalFrom(r.Context()).KeyID)
+		}
 	}
 	writeJSON(w, http.StatusOK, k)
 }
