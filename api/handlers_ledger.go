@@ -4,6 +4,7 @@ import (
 	"encoding/csv"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -246,8 +247,12 @@ func (s *Server) reviewQueue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	list, next, err := s.att.ReviewQueue(r.Context(), s.pool, attempts.ReviewQueueParams{After: r.URL.Query().Get("cursor"), Limit: limit})
-	if err != nil {
+	if errors.Is(err, attempts.ErrInvalid) {
 		s.problem(w, r, invalidField("cursor", "malformed cursor"))
+		return
+	}
+	if err != nil {
+		s.problem(w, r, err)
 		return
 	}
 	out := make([]attemptJSON, 0, len(list))
