@@ -2,10 +2,7 @@ package charges
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"regexp"
-	"strings"
 
 	"github.com/saldo/saldo/attempts"
 	"github.com/saldo/saldo/providers"
@@ -54,8 +51,6 @@ func (s *Service) checkEncodable(req ChargeRequest) error {
 	return nil
 }
 
-var paramPattern = regexp.MustCompile(`^[a-z_]+(\[[0-9]+\])?(\.[a-z_]+(\[[0-9]+\])?)*$`)
-
 // providerFields renames a provider's parameter names to the request's.
 var providerFields = map[string]string{
 	"expires_in_seconds": FieldPixExpiresIn,
@@ -67,20 +62,12 @@ var providerFields = map[string]string{
 
 // providerRefusal turns a provider's refusal of the input (EncodePayload's
 // ErrInvalidInput or ErrUnsupported) into a FieldError naming the request
-// field when the provider named its parameter, without the error chain.
+// field when the provider named its parameter; providers.Refusal words the
+// reason.
 func providerRefusal(err error) error {
-	msg := err.Error()
-	for _, sentinel := range []error{providers.ErrInvalidInput, providers.ErrUnsupported} {
-		if errors.Is(err, sentinel) {
-			msg = strings.TrimPrefix(strings.TrimPrefix(msg, sentinel.Error()), ": ")
-		}
-	}
-	field := ""
-	if p, rest, ok := strings.Cut(msg, ": "); ok && paramPattern.MatchString(p) {
-		field, msg = p, rest
-		if f, ok := providerFields[p]; ok {
-			field = f
-		}
+	field, msg := providers.Refusal(err)
+	if f, ok := providerFields[field]; ok && field != "" {
+		field = f
 	}
 	return &FieldError{Field: field, Reason: msg}
 }

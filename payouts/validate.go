@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -56,26 +55,14 @@ func (s *Service) checkEncodable(provider string, in providers.OperationInput) e
 	return nil
 }
 
-var paramPattern = regexp.MustCompile(`^[a-z_]+(\[[0-9]+\])?(\.[a-z_]+(\[[0-9]+\])?)*$`)
-
 // providerRefusal turns a provider's refusal of an input (EncodePayload's
 // ErrInvalidInput or ErrUnsupported) into a FieldError: the provider's
-// "param: message" names the field when it has one (renamed through
-// fields, when given, to the name the request used), and the package
-// prefixes of the chain are dropped.
+// parameter names the field when it has one (renamed through fields, when
+// given, to the name the request used); providers.Refusal words the reason.
 func providerRefusal(err error, fields map[string]string) error {
-	msg := err.Error()
-	for _, sentinel := range []error{providers.ErrInvalidInput, providers.ErrUnsupported} {
-		if errors.Is(err, sentinel) {
-			msg = strings.TrimPrefix(strings.TrimPrefix(msg, sentinel.Error()), ": ")
-		}
-	}
-	field := ""
-	if p, rest, ok := strings.Cut(msg, ": "); ok && paramPattern.MatchString(p) {
-		field, msg = p, rest
-		if f, ok := fields[p]; ok {
-			field = f
-		}
+	field, msg := providers.Refusal(err)
+	if f, ok := fields[field]; ok && field != "" {
+		field = f
 	}
 	return &FieldError{Field: field, Reason: msg}
 }
