@@ -198,7 +198,7 @@ func (s *Server) createFunding(w http.ResponseWriter, r *http.Request) {
 	merchantID := chi.URLParam(r, "merchant_id")
 	tx, err := merchants.Fund(r.Context(), s.pool, merchants.Funding{MerchantID: merchantID,
 		Amount: amt, Key: merchants.ClientFundingKey(merchantID, p.KeyID, r.Header.Get(IdempotencyHeader)),
-		Reason: req.Reason, Actor: p.KeyID})
+		Reason: req.Reason, Actor: p.KeyID, Log: s.log})
 	if err != nil {
 		s.problem(w, r, err)
 		return

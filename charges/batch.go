@@ -10,6 +10,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/holds"
 	"github.com/saldo/saldo/internal/pgplan"
 	"github.com/saldo/saldo/internal/sqlcols"
 	"github.com/saldo/saldo/ledger"
@@ -147,6 +148,41 @@ func (s *Service) creditMany(ctx context.Context, tx pgx.Tx, cs []Charge, as []a
 		}
 		return then()
 	})
+	return s.topUpHolds(ctx, tx, cs, as, paid, postings)
+}
+
+// topUpHolds adds to postings, after the credits, the top-ups of the open
+// short holds that want money of a merchant the credits pay (the charge's
+// merchant, each split recipient with a share) in that currency, oldest
+// divergence first (holds.TopUp: key divergence_hold:<diverged attempt>:
+// <charge attempt>; R9, R21, R22): money a charge brings to available
+// fills a short hold before it can be paid out. One statement for the
+// batch (from the partial index of open divergences), run before the
+// record batch's ledger accounts are locked.
+func (s *Service) topUpHolds(ctx context.Context, tx pgx.Tx, cs []Charge, as []attempts.Attempt, paid []int,
+	postings *ledger.Deferred) error {
+	credits := make([]holds.Credit, 0, len(paid))
+	type seen struct{ by, merchant string }
+	dup := make(map[seen]bool, len(paid))
+	add := func(a attempts.Attempt, merchant string, c Charge, amt decimal.Decimal) {
+		k := seen{a.ID.String(), merchant}
+		if !amt.IsPositive() || dup[k] {
+			return
+		}
+		dup[k] = true
+		credits = append(credits, holds.Credit{Cause: holds.CreditCharge, By: k.by, MerchantID: merchant,
+			Currency: c.Amount.Currency()})
+	}
+	for _, i := range paid {
+		c := cs[i]
+		add(as[i], c.MerchantID, c, c.MerchantNet.Decimal())
+		for _, sp := range c.Splits {
+			add(as[i], sp.RecipientID, c, sp.Amount.Decimal())
+		}
+	}
+	if err := holds.TopUp(ctx, tx, s.log, credits, postings); err != nil {
+		return fmt.Errorf("charges: holds topped up by %d credits: %w", len(paid), err)
+	}
 	return nil
 }
 

@@ -19,7 +19,9 @@ import (
 // count against the charge, is held, each capped at that merchant's
 // available balance (package holds decides the amounts: holds.Hold; R9,
 // R19, R21, R22); a refund failing later tops the hold up (holds.TopUp,
-// from payouts). A charge not
+// from payouts), and so does any later credit of a merchant it holds from
+// while the hold is short (a charge's credit: topUpHolds; a funding). A
+// charge not
 // credited (not paid) holds nothing, nor do other divergences.
 func (s *Service) DivergenceHold(ctx context.Context, tx pgx.Tx, a attempts.Attempt, postings *ledger.Deferred) error {
 	if !holds.Holds(a) {

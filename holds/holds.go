@@ -28,22 +28,36 @@
 // (ledger.MerchantHeld; cause divergence_hold, cause id the attempt id, key
 // divergence_hold:<attempt id>), at most what is available, read under the
 // account's row lock: available never goes negative, and a shortfall is
-// written in the hold's metadata and logged at ERROR. Later, the
-// transaction of a payout's release (a failed attempt's reserve going back
-// to available: payouts' AttemptsFinal, one by one or batched) tops up
-// (TopUp) the open divergences it concerns: another attempt of the same
-// payout paid after it failed, for a refund its charge's dispute or
-// reversal, and every other open divergence that wants the releasing
-// merchant's money in that currency (an unrelated payout of the merchant in
-// flight at the hold, failing later), oldest first. Each moves min(wanted -
-// held net so far, available) (key divergence_hold:<attempt id>:<releasing
-// attempt id>). Money credited to available any other way (a funding, a
-// charge) does not top up: what stays short is for the operator
-// (docs/runbook.md). Payouts reserve from available only:
-// held money cannot be paid out. Other kinds hold nothing (a payout's
-// reversal: the ledger shows money left that came back, available does
-// not overstate; a second operation; a charge paid after it failed: never
-// credited).
+// written in the hold's metadata and logged at ERROR. Later, every
+// transaction that credits a merchant's available balance tops up
+// (TopUp) the open short divergences that want that merchant's money in
+// that currency, oldest first, in the same transaction as the credit:
+//
+//   - a payout's release (a failed attempt's reserve going back to
+//     available: payouts' AttemptsFinal, one by one or batched), which
+//     also tops up the divergences it concerns whoever's money they want:
+//     another attempt of the same payout paid after it failed, for a
+//     refund its charge's dispute or reversal;
+//   - a charge's credit (its attempt succeeded: charges' AttemptsFinal,
+//     one by one or batched): the merchant's net and each split
+//     recipient's share;
+//   - a positive funding (merchants.Fund, the one path that books one:
+//     POST /v1/merchants/{id}/fundings, `saldo dev`'s seed, the benches).
+//
+// Each moves min(wanted - held net so far, available) (key
+// divergence_hold:<attempt id>:<the credit>: the releasing attempt's id,
+// the charge's attempt id, or the funding's ledger key, FundingBy). A
+// payout's success, a negative funding and a hold's release at its
+// settlement top up nothing; a replayed funding neither. A credit and a
+// divergence committing in the same instant can miss each other (the
+// credit's statement did not see the divergence yet, the hold read the
+// balance before the credit): that hold stays short until the next
+// credit. What stays short (the merchant paid the money out and nothing
+// came in since) is for the operator (docs/runbook.md). Payouts
+// reserve from available only: held money cannot be paid out. Other kinds
+// hold nothing (a payout's reversal: the ledger shows money left that came
+// back, available does not overstate; a second operation; a charge paid
+// after it failed: never credited).
 //
 // Settling the divergence (attempts.Service.SettleDivergence) decides what
 // the hold still holds: release (held -> available, cause
@@ -51,13 +65,15 @@
 // account, cause divergence_hold_book), in the settlement's transaction.
 //
 // One place decides the legs and the amounts: the owners (payouts,
-// charges) only say when (Hold at the divergence, TopUp at a release);
-// Hold, TopUp and Settle post them from wantedSQL, and Verify checks them
-// against the same formula for `saldo audit verify`.
+// charges, merchants) only say when (Hold at the divergence, TopUp at a
+// credit); Hold, TopUp and Settle post them from wantedSQL, and Verify
+// checks them against the same formula for `saldo audit verify`.
 package holds
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -137,56 +153,103 @@ func Hold(ctx context.Context, tx pgx.Tx, log *slog.Logger, a attempts.Attempt, 
 	return hold(ctx, tx, log, []target{{id: a.ID, key: CauseHold + ":" + a.ID.String(), what: what}}, nil, postings)
 }
 
-// Release is a payout's reserve going back to its merchant's available
-// balance (a failed attempt's payout_release), in the transaction that
-// posts it: TopUp's input.
-type Release struct {
-	// AttemptID is the failed attempt whose release it is; PayoutID its
-	// payout; ChargeID the charge the payout refunds ("" unless a refund);
+// Credit is money credited to a merchant's available balance in the
+// transaction that tops up, by a cause TopUp knows: TopUp's input.
+type Credit struct {
+	// Cause: CreditRelease, CreditCharge or CreditFunding.
+	Cause CreditCause
+	// By names what credited in each top-up's key
+	// (divergence_hold:<diverged attempt id>:<By>) and metadata: the
+	// failed attempt whose reserve a release gives back, the charge's
+	// succeeded attempt, a funding's ledger key (FundingBy).
+	By string
+	// PayoutID: a release's payout; ChargeID: the charge a released
+	// refund refunds ("" unless a refund's release). Both "" for a charge's
+	// credit and a funding.
+	PayoutID string
+	ChargeID string
 	// MerchantID and Currency: whose available balance it credits.
-	AttemptID  uuid.UUID
-	PayoutID   string
-	ChargeID   string
 	MerchantID string
 	Currency   money.Currency
 }
 
-// TopUp adds to postings, after the releases' own transactions, a further
-// hold for every open divergence those releases concern: (a) an attempt of
-// the same payout paid after it failed (its payout's reserve, carried to
-// the releasing attempt, is free only now); (b) when the payout refunds a
+// CreditCause is what credits a merchant's available balance.
+type CreditCause string
+
+// The causes that top up (TopUp).
+const (
+	// CreditRelease: a payout's reserve going back to available (a failed
+	// attempt's payout_release); By is the failed attempt's id.
+	CreditRelease CreditCause = "payout_release"
+	// CreditCharge: a charge's credit (its attempt succeeded): the
+	// merchant's net or a split recipient's share; By is the attempt's id.
+	CreditCharge CreditCause = "charge_credit"
+	// CreditFunding: a positive funding adjustment; By is FundingBy of its
+	// ledger key.
+	CreditFunding CreditCause = "funding"
+)
+
+// maxLedgerKey is the ledger's longest idempotency key, in bytes.
+const maxLedgerKey = 255
+
+// FundingBy is a funding's Credit.By, from the funding's ledger key
+// (unique across merchants, "funding:<merchant>:<key>"): the key itself
+// when divergence_hold:<attempt id>:<key> fits the ledger's 255 bytes,
+// else "funding-sha256:<hex of the key>" (a form no funding key takes).
+func FundingBy(ledgerKey string) string {
+	if len(CauseHold)+1+36+1+len(ledgerKey) <= maxLedgerKey {
+		return ledgerKey
+	}
+	sum := sha256.Sum256([]byte(ledgerKey))
+	return "funding-sha256:" + hex.EncodeToString(sum[:])
+}
+
+// TopUp adds to postings, after the credits' own transactions (added to
+// postings before it), a further hold for every open divergence those
+// credits concern. For a payout's release: (a) an attempt of the same
+// payout paid after it failed (its payout's reserve, carried to the
+// releasing attempt, is free only now); (b) when the payout refunds a
 // charge, the charge's attempt disputed or reversed (the refund no longer
-// counts against the charge: more of its credit is in doubt); (c) any other
-// open holding divergence that wants money of the releasing merchant in
-// that currency (another payout's attempt of the merchant paid after it
-// failed; a charge disputed or reversed whose credit gave the merchant a
-// share: its own charge or a split recipient's), so that money coming back
-// to available by an unrelated release fills a short hold before it can
-// be paid out (R9, R22). Each moves min(wanted - held net so far,
-// available) per merchant, oldest divergence (attempt id) first (key
-// divergence_hold:<diverged attempt id>:<releasing attempt id>, cause
-// divergence_hold, cause id the diverged attempt). One statement finds and
-// locks them all (topUpSQL); nothing is asked when releases is empty (a
-// success releases nothing). The caller holds each releasing attempt's and
-// payout's row.
-func TopUp(ctx context.Context, tx pgx.Tx, log *slog.Logger, releases []Release, postings *ledger.Deferred) error {
-	if len(releases) == 0 {
+// counts against the charge: more of its credit is in doubt). For every
+// credit (a release, a charge's credit to its merchant or a split
+// recipient, a funding): (c) any other open holding divergence that wants
+// money of the credited merchant in that currency (a payout's attempt of
+// the merchant paid after it failed; a charge disputed or reversed whose
+// credit gave the merchant a share: its own charge or a split
+// recipient's), so that money coming to available fills a short hold
+// before it can be paid out (R9, R21, R22). Each moves min(wanted - held
+// net so far, available) per merchant, oldest divergence (attempt id)
+// first (key divergence_hold:<diverged attempt id>:<By of its first
+// credit>, cause divergence_hold, cause id the diverged attempt). One
+// statement finds and locks them all (topUpSQL); nothing is asked when
+// credits is empty (a payout's success credits nothing). For a release,
+// the caller holds each releasing attempt's and payout's row; every caller
+// takes topUpSQL's locks before any ledger account's (postings locks them
+// at its Post).
+func TopUp(ctx context.Context, tx pgx.Tx, log *slog.Logger, credits []Credit, postings *ledger.Deferred) error {
+	if len(credits) == 0 {
 		return nil
 	}
-	n := len(releases)
+	n := len(credits)
 	payouts, by, charges := make([]string, n), make([]string, n), make([]string, n)
-	merchants, currencies, released := make([]string, n), make([]string, n), make([]string, n)
-	for i, r := range releases {
-		payouts[i], by[i], charges[i] = r.PayoutID, r.AttemptID.String(), r.ChargeID
-		merchants[i], currencies[i], released[i] = r.MerchantID, r.Currency.Code(), r.AttemptID.String()
+	merchants, currencies := make([]string, n), make([]string, n)
+	var released []string
+	causes := make(map[string]CreditCause, n)
+	for i, c := range credits {
+		payouts[i], by[i], charges[i] = c.PayoutID, c.By, c.ChargeID
+		merchants[i], currencies[i] = c.MerchantID, c.Currency.Code()
+		if c.Cause == CreditRelease {
+			released = append(released, c.By)
+		}
+		causes[c.By] = c.Cause
 	}
 	rows, err := tx.Query(ctx, topUpSQL, payouts, by, charges, merchants, currencies)
 	if err != nil {
-		return fmt.Errorf("holds: divergences concerned by %d releases: %w", n, err)
+		return fmt.Errorf("holds: divergences concerned by %d credits: %w", n, err)
 	}
-	targets, err := topUpTargets(rows, nil)
+	targets, err := topUpTargets(rows, causes, nil)
 	if err != nil {
-		return fmt.Errorf("holds: divergences concerned by %d releases: %w", n, err)
+		return fmt.Errorf("holds: divergences concerned by %d credits: %w", n, err)
 	}
 	if len(targets) == 0 {
 		return nil
@@ -194,12 +257,19 @@ func TopUp(ctx context.Context, tx pgx.Tx, log *slog.Logger, releases []Release,
 	return hold(ctx, tx, log, targets, released, postings)
 }
 
-// topUpSQL finds, in one statement, the divergences a batch of releases
-// concerns ($1 payouts, $2 releasing attempts, $3 refunded charges or empty,
-// $4 merchants, $5 currencies; one row per release) and locks what
-// serialises each top-up with the divergence's settlement and with another
-// release's top-up of it: one row per divergence and releasing attempt (id,
-// releasing attempt, subject, holding), in id order.
+// topUpSQL finds, in one statement, the divergences a batch of credits
+// concerns ($1 releases' payouts or empty, $2 the credits' By, $3 refunded
+// charges or empty, $4 merchants, $5 currencies; one row per credit) and
+// locks what serialises each top-up with the divergence's settlement and
+// with another credit's top-up of it: one row per divergence and credit
+// (id, By, subject, holding), in id order. Every caller runs it before
+// its transaction locks any ledger account (the lock order everywhere:
+// attempt rows, then payout rows, then the accounts in id order), and it
+// locks the other payouts' rows (lout) before the charges' attempts (lin):
+// a release holds its own payout's row when it runs this statement, so a
+// funding's or a charge's top-up that took a charge's diverged attempt
+// first and then waited for that payout would close a cycle
+// (docs/pitfalls.md).
 //
 //   - own (a): the releasing payout's other attempts, read, not locked: the
 //     caller holds the payout's row (payouts' attemptsFinalSQL moved it),
@@ -211,20 +281,23 @@ func TopUp(ctx context.Context, tx pgx.Tx, log *slog.Logger, releases []Release,
 //     its attempt and waits for the payout (docs/pitfalls.md).
 //   - in (b, c): a refunded charge's attempts whether diverged or not, and
 //     every open dispute or reversal of a charge whose credit gave the
-//     releasing merchant a share in that currency: locked (lin, FOR UPDATE,
+//     credited merchant a share in that currency: locked (lin, FOR UPDATE,
 //     id order), the divergence read from the locked row (a condition on
 //     it in the WHERE would read the statement's snapshot). A dispute
 //     recorded concurrently on a refunded charge (which never takes the
 //     refund's payout row) either waits for this transaction (and its hold
 //     then sees the refund failed) or is seen here once it committed; a
 //     settlement (which reads what the hold holds) and this top-up do not
-//     cross; two releases' top-ups of one divergence take turns.
+//     cross; two credits' top-ups of one divergence take turns (a
+//     funding's or a charge's credit waits there for a release's top-up,
+//     and the other way round). Locked after lout.
 //   - out (c): open paid_after_failure divergences of the merchant's other
-//     payouts in that currency (not the batch's: those are own): their
-//     payout's row is locked (lout, FOR UPDATE, id order, after lin), where
-//     the divergence's settlement, its payout's own release (own, above)
-//     and another release's top-up of it meet; whether it is still open is
-//     read after the lock (wanted, a later statement, skips a settled one).
+//     payouts in that currency (not the batch's releases': those are own):
+//     their payout's row is locked (lout, FOR UPDATE, id order, before
+//     lin), where the divergence's settlement, its payout's own release
+//     (own, above) and another credit's top-up of it meet; whether it is
+//     still open is read after the lock (wanted, a later statement, skips
+//     a settled one).
 //
 // The open divergences (od) are read once from the partial index of open
 // divergences (attempts_diverged: diverged_at IS NOT NULL AND
@@ -233,13 +306,13 @@ func TopUp(ctx context.Context, tx pgx.Tx, log *slog.Logger, releases []Release,
 // the open divergences outside); a merchant's many payouts are never
 // scanned.
 const topUpSQL = `WITH r AS (
-		SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::text[]) AS r(payout, by, charge, merchant, currency)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) AS r(payout, by, charge, merchant, currency)
 	), od AS MATERIALIZED (
 		SELECT a.id, a.direction, a.subject_id FROM attempts a
 		WHERE a.diverged_at IS NOT NULL AND a.divergence_settled_at IS NULL AND ` + holdsSQL + `
 	), c AS (
 		SELECT od.id, r.by, od.subject_id, 'own' AS how FROM od JOIN r ON od.subject_id = r.payout AND od.direction = 'out'
-		WHERE od.id <> r.by
+		WHERE od.id::text <> r.by
 		UNION ALL
 		SELECT a.id, r.by, a.subject_id, 'in' FROM attempts a JOIN r ON r.charge <> '' AND a.subject_id = r.charge AND a.direction = 'in'
 		UNION ALL
@@ -251,23 +324,24 @@ const topUpSQL = `WITH r AS (
 		SELECT od.id, r.by, od.subject_id, 'in' FROM od JOIN charges ch ON od.direction = 'in' AND ch.id = od.subject_id AND ch.attempt_id = od.id
 		JOIN r ON ch.currency = r.currency AND (ch.merchant_id = r.merchant
 			OR EXISTS (SELECT 1 FROM charge_splits s WHERE s.charge_id = ch.id AND s.recipient_id = r.merchant))
-	), lin AS (
-		SELECT a.id, (a.diverged_at IS NOT NULL AND a.divergence_settled_at IS NULL AND ` + holdsSQL + `) AS holding
-		FROM attempts a WHERE a.id IN (SELECT id FROM c WHERE how = 'in') ORDER BY a.id FOR UPDATE
 	), lout AS (
 		SELECT p.id FROM payouts p
-		WHERE p.id IN (SELECT subject_id FROM c WHERE how = 'out') AND (SELECT count(*) FROM lin) >= 0
+		WHERE p.id IN (SELECT subject_id FROM c WHERE how = 'out')
 		ORDER BY p.id FOR UPDATE
-	), lo AS (SELECT count(*) FROM lout)
-	SELECT c.id, c.by::text, c.subject_id, CASE WHEN c.how = 'in' THEN coalesce(l.holding, false) ELSE true END
+	), lin AS (
+		SELECT a.id, (a.diverged_at IS NOT NULL AND a.divergence_settled_at IS NULL AND ` + holdsSQL + `) AS holding
+		FROM attempts a WHERE a.id IN (SELECT id FROM c WHERE how = 'in') AND (SELECT count(*) FROM lout) >= 0
+		ORDER BY a.id FOR UPDATE
+	), li AS (SELECT count(*) FROM lin)
+	SELECT c.id, c.by, c.subject_id, CASE WHEN c.how = 'in' THEN coalesce(l.holding, false) ELSE true END
 	FROM c LEFT JOIN lin l ON l.id = c.id
-	WHERE (SELECT count FROM lo) >= 0
+	WHERE (SELECT count FROM li) >= 0
 	ORDER BY c.id, c.by`
 
 // topUpTargets appends to targets a top-up for each holding divergence of
-// rows (id, releasing attempt, subject, holding; in id order): one per
-// divergence, keyed by its first releasing attempt.
-func topUpTargets(rows pgx.Rows, targets []target) ([]target, error) {
+// rows (id, By, subject, holding; in id order): one per divergence, keyed
+// by its first credit (causes: each By's cause).
+func topUpTargets(rows pgx.Rows, causes map[string]CreditCause, targets []target) ([]target, error) {
 	var id uuid.UUID
 	var trigger, subject string
 	var holding bool
@@ -276,18 +350,36 @@ func topUpTargets(rows pgx.Rows, targets []target) ([]target, error) {
 			return nil
 		}
 		targets = append(targets, target{id: id, key: CauseHold + ":" + id.String() + ":" + trigger, what: subject,
-			trigger: trigger})
+			trigger: trigger, cause: causes[trigger]})
 		return nil
 	})
 	return targets, err
 }
 
 // target is one hold transaction to build: the diverged attempt, the
-// transaction's key, its subject for humans, the releasing attempt that
-// triggered a top-up ("" for the hold at the divergence).
+// transaction's key, its subject for humans, the credit that triggered a
+// top-up (its By and cause; "" for the hold at the divergence).
 type target struct {
 	id                 uuid.UUID
 	key, what, trigger string
+	cause              CreditCause
+}
+
+// topUpNote is what a top-up's metadata and description say of the
+// credit that triggered it.
+func (t target) topUpNote(meta map[string]string) string {
+	meta["topped_up_by"] = string(t.cause)
+	switch t.cause {
+	case CreditRelease:
+		meta["released_by_attempt"] = t.trigger
+		return " (topped up: attempt " + t.trigger + " released a reserve)"
+	case CreditCharge:
+		meta["credited_by_attempt"] = t.trigger
+		return " (topped up: charge attempt " + t.trigger + " credited the merchant)"
+	default:
+		meta["funding"] = t.trigger
+		return " (topped up: funding " + t.trigger + ")"
+	}
 }
 
 // want is a divergence's doubt on one merchant in one currency: what it
@@ -368,8 +460,9 @@ func hold(ctx context.Context, tx pgx.Tx, log *slog.Logger, targets []target, re
 			wantedSum, heldSum := decimal.Zero, decimal.Zero
 			kind := ws[0].kind
 			meta := map[string]string{"attempt_id": t.id.String(), "subject_id": ws[0].subject, "divergence_kind": kind}
+			note := ""
 			if t.trigger != "" {
-				meta["released_by_attempt"] = t.trigger
+				note = t.topUpNote(meta)
 			}
 			var cur money.Currency
 			for _, w := range ws {
@@ -399,15 +492,13 @@ func hold(ctx context.Context, tx pgx.Tx, log *slog.Logger, targets []target, re
 				log.ErrorContext(ctx, "divergence hold short: the merchant's available balance no longer covers what the divergence puts in doubt; "+
 					"the operator must recover the shortfall", "attempt_id", t.id, "subject", t.what, "divergence_kind", kind,
 					"currency", cur.Code(), "wanted", wantedSum.String(), "held", heldSum.String(), "shortfall", shortfall.String(),
-					"short_by_merchant", strings.Join(short, ", "), "released_by_attempt", t.trigger)
+					"short_by_merchant", strings.Join(short, ", "), "topped_up_by", string(t.cause), "credit", t.trigger)
 			}
 			if len(legs) == 0 {
 				continue
 			}
 			desc := fmt.Sprintf("divergence (%s) of attempt %s of %s: %s %s held of %s wanted", kind, t.id, t.what, heldSum, cur.Code(), wantedSum)
-			if t.trigger != "" {
-				desc += " (topped up: attempt " + t.trigger + " released a reserve)"
-			}
+			desc += note
 			if shortfall.IsPositive() {
 				desc += fmt.Sprintf("; SHORTFALL %s %s (%s) to recover", shortfall, cur.Code(), strings.Join(short, ", "))
 			}

@@ -33,7 +33,7 @@ const holdsSQL = `((a.direction = 'in' AND a.divergence_kind IN ('dispute', 'rev
 //     holds (an outgoing attempt paid after it failed; an incoming one
 //     disputed or reversed), and a release or a booking one whose
 //     divergence is settled; at most one release or booking per attempt
-//     (holds: the one at the divergence and the top-ups of releases);
+//     (holds: the one at the divergence and the top-ups of credits);
 //   - hold_net: an attempt's hold net is never negative on any account, and
 //     zero once its divergence is settled;
 //   - hold_legs: a hold moves each merchant's money from its available

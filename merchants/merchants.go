@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"strings"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/saldo/saldo/holds"
 	"github.com/saldo/saldo/internal/pgtext"
 	"github.com/saldo/saldo/ledger"
 	"github.com/saldo/saldo/money"
@@ -95,6 +97,9 @@ type Funding struct {
 	// Reason and Actor are recorded on the ledger transaction (required).
 	Reason string
 	Actor  string
+	// Log is where a short hold the funding tops up is logged at ERROR
+	// (holds.TopUp); nil: slog.Default().
+	Log *slog.Logger
 }
 
 // CauseFunding is the ledger cause kind of funding adjustments.
@@ -132,6 +137,15 @@ func ledgerFundingKey(merchantID, key string) string { return "funding:" + merch
 // ledger.ErrInsufficientFunds and writes nothing. A repeat of f.Key with the
 // same amount and reason returns the original (Replayed); with another
 // amount, currency or reason it is a *ledger.IdempotencyConflictError.
+//
+// A positive adjustment tops up, in its own database transaction, the
+// merchant's open short divergence holds in that currency, oldest first
+// (holds.TopUp, key divergence_hold:<diverged attempt>:<the funding's
+// ledger key>; R9, R21, R22): money brought in fills what a chargeback or
+// a payout paid after it failed left short before it can be paid out. A
+// replay tops up nothing. db is a pool or a connection (Fund runs its own
+// transaction, again when PostgreSQL aborts it as a deadlock's victim) or
+// the caller's transaction (Fund runs in a savepoint of it).
 func Fund(ctx context.Context, db ledger.DBTX, f Funding) (ledger.Transaction, error) {
 	switch {
 	case !f.Amount.IsValid() || f.Amount.IsZero():
@@ -168,7 +182,7 @@ func Fund(ctx context.Context, db ledger.DBTX, f Funding) (ledger.Transaction, e
 	}
 	amt := f.Amount.Decimal()
 	key := ledgerFundingKey(f.MerchantID, f.Key)
-	tx, err := ledger.Post(ctx, db, ledger.TransactionInput{
+	in := ledger.TransactionInput{
 		IdempotencyKey: key,
 		CauseKind:      CauseFunding,
 		CauseID:        f.MerchantID,
@@ -178,13 +192,108 @@ func Fund(ctx context.Context, db ledger.DBTX, f Funding) (ledger.Transaction, e
 			{AccountID: funding.ID, Amount: amt.Neg(), Currency: cur},
 			{AccountID: avail.ID, Amount: amt, Currency: cur},
 		},
-	})
+	}
+	if amt.IsPositive() {
+		tx, err := fundTopUp(ctx, db, f, in)
+		if !errors.Is(err, errFundingPosted) {
+			return tx, err
+		}
+		// A funding under this key committed before this one's
+		// transaction (or while it ran): answered as the ledger answers a
+		// repeat (the original, or a conflict), with nothing topped up.
+	}
+	return post(ctx, db, f, in)
+}
+
+// post posts in alone: a negative adjustment, or the repeat of a key.
+func post(ctx context.Context, db ledger.DBTX, f Funding, in ledger.TransactionInput) (ledger.Transaction, error) {
+	tx, err := ledger.Post(ctx, db, in)
 	if err == nil && tx.Replayed && tx.Description != f.Reason {
 		// The ledger tells a replay from a conflict by its cause and legs;
 		// a funding's reason is part of the request too: the same key
 		// with another reason is another adjustment, refused, never
 		// answered with the first one (R4).
-		return ledger.Transaction{}, &ledger.IdempotencyConflictError{Key: key, ExistingTransactionID: tx.ID}
+		return ledger.Transaction{}, &ledger.IdempotencyConflictError{Key: in.IdempotencyKey, ExistingTransactionID: tx.ID}
 	}
 	return tx, err
+}
+
+// errFundingPosted: the funding's key is in the ledger already.
+var errFundingPosted = errors.New("merchants: funding posted before")
+
+// fundTries bounds the transactions fundTopUp runs when PostgreSQL aborts
+// one as a deadlock's victim.
+const fundTries = 3
+
+// fundTopUp posts the positive funding in and the top-ups of the
+// merchant's short holds it pays for in one database transaction: the
+// divergences' rows first (holds.TopUp's one statement), then every
+// account in id order (one ledger.Deferred), as every writer does
+// (docs/pitfalls.md). errFundingPosted when the key was posted before
+// (nothing written): the caller answers the repeat.
+func fundTopUp(ctx context.Context, db ledger.DBTX, f Funding, in ledger.TransactionInput) (ledger.Transaction, error) {
+	b, ok := db.(interface {
+		Begin(context.Context) (pgx.Tx, error)
+	})
+	if !ok {
+		return ledger.Transaction{}, fmt.Errorf("merchants: Fund needs a pool, a connection or a transaction, got %T", db)
+	}
+	log := f.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	for try := 1; ; try++ {
+		var posted ledger.Transaction
+		err := pgx.BeginFunc(ctx, b, func(tx pgx.Tx) error {
+			var exists bool
+			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ledger_transactions WHERE idempotency_key = $1)`,
+				in.IdempotencyKey).Scan(&exists); err != nil {
+				return err
+			}
+			if exists {
+				return errFundingPosted
+			}
+			var postings ledger.Deferred
+			postings.Add([]ledger.TransactionInput{in}, nil, func(ts []ledger.Transaction) error {
+				if ts[0].Replayed {
+					// Committed by another request with this key since
+					// the check: its top-ups are its own.
+					return errFundingPosted
+				}
+				posted = ts[0]
+				return nil
+			})
+			credit := holds.Credit{Cause: holds.CreditFunding, By: holds.FundingBy(in.IdempotencyKey),
+				MerchantID: f.MerchantID, Currency: f.Amount.Currency()}
+			if err := holds.TopUp(ctx, tx, log, []holds.Credit{credit}, &postings); err != nil {
+				return err
+			}
+			return postings.Post(ctx, tx)
+		})
+		switch {
+		case err == nil:
+			return posted, nil
+		case errors.Is(err, errFundingPosted):
+			return ledger.Transaction{}, err
+		case isDeadlock(err) && try < fundTries && ctx.Err() == nil:
+			log.WarnContext(ctx, "merchants: funding transaction aborted by a deadlock; running it again",
+				"merchant_id", f.MerchantID, "try", try, "error", err)
+			continue
+		}
+		// A request with the same key that committed while this one ran
+		// can make this one's top-up fail (its credit replayed, the hold
+		// then finds less available): answered as a repeat.
+		var exists bool
+		if qerr := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ledger_transactions WHERE idempotency_key = $1)`,
+			in.IdempotencyKey).Scan(&exists); qerr == nil && exists {
+			return ledger.Transaction{}, errFundingPosted
+		}
+		return ledger.Transaction{}, err
+	}
+}
+
+// isDeadlock reports whether err is PostgreSQL's deadlock_detected.
+func isDeadlock(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "40P01"
 }

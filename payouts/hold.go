@@ -34,13 +34,14 @@ func (s *Service) DivergenceHold(ctx context.Context, tx pgx.Tx, a attempts.Atte
 // statement for the batch, none when nothing is released.
 func (s *Service) topUpHolds(ctx context.Context, tx pgx.Tx, as []attempts.Attempt, ins []ledger.TransactionInput,
 	final map[string]Payout, postings *ledger.Deferred) error {
-	var rs []holds.Release
+	var rs []holds.Credit
 	for i, a := range as {
 		if ins[i].CauseKind != CauseRelease {
 			continue
 		}
 		p := final[a.SubjectID]
-		r := holds.Release{AttemptID: a.ID, PayoutID: p.ID, MerchantID: p.MerchantID, Currency: p.Amount.Currency()}
+		r := holds.Credit{Cause: holds.CreditRelease, By: a.ID.String(), PayoutID: p.ID, MerchantID: p.MerchantID,
+			Currency: p.Amount.Currency()}
 		if p.Kind == attempts.KindRefund {
 			r.ChargeID = p.ChargeID
 		}
