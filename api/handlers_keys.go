@@ -63,7 +63,10 @@ func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
 
 // revokeKey revokes a key (admin); revoking a revoked key changes nothing
 // and answers the key as it is. An admin cannot revoke the key it calls
-// with (it would lock itself out mid-request; use another admin key).
+// with (it would lock itself out mid-request; use another admin key). With
+// an Idempotency-Key the answer is stored in the revocation's own
+// transaction (completeIdempotentInTx): a retry after a lost COMMIT answer
+// replays it, and a request a retry took over revokes nothing (R4, R5).
 func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request) {
 	id := chi.URLParam(r, "key_id")
 	if id == principalFrom(r.Context()).KeyID {
@@ -71,27 +74,37 @@ func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request) {
 			detail: "a key cannot revoke itself; use another admin key"})
 		return
 	}
-	k, err := GetKey(r.Context(), s.pool, id)
+	var k Key
+	revoked := false
+	err := pgx.BeginFunc(r.Context(), s.pool, func(tx pgx.Tx) error {
+		var err error
+		// Locked: a concurrent revocation waits, then answers the key as
+		// this one revoked it.
+		if k, err = scanKey(tx.QueryRow(r.Context(), `SELECT `+keyColumns+` FROM api_keys WHERE id = $1 FOR UPDATE`, id)); err != nil {
+			return err
+		}
+		revoked = false
+		if k.RevokedAt == nil {
+			if err := RevokeKey(r.Context(), tx, id, s.clock.Now()); err != nil {
+				return err
+			}
+			if k, err = GetKey(r.Context(), tx, id); err != nil {
+				return err
+			}
+			revoked = true
+		}
+		return s.completeIdempotentInTx(r.Context(), tx, r, http.StatusOK, k, w.Header())
+	})
+	// RevokeKey's own marks came before this COMMIT: a key lookup made
+	// between them and the COMMIT read the key unrevoked, and must not be
+	// kept in this process's cache.
+	revocations.Add(1)
 	if err != nil {
 		s.problem(w, r, err)
 		return
 	}
-	if k.RevokedAt == nil {
-		// Zero rows is a key revoked meanwhile (another request, saldo
-		// keys revoke): answered as it is, like any revoked key; the read
-		// below says 404 only if the key does not exist.
-		rerr := RevokeKey(r.Context(), s.pool, id, s.clock.Now())
-		if rerr != nil && !errors.Is(rerr, errNotFound) {
-			s.problem(w, r, rerr)
-			return
-		}
-		if k, err = GetKey(r.Context(), s.pool, id); err != nil {
-			s.problem(w, r, err)
-			return
-		}
-		if rerr == nil {
-			s.log.InfoContext(r.Context(), "api: key revoked", "key_id", id, "by", principalFrom(r.Context()).KeyID)
-		}
+	if revoked {
+		s.log.InfoContext(r.Context(), "api: key revoked", "key_id", id, "by", principalFrom(r.Context()).KeyID)
 	}
 	writeJSON(w, http.StatusOK, k)
 }

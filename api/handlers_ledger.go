@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/csv"
 	"encoding/hex"
 	"encoding/json"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/saldo/saldo/attempts"
 	"github.com/saldo/saldo/ledger"
@@ -232,7 +234,7 @@ func (s *Server) getAttempt(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, err)
 		return
 	}
-	aj, err := s.attemptWithEvents(r, a)
+	aj, err := s.attemptWithEvents(r.Context(), s.pool, a)
 	if err != nil {
 		s.problem(w, r, err)
 		return
@@ -299,24 +301,34 @@ func (s *Server) resolveAttempt(w http.ResponseWriter, r *http.Request) {
 		req.Evidence = nil
 	}
 	p := principalFrom(r.Context())
-	res, err := s.att.ResolveManually(r.Context(), id, st, p.KeyID, req.Reason, req.Evidence)
+	// The answer is made and, with an Idempotency-Key, stored in the
+	// decision's transaction (completeIdempotentInTx): a decision has no
+	// client key of its own below the API, so a retry after a lost COMMIT
+	// answer replays it (not transitioned: false, or a 409 for the other
+	// status), and a request a retry took over decides nothing (R4, R5).
+	var out resolutionJSON
+	res, err := s.att.ResolveManuallyWith(r.Context(), id, st, p.KeyID, req.Reason, req.Evidence,
+		func(ctx context.Context, tx pgx.Tx, res attempts.ResolveResult) error {
+			aj, err := s.attemptWithEvents(ctx, tx, res.Attempt)
+			if err != nil {
+				return err
+			}
+			out = resolutionJSON{Attempt: aj, Transitioned: res.Transitioned}
+			return s.completeIdempotentInTx(ctx, tx, r, http.StatusOK, out, w.Header())
+		})
 	if err != nil {
 		s.problem(w, r, err)
 		return
 	}
 	s.log.InfoContext(r.Context(), "api: manual resolution", "attempt_id", id, "reference", res.Attempt.Reference,
 		"provider", res.Attempt.Provider, "status", st, "operator", p.KeyID, "transitioned", res.Transitioned)
-	aj, err := s.attemptWithEvents(r, res.Attempt)
-	if err != nil {
-		s.problem(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, resolutionJSON{Attempt: aj, Transitioned: res.Transitioned})
+	writeJSON(w, http.StatusOK, out)
 }
 
-// attemptWithEvents is the attempt as the API shows it, with its events.
-func (s *Server) attemptWithEvents(r *http.Request, a attempts.Attempt) (attemptJSON, error) {
-	evs, err := s.att.Events(r.Context(), s.pool, a.ID)
+// attemptWithEvents is the attempt as the API shows it, with its events
+// (read from db: the pool, or the transaction that changed it).
+func (s *Server) attemptWithEvents(ctx context.Context, db attempts.DB, a attempts.Attempt) (attemptJSON, error) {
+	evs, err := s.att.Events(ctx, db, a.ID)
 	if err != nil {
 		return attemptJSON{}, err
 	}
@@ -371,15 +383,23 @@ func (s *Server) settleDivergence(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := principalFrom(r.Context())
-	a, err := s.att.SettleDivergence(r.Context(), id, p.KeyID, req.Reason, hold)
+	// The answer is made and, with an Idempotency-Key, stored in the
+	// settlement's transaction (completeIdempotentInTx): a settlement has
+	// no client key of its own below the API, so a retry after a lost
+	// COMMIT answer replays it (not a 409 not_diverged), and a request a
+	// retry took over settles nothing (R4, R5).
+	var out attemptJSON
+	_, err = s.att.SettleDivergenceWith(r.Context(), id, p.KeyID, req.Reason, hold,
+		func(ctx context.Context, tx pgx.Tx, a attempts.Attempt) error {
+			var err error
+			if out, err = s.attemptWithEvents(ctx, tx, a); err != nil {
+				return err
+			}
+			return s.completeIdempotentInTx(ctx, tx, r, http.StatusOK, out, w.Header())
+		})
 	if err != nil {
 		s.problem(w, r, err)
 		return
 	}
-	aj, err := s.attemptWithEvents(r, a)
-	if err != nil {
-		s.problem(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, aj)
+	writeJSON(w, http.StatusOK, out)
 }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -319,12 +320,24 @@ func (s *Server) retryPayout(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, err)
 		return
 	}
-	p, err := s.payouts.Retry(r.Context(), chi.URLParam(r, "merchant_id"), chi.URLParam(r, "payout_id"))
+	// With an Idempotency-Key the answer is stored in the retry's own
+	// transaction (completeIdempotentInTx): a retry of a payout has no
+	// client key of its own below the API, so a request a retry of the
+	// request took over (its lease passed) opens no attempt, and after a
+	// lost COMMIT answer the row is done with the retry's answer (R4, R5).
+	// The answer is the one stored, also when Retry found out after an
+	// error from the COMMIT that it committed.
+	var out PayoutJSON
+	_, err := s.payouts.RetryWith(r.Context(), chi.URLParam(r, "merchant_id"), chi.URLParam(r, "payout_id"),
+		func(ctx context.Context, tx pgx.Tx, p payouts.Payout) error {
+			out = payoutJSON(p)
+			return s.completeIdempotentInTx(ctx, tx, r, http.StatusOK, out, w.Header())
+		})
 	if err != nil {
 		s.problem(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, payoutJSON(p))
+	writeJSON(w, http.StatusOK, out)
 }
 
 // ---- splits ----

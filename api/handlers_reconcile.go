@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/saldo/saldo/reconcile"
 )
@@ -231,6 +232,11 @@ type divergenceResolutionJSON struct {
 // resolveDivergence is an operator closing a divergence with a reason.
 // It moves no money: the operator settles the money by the attempt's manual
 // resolution or a funding adjustment, and records here why it is closed.
+// With an Idempotency-Key the answer is stored in the resolution's own
+// transaction (completeIdempotentInTx): a resolution has no client key of
+// its own below the API, so a retry after a lost COMMIT answer replays it
+// (not transitioned: false), and a request a retry took over resolves
+// nothing (R4, R5).
 func (s *Server) resolveDivergence(w http.ResponseWriter, r *http.Request) {
 	var req divergenceResolutionRequest
 	if err := s.decode(w, r, &req); err != nil {
@@ -242,7 +248,17 @@ func (s *Server) resolveDivergence(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := principalFrom(r.Context())
-	d, changed, err := reconcile.Resolve(r.Context(), s.pool, chi.URLParam(r, "divergence_id"), p.KeyID, req.Reason, s.clock.Now())
+	var d reconcile.Divergence
+	var changed bool
+	err := pgx.BeginFunc(r.Context(), s.pool, func(tx pgx.Tx) error {
+		var err error
+		d, changed, err = reconcile.Resolve(r.Context(), tx, chi.URLParam(r, "divergence_id"), p.KeyID, req.Reason, s.clock.Now())
+		if err != nil {
+			return err
+		}
+		return s.completeIdempotentInTx(r.Context(), tx, r, http.StatusOK,
+			divergenceResolutionJSON{Divergence: divergenceJSONOf(d), Transitioned: changed}, w.Header())
+	})
 	if errors.Is(err, reconcile.ErrInvalid) {
 		s.problem(w, r, invalidField("reason", "required, up to 2000 characters, not blank"))
 		return

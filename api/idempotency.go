@@ -146,13 +146,17 @@ func keptHeaders(h http.Header) map[string]string {
 // committed, which is safe only where the domain below has keys of its own
 // (payouts, refunds, charges, fundings): a 5xx after a COMMIT whose answer
 // was lost, or a request that outlived its lease and was taken over, runs
-// the handler twice. A handler with no such key (a notification endpoint,
-// an API key, a merchant) completes the row itself, inside its own
-// transaction and only while it still holds the claim
-// (completeIdempotentInTx): it creates nothing once a retry took the key
-// over (409 request_in_progress), and after a lost COMMIT answer (a 503)
-// the row is done with its 201, which the retry replays; the release after
-// a 5xx leaves a done row alone.
+// the handler twice. A handler with no such key (creating a notification
+// endpoint, an API key, a merchant; revoking a key, disabling an endpoint,
+// retrying a payout, an operator's resolution or divergence settlement, a
+// reconciliation divergence's resolution) completes the row itself, inside
+// its own transaction (or, where a domain service owns the transaction, in
+// the function the service runs in it: attempts' ResolveManuallyWith and
+// SettleDivergenceWith, payouts' RetryWith) and only while it still holds
+// the claim (completeIdempotentInTx): it creates or changes nothing once a
+// retry took the key over (409 request_in_progress), and after a lost
+// COMMIT answer (a 503) the row is done with its answer, which the retry
+// replays; the release after a 5xx leaves a done row alone.
 //
 // Rows are kept for Config.IdempotencyRetention (at least 24 h), then
 // CleanupIdempotency deletes them. With required, a POST without the header

@@ -12,14 +12,18 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/saldo/saldo/api"
+	"github.com/saldo/saldo/attempts"
+	"github.com/saldo/saldo/charges"
 	"github.com/saldo/saldo/internal/pgproxy"
+	"github.com/saldo/saldo/payouts"
 	"github.com/saldo/saldo/providers"
 	"github.com/saldo/saldo/providers/sim"
 )
 
-// setupProxiedAPI is setup with the API's connections going through a
-// pgproxy (its own Server and listener); e.pool (the test's reads and
-// writes) and the services below the API go direct.
+// setupProxiedAPI is setup with the API's connections, and those of the
+// services below it (attempts, charges, payouts: e.att, e.charges, e.pay,
+// which the test uses too), going through a pgproxy (its own Server and
+// listener); e.pool (the test's reads and writes) goes direct.
 func setupProxiedAPI(t *testing.T) (*env, *pgproxy.Proxy) {
 	t.Helper()
 	e := setup(t, sim.Config{})
@@ -28,6 +32,13 @@ func setupProxiedAPI(t *testing.T) (*env, *pgproxy.Proxy) {
 	proxied, err := pgxpool.New(e.ctx, proxy.URL(url))
 	require.NoError(t, err)
 	t.Cleanup(proxied.Close)
+	e.att, err = attempts.New(attempts.Config{Pool: proxied, Clock: e.clock, Providers: map[string]providers.Provider{"sim": e.prov}})
+	require.NoError(t, err)
+	e.charges, err = charges.New(charges.Config{Pool: proxied, Attempts: e.att, Provider: "sim", Clock: e.clock})
+	require.NoError(t, err)
+	e.pay, err = payouts.New(payouts.Config{Pool: proxied, Attempts: e.att, Provider: "sim", Clock: e.clock,
+		Charges: e.charges, OnFinal: e.notif.PayoutFinal, OnDiverged: e.notif.PayoutDiverged})
+	require.NoError(t, err)
 	e.logs = &syncBuffer{}
 	e.api, err = api.New(api.Config{Pool: proxied, Payouts: e.pay, Attempts: e.att, Charges: e.charges,
 		Logger:    slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),

@@ -733,22 +733,30 @@ const MaxNotificationEndpoints = 10
 
 // disableNotificationEndpoint stops deliveries to an endpoint: no new
 // events, and pending deliveries are dropped (recorded as such). Disabling a
-// disabled endpoint changes nothing.
+// disabled endpoint changes nothing. With an Idempotency-Key the answer is
+// stored in the endpoint's own transaction (completeIdempotentInTx), as for
+// its registration: a retry after a lost COMMIT answer replays it, and a
+// request a retry took over disables nothing (R4, R5).
 func (s *Server) disableNotificationEndpoint(w http.ResponseWriter, r *http.Request) {
 	var e notificationEndpointJSON
-	err := s.pool.QueryRow(r.Context(), `UPDATE notification_endpoints SET disabled_at = coalesce(disabled_at, $3)
-		WHERE id = $1 AND merchant_id = $2 RETURNING id, merchant_id, url, created_at, disabled_at`,
-		chi.URLParam(r, "endpoint_id"), chi.URLParam(r, "merchant_id"), s.clock.Now()).
-		Scan(&e.ID, &e.MerchantID, &e.URL, &e.CreatedAt, &e.DisabledAt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		s.problem(w, r, errNotFound)
-		return
-	}
+	err := pgx.BeginFunc(r.Context(), s.pool, func(tx pgx.Tx) error {
+		err := tx.QueryRow(r.Context(), `UPDATE notification_endpoints SET disabled_at = coalesce(disabled_at, $3)
+			WHERE id = $1 AND merchant_id = $2 RETURNING id, merchant_id, url, created_at, disabled_at`,
+			chi.URLParam(r, "endpoint_id"), chi.URLParam(r, "merchant_id"), s.clock.Now()).
+			Scan(&e.ID, &e.MerchantID, &e.URL, &e.CreatedAt, &e.DisabledAt)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return errNotFound
+		}
+		if err != nil {
+			return err
+		}
+		e.CreatedAt, e.DisabledAt = e.CreatedAt.UTC(), utcPtr(e.DisabledAt)
+		return s.completeIdempotentInTx(r.Context(), tx, r, http.StatusOK, e, w.Header())
+	})
 	if err != nil {
 		s.problem(w, r, err)
 		return
 	}
-	e.CreatedAt, e.DisabledAt = e.CreatedAt.UTC(), utcPtr(e.DisabledAt)
 	writeJSON(w, http.StatusOK, e)
 }
 

@@ -1046,6 +1046,21 @@ func (s *Service) ResolveByReference(ctx context.Context, in ResolveInput) (Reso
 //     consistency window has passed, on the operator's evidence (the
 //     provider's statement, reconciliation).
 func (s *Service) ResolveManually(ctx context.Context, attemptID uuid.UUID, status Status, operatorID, reason string, evidence json.RawMessage) (ResolveResult, error) {
+	return s.ResolveManuallyWith(ctx, attemptID, status, operatorID, reason, evidence, nil)
+}
+
+// ResolveManuallyWith is ResolveManually with also run inside the
+// decision's transaction, before its COMMIT, when the decision stands (it
+// moved the attempt, or found it already final with the same status): what
+// also writes in tx commits with the decision, and an error from it rolls
+// the decision back and is returned as it is. On a refusal
+// (ManualFailRefusedError, TransitionError) also is not called. The caller
+// records there what must commit with the decision and never without it
+// (the API's idempotent answer: a COMMIT whose answer was lost then leaves
+// both, R4, R5); also may run again when the transaction is a deadlock's
+// victim (runTx). A nil also is ResolveManually.
+func (s *Service) ResolveManuallyWith(ctx context.Context, attemptID uuid.UUID, status Status, operatorID, reason string,
+	evidence json.RawMessage, also func(ctx context.Context, tx pgx.Tx, res ResolveResult) error) (ResolveResult, error) {
 	if !status.Final() {
 		return ResolveResult{}, fmt.Errorf("%w: an operator resolves to succeeded or failed, not %q", ErrInvalid, status)
 	}
@@ -1087,7 +1102,10 @@ func (s *Service) ResolveManually(ctx context.Context, attemptID uuid.UUID, stat
 	}
 	var res ResolveResult
 	var refused error
-	err := s.inTx(ctx, func(tx pgx.Tx, after *afterCommit) error {
+	// decide is the decision under the attempt's row lock: res is what it
+	// did; refused (committed with the lookup's record, if any) refuses a
+	// manual failed.
+	decide := func(tx pgx.Tx, after *afterCommit) error {
 		refused = nil
 		a, err := lockAttempt(ctx, tx, attemptID)
 		if err != nil {
@@ -1136,6 +1154,12 @@ func (s *Service) ResolveManually(ctx context.Context, attemptID uuid.UUID, stat
 		tr, err := s.transition(ctx, tx, after, a, c)
 		res = ResolveResult{Attempt: tr.Attempt, Transitioned: tr.Transitioned}
 		return err
+	}
+	err := s.inTx(ctx, func(tx pgx.Tx, after *afterCommit) error {
+		if err := decide(tx, after); err != nil || refused != nil || also == nil {
+			return err
+		}
+		return also(ctx, tx, res)
 	})
 	if err == nil && refused != nil {
 		s.log.WarnContext(ctx, "manual failed refused", "attempt_id", res.Attempt.ID, "provider", res.Attempt.Provider,
@@ -1426,6 +1450,21 @@ func lookup(ctx context.Context, p providers.Provider, a Attempt) (providers.Loo
 // amount; nothing changes). A decision with nothing held is accepted and
 // moves nothing. The settlement note says what was held and what was done.
 func (s *Service) SettleDivergence(ctx context.Context, attemptID uuid.UUID, operatorID, reason string, hold HoldDecision) (Attempt, error) {
+	return s.SettleDivergenceWith(ctx, attemptID, operatorID, reason, hold, nil)
+}
+
+// SettleDivergenceWith is SettleDivergence with also run inside the
+// settlement's transaction, after it is recorded and before its COMMIT,
+// with the settled attempt: what also writes in tx commits with the
+// settlement, and an error from it rolls the settlement (and the hold's
+// release or booking) back and is returned as it is. The caller records
+// there what must commit with the settlement and never without it (the
+// API's idempotent answer: after a COMMIT whose answer was lost the retry
+// gets the settlement's answer, not ErrNotDiverged, R4, R5); also may run
+// again when the transaction is a deadlock's victim (runTx). A nil also is
+// SettleDivergence.
+func (s *Service) SettleDivergenceWith(ctx context.Context, attemptID uuid.UUID, operatorID, reason string, hold HoldDecision,
+	also func(ctx context.Context, tx pgx.Tx, a Attempt) error) (Attempt, error) {
 	reason = strings.TrimSpace(reason)
 	if operatorID == "" || reason == "" || utf8.RuneCountInString(reason) > 2000 {
 		return Attempt{}, fmt.Errorf("%w: settling a divergence needs an operator id and a reason of 1-2000 characters", ErrInvalid)
@@ -1473,7 +1512,10 @@ func (s *Service) SettleDivergence(ctx context.Context, attemptID uuid.UUID, ope
 			s.log.InfoContext(ctx, "attempt divergence settled", "attempt_id", a.ID, "kind", a.Kind, "provider", a.Provider,
 				"reference", a.Reference, "operator", operatorID, "hold", string(hold), "hold_note", holdNote)
 		})
-		return nil
+		if also == nil {
+			return nil
+		}
+		return also(ctx, tx, out)
 	})
 	return out, err
 }

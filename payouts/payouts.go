@@ -379,8 +379,21 @@ func anyDiverged(ctx context.Context, tx pgx.Tx, id string) (bool, error) {
 // and when the provider reported any attempt of it paid after it was
 // resolved failed (a divergence).
 func (s *Service) Retry(ctx context.Context, merchantID, payoutID string) (Payout, error) {
+	return s.RetryWith(ctx, merchantID, payoutID, nil)
+}
+
+// RetryWith is Retry with also run inside the retry's transaction, after
+// the new attempt is opened and reserved and before its COMMIT, with the
+// payout as it then is: what also writes in tx commits with the retry, and
+// an error from it rolls the retry back and is returned as it is. The
+// caller records there what must commit with the retry and never without
+// it (the API's idempotent answer, R4, R5: a retry has no client key of its
+// own below the API). A nil also is Retry.
+func (s *Service) RetryWith(ctx context.Context, merchantID, payoutID string,
+	also func(ctx context.Context, tx pgx.Tx, p Payout) error) (Payout, error) {
 	var out Payout
-	before := -1 // the payout's attempt count when this retry opened one
+	before := -1        // the payout's attempt count when this retry opened one
+	committing := false // the transaction's work is done: an error now is its COMMIT's
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		p, err := s.getForUpdate(ctx, tx, merchantID, payoutID)
 		if err != nil {
@@ -410,13 +423,20 @@ func (s *Service) Retry(ctx context.Context, merchantID, payoutID string) (Payou
 		if err := s.openAttempt(ctx, tx, &p, in); err != nil {
 			return err
 		}
-		out = p
+		if also != nil {
+			if err := also(ctx, tx, p); err != nil {
+				return err
+			}
+		}
+		out, committing = p, true
 		return nil
 	})
-	if err != nil && before >= 0 {
-		// An error after the attempt was opened may have committed (a lost
-		// COMMIT answer): the retry that did is the answer, not a 409
-		// not_retryable for the caller who asks again (R22).
+	if err != nil && committing {
+		// An error from the COMMIT of the opened attempt may mean it
+		// committed (a lost COMMIT answer): the retry that did is the
+		// answer, not a 409 not_retryable for the caller who asks again
+		// (R22). An error before it rolled everything back: an attempt
+		// counted now is another retry's (one that waited for our lock).
 		if p, gerr := s.get(context.WithoutCancel(ctx), s.pool, merchantID, payoutID); gerr == nil && p.AttemptCount > before {
 			s.log.WarnContext(ctx, "payouts: a retry's transaction answered an error but committed; answering what it made",
 				"payout_id", payoutID, "error", err)
