@@ -541,7 +541,11 @@ func TestServerErrorsAndCutsAreUnknown_R2(t *testing.T) {
 // R16: a fresh operation is invisible for a while; the lookup then says
 // "not found" (404, no error) and only after the window does it show.
 func TestLookupBeforeAndAfterConsistencyWindow_R16(t *testing.T) {
-	e := newEnv(t, pixtest.Options{LookupLag: 400 * time.Millisecond, SendsFinal: true})
+	// The window is long against the 200 ms the hung send takes, so that
+	// the first lookup falls inside it on a loaded machine too (with 400 ms
+	// it came 200 ms from the window's end); the second waits it out.
+	const lag = 3 * time.Second
+	e := newEnv(t, pixtest.Options{LookupLag: lag, SendsFinal: true})
 	e.p = e.adapter(func(c *pix.Config) { c.HTTP.ReadTimeout = 200 * time.Millisecond })
 	for _, op := range []providers.Operation{providers.OpPixTransfer, providers.OpPixCharge} {
 		in := providers.OperationInput{Amount: "1.00", Currency: "BRL", Destination: keyDest("a@b.c")}
@@ -550,15 +554,27 @@ func TestLookupBeforeAndAfterConsistencyWindow_R16(t *testing.T) {
 		}
 		e.srv.HangAfterCommit(1)
 		r := ref(t)
+		start := time.Now()
 		sr, out := e.submit(op, in, r)
 		wantOutcome(t, out, attempts.OutcomeUnknown, sr)
 		lr := e.lookup(op, r)
+		if time.Since(start) >= lag {
+			t.Fatalf("%s: the send and the first lookup took %s, past the %s window: nothing shown", op, time.Since(start), lag)
+		}
 		if lr.Found || lr.Exchange.StatusCode != http.StatusNotFound || lr.Exchange.Err != nil {
 			t.Fatalf("%s inside the window: %+v", op, lr)
 		}
-		time.Sleep(450 * time.Millisecond)
-		if lr := e.lookup(op, r); !lr.Found {
-			t.Fatalf("%s after the window: %+v", op, lr)
+		// After the window (counted from the PSP's commit, a little after
+		// start) the lookup finds it.
+		time.Sleep(time.Until(start.Add(lag)))
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			lr := e.lookup(op, r)
+			if lr.Found {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s after the window: %+v", op, lr)
+			}
 		}
 	}
 	// A 404 that is not the API's problem+json (a proxy's page) proves
