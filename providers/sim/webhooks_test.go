@@ -143,13 +143,17 @@ func TestWebhookGivenUp(t *testing.T) {
 func TestWebhookDelay(t *testing.T) {
 	t.Parallel()
 	rc := newReceiver(t, 0)
-	srv, p := setup(t, sim.Config{WebhookURL: rc.URL, WebhookSecret: "s", WebhookDelay: 150 * time.Millisecond})
+	// The delay is long against the send and the 50 ms given to an
+	// undelayed delivery: with 150 ms, a send slowed by a loaded machine
+	// let the delivery arrive before the check.
+	const delay = 2 * time.Second
+	srv, p := setup(t, sim.Config{WebhookURL: rc.URL, WebhookSecret: "s", WebhookDelay: delay})
 	start := time.Now()
 	open(t, p, transfer("1.00")).send(p)
 	time.Sleep(50 * time.Millisecond)
 	require.Empty(t, rc.received())
 	flush(t, srv)
-	require.GreaterOrEqual(t, srv.WebhookDeliveries()[0].At.Sub(start), 150*time.Millisecond)
+	require.GreaterOrEqual(t, srv.WebhookDeliveries()[0].At.Sub(start), delay)
 }
 
 // Duplication and reordering decisions and event ids follow the seed.
