@@ -127,14 +127,22 @@ func TestClassifyEveryStripeAnswer_R1_R2(t *testing.T) {
 	})
 	t.Run("409 idempotency_key_in_use while the first runs", func(t *testing.T) {
 		f, p := newFake(t)
-		f.Script(stripefake.Fault{Kind: stripefake.FaultSlow, Delay: 700 * time.Millisecond})
+		// The first holds its key for 2 s (within the 5 s read timeout); the
+		// second goes once the fake has the first in flight. A fixed 200 ms
+		// head start inside a 700 ms hold missed either end on a loaded
+		// machine.
+		f.Script(stripefake.Fault{Kind: stripefake.FaultSlow, Delay: 2 * time.Second})
 		k, r := key(), ref()
 		in := payout("3.00", "USD")
 		var first providers.SubmitResult
 		var wg sync.WaitGroup
 		wg.Add(1)
 		go func() { defer wg.Done(); first = submit(t, p, in, r, k) }()
-		time.Sleep(200 * time.Millisecond)
+		for deadline := time.Now().Add(10 * time.Second); len(f.KeysSeen()) == 0; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the first request never reached the fake")
+			}
+		}
 		second := submit(t, p, in, r, k)
 		wg.Wait()
 		mustOutcome(t, second, attempts.OutcomeInFlight)
