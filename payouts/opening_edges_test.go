@@ -137,7 +137,15 @@ func TestCancelledCallerRepeatGetsCommitted_R4(t *testing.T) {
 		_, err := e.svc.CreatePayout(ctx, req)
 		done <- err
 	}()
-	time.Sleep(500 * time.Millisecond)
+	// Until the batch's claim waits behind the held one (a fixed 500 ms
+	// could end before it got there on a loaded machine, and the caller
+	// then gave up before its batch was written at all).
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n))
+		return n > 0
+	}, 30*time.Second, 5*time.Millisecond, "the batch's claim never waited for the held key")
 	cancel()
 	err = <-done
 	require.ErrorIs(t, err, context.Canceled)
