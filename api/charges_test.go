@@ -138,7 +138,7 @@ func TestPixChargeWebhook(t *testing.T) {
 	path := "/v1/merchants/m2/charges/" + c["id"].(string)
 	require.Eventually(t, func() bool {
 		return e.get(path, e.m2).json(t)["status"] == "awaiting_payment"
-	}, 5*time.Second, 20*time.Millisecond)
+	}, 30*time.Second, 20*time.Millisecond)
 	got := e.get(path, e.m2).json(t)
 	pix := got["pix"].(map[string]any)
 	require.NotEmpty(t, pix["copy_paste"])

@@ -50,10 +50,10 @@ func TestFailedRequestReleasesATakenOverClaim(t *testing.T) {
 		return ch
 	}
 	a := send() // claims ep-1, blocks on its INSERT
-	require.Eventually(t, waiting(1), 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, waiting(1), 30*time.Second, 5*time.Millisecond)
 	e.clock.Advance(2 * time.Minute) // A's lease passes while A is still running
 	b := send()                      // takes ep-1 over, blocks too
-	require.Eventually(t, waiting(2), 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, waiting(2), 30*time.Second, 5*time.Millisecond)
 
 	// A's connection is cut: A answers 5xx and releases its claim, which
 	// is B's now: nothing is released.
@@ -68,7 +68,7 @@ func TestFailedRequestReleasesATakenOverClaim(t *testing.T) {
 	rc := <-send()
 	require.Equal(t, http.StatusConflict, rc.Status, "a third request ran beside the retry: %s", rc.Body)
 	require.Equal(t, "request_in_progress", rc.code(t))
-	require.Eventually(t, waiting(1), 5*time.Second, 5*time.Millisecond, "only B is inserting")
+	require.Eventually(t, waiting(1), 30*time.Second, 5*time.Millisecond, "only B is inserting")
 
 	require.NoError(t, blocker.Rollback(e.ctx))
 	rb := <-b
@@ -114,7 +114,7 @@ func TestSlowRequestDoesNotOverwriteATakenOverClaim(t *testing.T) {
 		r, _ := e.exchange(req{method: http.MethodPost, path: path, key: e.m1, body: body, header: hdr})
 		a <- r
 	}()
-	require.Eventually(t, waiting, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, waiting, 30*time.Second, 5*time.Millisecond)
 	e.clock.Advance(2 * time.Minute)
 	// The key is taken over by a retry (its claim row's token replaced, as
 	// claimIdempotencyKey does), which here is still running.

@@ -179,10 +179,10 @@ func TestTakenOverRequestOnRoutesWithoutDomainKeysCreatesOnce_R4_R5(t *testing.T
 				return ch
 			}
 			a := send() // claims slow-1, blocks on its INSERT
-			require.Eventually(t, waiting(1), 5*time.Second, 5*time.Millisecond)
+			require.Eventually(t, waiting(1), 30*time.Second, 5*time.Millisecond)
 			e.clock.Advance(2 * time.Minute) // A's lease passes while A is still running
 			b := send()                      // takes slow-1 over, blocks too
-			require.Eventually(t, waiting(2), 5*time.Second, 5*time.Millisecond)
+			require.Eventually(t, waiting(2), 30*time.Second, 5*time.Millisecond)
 			require.NoError(t, blocker.Rollback(e.ctx))
 
 			ra, rb := <-a, <-b

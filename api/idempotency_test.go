@@ -119,7 +119,7 @@ func TestIdempotencyConcurrent409(t *testing.T) {
 		var state string
 		err := e.pool.QueryRow(e.ctx, `SELECT state FROM idempotent_requests WHERE idem_key = 'slow'`).Scan(&state)
 		return err == nil && state == "running"
-	}, 5*time.Second, 5*time.Millisecond)
+	}, 30*time.Second, 5*time.Millisecond)
 	time.Sleep(50 * time.Millisecond) // it is now blocked behind the locks
 
 	second := e.post("/v1/merchants/m1/pix-transfers", e.m1, "slow", pixBody("7.00"))

@@ -92,7 +92,7 @@ func TestRiverEndToEnd(t *testing.T) {
 		require.NoError(t, h.pool.QueryRow(h.ctx, `SELECT count(*) FROM river_job WHERE kind IN ($1, $2)
 			AND state <> 'completed'`, SubmitAttemptKind, ResolveAttemptKind).Scan(&n))
 		return n == 0
-	}, 5*time.Second, 20*time.Millisecond)
+	}, 30*time.Second, 20*time.Millisecond)
 	h.requireNoViolations()
 
 	// Open in a caller's transaction with the working client set.

@@ -77,5 +77,5 @@ func TestRiverEndToEnd(t *testing.T) {
 		require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT count(*) FROM river_job WHERE kind = $1
 			AND state <> 'completed'`, charges.PollPixChargeKind).Scan(&n))
 		return n == 0
-	}, 5*time.Second, 20*time.Millisecond, "the poll job completes once the charge is paid")
+	}, 30*time.Second, 20*time.Millisecond, "the poll job completes once the charge is paid")
 }

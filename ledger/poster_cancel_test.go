@@ -106,7 +106,7 @@ func TestPosterCancelledRequestDoesNotBlockLaterPosts(t *testing.T) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		return len(p.pending) == 0 && len(p.held) > 0
-	}, 5*time.Second, 5*time.Millisecond, "first batch in flight")
+	}, 30*time.Second, 5*time.Millisecond, "first batch in flight")
 
 	// Queued behind it (z is held): A gives up, B waits.
 	gone, cancel := context.WithCancel(ctx)
@@ -115,13 +115,13 @@ func TestPosterCancelledRequestDoesNotBlockLaterPosts(t *testing.T) {
 		_, err := p.Post(gone, posterTransfer("a", x.Code, y.Code, "1"))
 		aErr <- err
 	}()
-	require.Eventually(t, func() bool { p.mu.Lock(); defer p.mu.Unlock(); return len(p.pending) == 1 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { p.mu.Lock(); defer p.mu.Unlock(); return len(p.pending) == 1 }, 30*time.Second, time.Millisecond)
 	bErr := make(chan error, 1)
 	go func() {
 		_, err := p.Post(ctx, posterTransfer("b", funding.Code, z.Code, "1"))
 		bErr <- err
 	}()
-	require.Eventually(t, func() bool { p.mu.Lock(); defer p.mu.Unlock(); return len(p.pending) == 2 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { p.mu.Lock(); defer p.mu.Unlock(); return len(p.pending) == 2 }, 30*time.Second, time.Millisecond)
 	cancel()
 	require.ErrorIs(t, <-aErr, context.Canceled)
 	require.NoError(t, lock.Rollback(ctx))

@@ -155,7 +155,7 @@ func TestCancelledCallerRepeatGetsCommitted_R4(t *testing.T) {
 	require.Eventually(t, func() bool {
 		p, err = e.svc.CreatePayout(e.ctx, req)
 		return err == nil
-	}, 5*time.Second, 50*time.Millisecond)
+	}, 30*time.Second, 50*time.Millisecond)
 	require.Equal(t, 2, e.count(`SELECT count(*) FROM payouts`))
 	require.Equal(t, 1, e.count(`SELECT count(*) FROM payouts WHERE id = $1`, p.ID))
 	require.Equal(t, "10.00 BRL", p.Amount.String())

@@ -86,7 +86,7 @@ func TestFleetWithDifferentStaleCallAfterPaysOnce_R11_R16(t *testing.T) {
 	require.Eventually(t, func() bool {
 		at, err := a.Attempts.Get(ctx, pool, first)
 		return err == nil && at.CallCount == 1
-	}, 5*time.Second, 10*time.Millisecond)
+	}, 30*time.Second, 10*time.Millisecond)
 
 	// B runs the periodic sweep (any worker may) and then the resolver.
 	time.Sleep(10500 * time.Millisecond)

@@ -60,7 +60,7 @@ func TestPixEndToEndHangAfterCommitResolvedByLookup_R14_R20(t *testing.T) {
 			require.NoError(t, err)
 			got = res.Attempt
 			return got.Status == want
-		}, 5*time.Second, 5*time.Millisecond, "attempt %s reaches %s", a.ID, want)
+		}, 30*time.Second, 5*time.Millisecond, "attempt %s reaches %s", a.ID, want)
 		return got
 	}
 	// Executing an unknown attempt again sends nothing (R14).

@@ -47,7 +47,7 @@ func TestPixWebhooksDuringTheCallCreditAndSettleOnce(t *testing.T) {
 		require.NoError(t, err)
 		done <- res
 	}()
-	require.Eventually(t, func() bool { return srv.CobStatus(a.Reference) == "ATIVA" }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return srv.CobStatus(a.Reference) == "ATIVA" }, 30*time.Second, time.Millisecond)
 	e2e, err := srv.PayCob(a.Reference)
 	require.NoError(t, err)
 	paid := `{"endToEndId":"` + e2e + `","txid":"` + a.Reference + `","valor":"30.00","horario":"` + now + `"}`
@@ -72,7 +72,7 @@ func TestPixWebhooksDuringTheCallCreditAndSettleOnce(t *testing.T) {
 		require.NoError(t, err)
 		done <- res
 	}()
-	require.Eventually(t, func() bool { return srv.RefundStatus(ra.Reference) != "" }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return srv.RefundStatus(ra.Reference) != "" }, 30*time.Second, time.Millisecond)
 	require.NoError(t, srv.SettleRefund(ra.Reference, true))
 	withRefund := strings.TrimSuffix(paid, "}") + `,"devolucoes":[{"id":"` + ra.Reference + `","rtrId":"D09089356202612051000aaaaaaaaaaa","valor":"10.00","horario":{"solicitacao":"` + now + `","liquidacao":"` + now + `"},"status":"DEVOLVIDO"}]}`
 	require.Equal(t, http.StatusOK, post(`{"pix":[`+withRefund+`]}`))

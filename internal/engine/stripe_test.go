@@ -86,7 +86,7 @@ func newStripeEngine(t *testing.T) stripeEngine {
 			require.NoError(t, err)
 			got = res.Attempt
 			return got.Status == attempts.StatusSucceeded
-		}, 5*time.Second, 5*time.Millisecond, "attempt %s (%s) resolved by lookup", a.ID, a.Operation)
+		}, 30*time.Second, 5*time.Millisecond, "attempt %s (%s) resolved by lookup", a.ID, a.Operation)
 		return got
 	}
 	return se

@@ -156,7 +156,7 @@ func TestFaultSlowPastReadTimeout(t *testing.T) {
 	res := a.send(p)
 	require.True(t, res.Exchange.Timeout)
 	require.Zero(t, res.Exchange.StatusCode)
-	require.Eventually(t, func() bool { return len(srv.Operations(a.ref)) == 1 }, 2*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return len(srv.Operations(a.ref)) == 1 }, 30*time.Second, 5*time.Millisecond)
 }
 
 // lookup_fail: a lookup answers 500: not "not found".
@@ -271,7 +271,7 @@ func TestCloseEndsHangs(t *testing.T) {
 	a := open(t, p, transfer("1.00"))
 	done := make(chan providers.SubmitResult, 1)
 	go func() { done <- a.send(p) }()
-	require.Eventually(t, func() bool { return len(srv.Operations(a.ref)) == 1 }, 2*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return len(srv.Operations(a.ref)) == 1 }, 30*time.Second, time.Millisecond)
 	start := time.Now()
 	srv.Close()
 	res := <-done

@@ -153,14 +153,18 @@ func TestIdempotencyHeaderFollowsCapabilities(t *testing.T) {
 // A second request with a key whose first request is still running gets 409.
 func TestConflictWhileKeyInFlight(t *testing.T) {
 	t.Parallel()
-	srv, p := setup(t, sim.Config{})
+	// The first request holds its key 3 s (read timeout 10 s), so that the
+	// second, sent once the key is in flight, still finds it there on a
+	// loaded machine (1 s left little room).
+	srv, p := setup(t, sim.Config{}, sim.WithHTTPSettings(providers.HTTPSettings{ConnectTimeout: time.Second,
+		ReadTimeout: 10 * time.Second}))
 	a := open(t, p, transfer("10.00"))
 	require.NoError(t, srv.AddFault(sim.FaultRule{Kind: sim.FaultSlow, Reference: a.ref, Nth: 1,
-		Delay: sim.Duration(time.Second)}))
+		Delay: sim.Duration(3 * time.Second)}))
 
 	firstDone := make(chan providers.SubmitResult, 1)
 	go func() { firstDone <- a.send(p) }()
-	require.Eventually(t, func() bool { return sim.KeyInFlight(srv, a.key) }, 2*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return sim.KeyInFlight(srv, a.key) }, 30*time.Second, time.Millisecond)
 
 	second := a.send(p)
 	require.Equal(t, http.StatusConflict, second.Exchange.StatusCode)
