@@ -82,8 +82,11 @@ func setup(t *testing.T, o envOpts) *env {
 	o.sim.Clock = e.clock.Now
 	e.srv = sim.NewServer(o.sim).Start()
 	t.Cleanup(e.srv.Close)
+	// The read timeout ends stuckPayout's hung call; every other call must
+	// be answered within it, which 300 ms did not leave a loaded machine
+	// much room for (a late answer reads as unknown and fails the test).
 	e.prov = &lostProvider{Provider: e.srv.NewProvider(sim.WithHTTPSettings(providers.HTTPSettings{
-		ConnectTimeout: time.Second, ReadTimeout: 300 * time.Millisecond}))}
+		ConnectTimeout: time.Second, ReadTimeout: time.Second}))}
 	var err error
 	e.e, err = engine.New(engine.Config{Pool: e.pool, Providers: []providers.Provider{e.prov},
 		PayoutProvider: e.prov.Name(), ChargeProvider: e.prov.Name(), Clock: e.clock,
