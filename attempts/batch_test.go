@@ -192,11 +192,11 @@ func mixedRun(t *testing.T, batch bool) ([]slotOutcome, *batchRecorder, *ownerRe
 	createOwnerEffects(t, pool)
 	clock := newFakeClock()
 
-	fast := sim.NewServer(sim.Config{Seed: 3, HangFor: 2 * time.Second}).Start()
+	fast := sim.NewServer(sim.Config{Seed: 3, HangFor: 10 * simReadTimeout}).Start()
 	t.Cleanup(fast.Close)
 	slow := sim.NewServer(sim.Config{Seed: 3, SettleAfter: time.Hour}).Start()
 	t.Cleanup(slow.Close)
-	settings := sim.WithHTTPSettings(providers.HTTPSettings{ConnectTimeout: time.Second, ReadTimeout: 300 * time.Millisecond})
+	settings := sim.WithHTTPSettings(providers.HTTPSettings{ConnectTimeout: time.Second, ReadTimeout: simReadTimeout})
 	fastProv := &rewriting{Provider: fast.NewProvider(settings), answers: map[string]scenario{}}
 	slowProv := slow.NewProvider(settings, sim.WithName("slow"))
 

@@ -307,6 +307,14 @@ type testProvider struct {
 	base   atomic.Pointer[string]
 }
 
+// simReadTimeout is the read timeout of the tests that run against
+// providers/sim, assert successes and need the sim's hang faults read as
+// timeouts (R3). It must be long enough that a loaded machine's slow answer
+// is not read as unknown (300 ms was not: TestRecordBatchMatchesOneAtATime
+// failed so), and it bounds how long each hang fault takes. The sim's
+// HangFor must stay well above it, or a hang ends as a reset, not a timeout.
+const simReadTimeout = time.Second
+
 func newTestProvider(name string, base string, caps providers.Capabilities, readTimeout time.Duration) *testProvider {
 	p := &testProvider{name: name, caps: caps, client: providers.NewClient(providers.HTTPSettings{
 		ConnectTimeout: time.Second, ReadTimeout: readTimeout})}

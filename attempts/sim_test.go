@@ -73,7 +73,7 @@ func simSoak(t *testing.T, noKeys bool) {
 
 	server := sim.NewServer(sim.Config{
 		Seed: soakSeed(), Clock: clock.Now, NoIdempotency: noKeys, LookupLag: 20 * time.Second,
-		SettleAfter: 90 * time.Second, HangFor: time.Second,
+		SettleAfter: 90 * time.Second, HangFor: 10 * simReadTimeout,
 		Random: sim.FaultProfile{ResetBefore: 0.08, HangAfter: 0.08, ErrorAfter: 0.08, Unavailable: 0.05,
 			RateLimit: 0.08, Slow: 0.05, LookupFail: 0.1, SlowDelay: 20 * time.Millisecond},
 		WebhookURL: hook.URL, WebhookSecret: "whsec_test", WebhookDuplicateRate: 0.3, WebhookReorderRate: 0.3,
@@ -81,7 +81,7 @@ func simSoak(t *testing.T, noKeys bool) {
 	}).Start()
 	t.Cleanup(server.Close)
 	prov = server.NewProvider(sim.WithHTTPSettings(providers.HTTPSettings{ConnectTimeout: time.Second,
-		ReadTimeout: 300 * time.Millisecond}))
+		ReadTimeout: simReadTimeout}))
 
 	var err error
 	svc, err = New(Config{Pool: pool, Providers: map[string]providers.Provider{"sim": prov}, Clock: clock,
