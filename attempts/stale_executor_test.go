@@ -2,6 +2,8 @@ package attempts
 
 import (
 	"context"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -131,8 +133,9 @@ func staleExecutorRace(t *testing.T, batched bool) {
 		r   ExecuteResult
 		err error
 	}
-	e1 := make(chan result, 1)
+	e1, e1id := make(chan result, 1), make(chan string, 1)
 	go func() {
+		e1id <- goid()
 		r, err := h.svc.Execute(h.ctx, x.ID)
 		e1 <- result{r, err}
 	}()
@@ -155,8 +158,9 @@ func staleExecutorRace(t *testing.T, batched bool) {
 	defer tx.Rollback(context.Background()) //nolint:errcheck
 	_, err = tx.Exec(h.ctx, `SELECT 1 FROM attempts WHERE id = $1 FOR UPDATE`, y.ID)
 	require.NoError(t, err)
-	ey := make(chan result, 1)
+	ey, eyid := make(chan result, 1), make(chan string, 1)
 	go func() {
+		eyid <- goid()
 		r, err := h.svc.Execute(h.ctx, y.ID)
 		ey <- result{r, err}
 	}()
@@ -169,14 +173,30 @@ func staleExecutorRace(t *testing.T, batched bool) {
 
 	// E1 resumes and queues its mark (call 2, from its stale read); then
 	// E3 (the regular job, due again) reads x at call 2 and queues call 3.
+	// Each step waits for its evidence, not for a fixed time: past its
+	// pause, an executor's next wait is the call-start batcher's queue, so
+	// the goroutines of y, E1, then E3 too are seen waiting there. Were E1's
+	// or E3's mark not yet queued when y's lock goes, the two marks would
+	// not share a batch and the race would go unseen (the test would pass
+	// with the defect).
 	release()
-	time.Sleep(300 * time.Millisecond)
-	e3 := make(chan result, 1)
+	yID, e1ID := <-eyid, <-e1id
+	waitQueued(t, yID, e1ID)
+	hit3, release3 := gc.arm(2) // E3's read time, as E1's above
+	defer release3()
+	e3, e3id := make(chan result, 1), make(chan string, 1)
 	go func() {
+		e3id <- goid()
 		r, err := h.svc.Execute(h.ctx, x.ID)
 		e3 <- result{r, err}
 	}()
-	time.Sleep(300 * time.Millisecond)
+	select {
+	case <-hit3:
+	case <-time.After(30 * time.Second):
+		t.Fatal("E3 never read x")
+	}
+	release3()
+	waitQueued(t, yID, e1ID, <-e3id)
 
 	h.psp.setPlan(behaveOK)
 	require.NoError(t, tx.Commit(h.ctx))
@@ -193,6 +213,65 @@ func staleExecutorRace(t *testing.T, batched bool) {
 	require.Equal(t, StatusSucceeded, got.Status, "the provider answered call 3 succeeded: that answer must be recorded (R1)")
 	require.Equal(t, got.CallCount, got.CallsRecorded, "every call recorded (R12)")
 	require.False(t, r1.r.Sent, "the stale executor (call 2 already made) must not be the one to call")
+}
+
+// goid is the calling goroutine's id, as its stack names it.
+func goid() string {
+	buf := make([]byte, 64)
+	buf = buf[:runtime.Stack(buf, false)]
+	return strings.Fields(string(buf))[1]
+}
+
+// waitQueued waits until each goroutine named (goid) waits in a batcher's
+// Do called from Execute. Past its clock pause (pausingClock), an
+// execution of a due attempt has only the call-start batcher left to wait
+// in, so this is exact for the executions the caller has released; it reads
+// the goroutines' stacks because the batcher's queue is not visible.
+func waitQueued(t *testing.T, ids ...string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		waiting := queuedExecutions()
+		all := true
+		for _, id := range ids {
+			all = all && waiting[id]
+		}
+		if all {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("goroutines %v: not all waiting in a batcher (waiting: %v)", ids, waiting)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// queuedExecutions is the set of goroutines waiting in a batcher's Do
+// called from Execute.
+func queuedExecutions() map[string]bool {
+	buf := make([]byte, 1<<20)
+	for {
+		k := runtime.Stack(buf, true)
+		if k < len(buf) {
+			buf = buf[:k]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	out := map[string]bool{}
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		lines := strings.Split(g, "\n")
+		if len(lines) < 4 || !strings.Contains(lines[0], "[select") {
+			continue
+		}
+		// lines[1]: the innermost function, lines[2] its file, lines[3]
+		// its caller.
+		if strings.Contains(lines[1], "/internal/groupcommit.(*Batcher[") && strings.Contains(lines[1], "]).Do(") &&
+			strings.Contains(lines[3], "/attempts.(*Service).Execute(") {
+			out[strings.Fields(lines[0])[1]] = true
+		}
+	}
+	return out
 }
 
 // A second executor reads the attempt while the first one's call is in
