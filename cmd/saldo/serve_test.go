@@ -49,9 +49,27 @@ type serveProc struct {
 	done    chan error
 	logs    *bytes.Buffer
 	mu      *sync.Mutex
+
+	addr, metricsAddr chan string // from the log, until waitListening
+}
+
+// logText is the process's log so far.
+func (p *serveProc) logText() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.logs.String()
 }
 
 func startServe(t *testing.T, bin, dbURL, simURL, secret, roles string, extra ...string) *serveProc {
+	t.Helper()
+	p := launchServe(t, bin, dbURL, simURL, secret, roles, extra...)
+	p.waitListening(t)
+	return p
+}
+
+// launchServe starts `saldo serve` as startServe does, without waiting for
+// its API: its log can be watched meanwhile (logText); waitListening waits.
+func launchServe(t *testing.T, bin, dbURL, simURL, secret, roles string, extra ...string) *serveProc {
 	t.Helper()
 	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--sim-url", simURL, "--roles", roles,
 		"--provider-read-timeout", "2s", "--stale-call-after", "30s", "--max-workers", "10", "--log-level", "info"}, extra...)
@@ -60,9 +78,10 @@ func startServe(t *testing.T, bin, dbURL, simURL, secret, roles string, extra ..
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
-	p := &serveProc{cmd: cmd, done: make(chan error, 1), logs: &bytes.Buffer{}, mu: &sync.Mutex{}}
 	addr := make(chan string, 1)
 	metricsAddr := make(chan string, 1)
+	p := &serveProc{cmd: cmd, done: make(chan error, 1), logs: &bytes.Buffer{}, mu: &sync.Mutex{}, addr: addr,
+		metricsAddr: metricsAddr}
 	// Wait closes the pipe once the process exits, so it is called only
 	// after every line has been read (os/exec): else the last lines (a
 	// shutdown's "stopped") may be lost to a test that reads the logs on
@@ -94,20 +113,26 @@ func startServe(t *testing.T, bin, dbURL, simURL, secret, roles string, extra ..
 			_ = cmd.Process.Kill()
 		}
 	})
+	return p
+}
+
+// waitListening waits until the process's API listens (p.base) and takes
+// its metrics address if it has logged one.
+func (p *serveProc) waitListening(t *testing.T) {
+	t.Helper()
 	select {
-	case a := <-addr:
+	case a := <-p.addr:
 		p.base = "http://" + a
 	case err := <-p.done:
-		t.Fatalf("saldo serve exited early: %v\n%s", err, p.logs.String())
+		t.Fatalf("saldo serve exited early: %v\n%s", err, p.logText())
 	case <-time.After(60 * time.Second):
-		t.Fatalf("saldo serve did not start:\n%s", p.logs.String())
+		t.Fatalf("saldo serve did not start:\n%s", p.logText())
 	}
 	select {
-	case a := <-metricsAddr:
+	case a := <-p.metricsAddr:
 		p.metrics = "http://" + a
 	default:
 	}
-	return p
 }
 
 // Three `saldo serve` processes on one database share the work through

@@ -1,13 +1,16 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -30,9 +33,8 @@ type flakyDatabase struct {
 	wg     sync.WaitGroup
 }
 
-func (f *flakyDatabase) start(t *testing.T, addr string) {
-	ln, err := net.Listen("tcp", addr)
-	require.NoError(t, err)
+func (f *flakyDatabase) start(t *testing.T, port *reservedPort) {
+	ln := port.listen(t)
 	f.ln = ln
 	f.wg.Add(1)
 	go func() {
@@ -63,6 +65,43 @@ func (f *flakyDatabase) start(t *testing.T, addr string) {
 	}()
 }
 
+// reservedPort is a local TCP port bound and not listening: nobody else can
+// take it, and a connection to it is refused (no listener), as to a
+// database that is down; listen makes it listen, on the same socket, so
+// there is no moment where the port is free (closing a probe listener and
+// binding again later left one: another socket could take the port).
+type reservedPort struct {
+	fd   int
+	addr string
+}
+
+func reservePort(t *testing.T) *reservedPort {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	require.NoError(t, err)
+	require.NoError(t, syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}))
+	sa, err := syscall.Getsockname(fd)
+	require.NoError(t, err)
+	p := &reservedPort{fd: fd, addr: fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)}
+	t.Cleanup(func() {
+		if p.fd >= 0 {
+			_ = syscall.Close(p.fd)
+		}
+	})
+	return p
+}
+
+// listen makes the port listen and hands its socket to a net.Listener.
+func (p *reservedPort) listen(t *testing.T) net.Listener {
+	require.NoError(t, syscall.Listen(p.fd, 128))
+	f := os.NewFile(uintptr(p.fd), p.addr)
+	p.fd = -1
+	defer f.Close()
+	ln, err := net.FileListener(f) // a copy of the socket
+	require.NoError(t, err)
+	return ln
+}
+
 // A database that is down when `saldo serve` starts, then cuts the
 // connections River opens while starting, delays start-up: the process
 // waits (--startup-wait) and comes up, instead of exiting with status 1
@@ -75,11 +114,8 @@ func TestServeWaitsForTheDatabaseAtStartUp(t *testing.T) {
 	u, err := url.Parse(dbURL)
 	require.NoError(t, err)
 
-	// A free port with nothing listening on it yet.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
+	// A port of ours with nothing listening on it yet: the database is down.
+	port := reservePort(t)
 	f := &flakyDatabase{target: u.Host, cut: 3}
 	t.Cleanup(func() {
 		if f.ln != nil {
@@ -87,28 +123,35 @@ func TestServeWaitsForTheDatabaseAtStartUp(t *testing.T) {
 		}
 	})
 	down := *u
-	down.Host = addr
+	down.Host = port.addr
 
 	secret := "whsec_test"
 	srv := sim.NewServer(sim.Config{Seed: 5, WebhookSecret: secret}).Start()
 	defer srv.Close()
 
-	started := make(chan struct{})
-	go func() {
-		time.Sleep(1500 * time.Millisecond)
-		f.start(t, addr)
-		close(started)
-	}()
-	p := startServe(t, bin, down.String(), srv.URL(), secret, "api,workers", "--startup-wait", "30s")
-	<-started
+	p := launchServe(t, bin, down.String(), srv.URL(), secret, "api,workers", "--startup-wait", "30s")
+	// The database comes up once the process has found it down (its
+	// first ping refused and logged), not after a fixed time: a slow
+	// start-up could reach its first ping after the database was up.
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(p.logText(), `"step":"ping"`) {
+		select {
+		case err := <-p.done:
+			t.Fatalf("saldo serve exited before its first ping: %v\n%s", err, p.logText())
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("saldo serve logged no failed ping in 30 s:\n%s", p.logText())
+		}
+	}
+	f.start(t, port)
+	p.waitListening(t)
 	resp, err := http.Get(p.base + "/healthz")
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 
-	p.mu.Lock()
-	logs := p.logs.String()
-	p.mu.Unlock()
+	logs := p.logText()
 	require.Contains(t, logs, `"step":"ping"`, "the process waited for the database to come up")
 	// The cuts after the ping meet the provider identity check (it takes
 	// a connection of its own for the names' locks) or River's start:
