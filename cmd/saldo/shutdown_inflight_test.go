@@ -1,8 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -21,9 +26,52 @@ import (
 	"github.com/saldo/saldo/providers/sim"
 )
 
+// wireSim is a sim server behind a handler that reads each request's body
+// whole before the sim sees it and counts the submits (POST
+// /v1/operations) so read: a submit counted there was written whole by the
+// client, so the call is on the wire (never not_sent, R1).
+type wireSim struct {
+	*sim.Server
+	url     string
+	submits atomic.Int32
+}
+
+func startWireSim(t *testing.T, cfg sim.Config) *wireSim {
+	t.Helper()
+	w := &wireSim{Server: sim.NewServer(cfg)}
+	h := w.Handler()
+	ts := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(rw, err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/operations" {
+			w.submits.Add(1)
+		}
+		h.ServeHTTP(rw, r)
+	}))
+	w.url = ts.URL
+	// The sim first: it ends its slow requests, which the listener's Close
+	// waits for.
+	t.Cleanup(func() { w.Close(); ts.Close() })
+	return w
+}
+
+// URL is the base URL of the counting handler.
+func (w *wireSim) URL() string { return w.url }
+
+// NewProvider is a provider calling the counting handler.
+func (w *wireSim) NewProvider(opts ...sim.Option) *sim.Provider {
+	return sim.NewProvider(w.url, append([]sim.Option{sim.WithConfig(w.Config())}, opts...)...)
+}
+
 // inflightPayout creates a funded merchant and one payout through e, and
-// waits until its attempt's call is on the wire.
-func inflightPayout(t *testing.T, e *engine.Engine) uuid.UUID {
+// waits until its attempt's call is on the wire: the sim w has read its
+// submit whole (a call count alone is not enough: the call is marked
+// before it is sent, and a call cut off before it was written is not_sent).
+func inflightPayout(t *testing.T, e *engine.Engine, w *wireSim) uuid.UUID {
 	t.Helper()
 	bg := context.Background()
 	_, err := merchants.Create(bg, e.Pool, "m1", "Loja")
@@ -38,9 +86,8 @@ func inflightPayout(t *testing.T, e *engine.Engine) uuid.UUID {
 	id := *p.CurrentAttemptID
 	require.Eventually(t, func() bool {
 		a, err := e.Attempts.Get(bg, e.Pool, id)
-		return err == nil && a.CallCount > 0
-	}, 20*time.Second, 10*time.Millisecond)
-	time.Sleep(200 * time.Millisecond)
+		return err == nil && a.CallCount > 0 && w.submits.Load() > 0
+	}, 30*time.Second, 10*time.Millisecond, "the payout's call reaches the provider")
 	return id
 }
 
@@ -88,8 +135,7 @@ func attemptAfterStop(t *testing.T, dbURL string, prov providers.Provider, id uu
 // the signal does not cancel (engine.Start) and stopped by Engine.Stop.
 func TestFirstSignalLetsInFlightProviderCallFinish(t *testing.T) {
 	dbURL := testdb.NewURL(t)
-	srv := sim.NewServer(sim.Config{Seed: 7}).Start()
-	defer srv.Close()
+	srv := startWireSim(t, sim.Config{Seed: 7})
 	// The submit takes 1.5 s; the read timeout is 5 s, the shutdown budget 20 s.
 	require.NoError(t, srv.AddFault(sim.FaultRule{Kind: sim.FaultSlow, Delay: sim.Duration(1500 * time.Millisecond)}))
 	prov := srv.NewProvider(sim.WithHTTPSettings(providers.HTTPSettings{ConnectTimeout: time.Second, ReadTimeout: 5 * time.Second}))
@@ -97,7 +143,7 @@ func TestFirstSignalLetsInFlightProviderCallFinish(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	e, done := startProcess(t, ctx, dbURL, prov, 20*time.Second)
-	id := inflightPayout(t, e)
+	id := inflightPayout(t, e, srv)
 
 	stop() // the first SIGTERM: a graceful stop with a 20 s budget
 	select {
@@ -117,8 +163,7 @@ func TestFirstSignalLetsInFlightProviderCallFinish(t *testing.T) {
 // resolved by lookup later (R1, R14).
 func TestShutdownBudgetCancelsInFlightProviderCall(t *testing.T) {
 	dbURL := testdb.NewURL(t)
-	srv := sim.NewServer(sim.Config{Seed: 7}).Start()
-	defer srv.Close()
+	srv := startWireSim(t, sim.Config{Seed: 7})
 	// The submit takes 30 s, within the read timeout (60 s), past the budget (1 s).
 	require.NoError(t, srv.AddFault(sim.FaultRule{Kind: sim.FaultSlow, Delay: sim.Duration(30 * time.Second)}))
 	prov := srv.NewProvider(sim.WithHTTPSettings(providers.HTTPSettings{ConnectTimeout: time.Second, ReadTimeout: time.Minute}))
@@ -126,7 +171,7 @@ func TestShutdownBudgetCancelsInFlightProviderCall(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	e, done := startProcess(t, ctx, dbURL, prov, time.Second)
-	id := inflightPayout(t, e)
+	id := inflightPayout(t, e, srv)
 
 	stop()
 	start := time.Now()
@@ -150,8 +195,7 @@ func TestServeSecondSignalStopsAtOnce(t *testing.T) {
 	require.NoError(t, err)
 	dbURL := testdb.NewURL(t)
 	secret := randomHex(16)
-	srv := sim.NewServer(sim.Config{Seed: 7, WebhookSecret: secret}).Start()
-	defer srv.Close()
+	srv := startWireSim(t, sim.Config{Seed: 7, WebhookSecret: secret})
 	// The submit takes 12 s (the sim's server waits that long on Close).
 	require.NoError(t, srv.AddFault(sim.FaultRule{Kind: sim.FaultSlow, Delay: sim.Duration(12 * time.Second)}))
 	// Read timeout 50 s: the default budget is 3 + 5 + 50 + 10 = 68 s.
@@ -165,12 +209,12 @@ func TestServeSecondSignalStopsAtOnce(t *testing.T) {
 	prov := srv.NewProvider()
 	e, err := engine.New(engine.Config{Pool: pool, Providers: []providers.Provider{prov}, PayoutProvider: prov.Name()})
 	require.NoError(t, err)
-	inflightPayout(t, e)
+	inflightPayout(t, e, srv)
 
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	select {
 	case err := <-p.done:
-		t.Fatalf("saldo serve stopped on the first SIGTERM with a call in flight (%v):\n%s", err, p.logs.String())
+		t.Fatalf("saldo serve stopped on the first SIGTERM with a call in flight (%v):\n%s", err, p.logText())
 	case <-time.After(2 * time.Second):
 	}
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
