@@ -36,7 +36,7 @@ func setupProxiedPool(t *testing.T, balance string) (*env, *pgproxy.Proxy, *pgxp
 	e.srv = sim.NewServer(sim.Config{Clock: e.clock.Now}).Start()
 	t.Cleanup(e.srv.Close)
 	e.prov = e.srv.NewProvider(sim.WithHTTPSettings(providers.HTTPSettings{
-		ConnectTimeout: time.Second, ReadTimeout: 300 * time.Millisecond}))
+		ConnectTimeout: time.Second, ReadTimeout: simReadTimeout}))
 	e.att, err = attempts.New(attempts.Config{Pool: proxied, Clock: e.clock,
 		Providers: map[string]providers.Provider{e.prov.Name(): e.prov}})
 	require.NoError(t, err)

@@ -43,7 +43,7 @@ func newCrashWorld(t *testing.T, cfg sim.Config) *crashWorld {
 	t.Cleanup(e.srv.Close)
 	// The first process waits long for the provider: it dies mid-call.
 	firstProv := e.srv.NewProvider(sim.WithHTTPSettings(providers.HTTPSettings{ConnectTimeout: time.Second, ReadTimeout: 20 * time.Second}))
-	e.prov = e.srv.NewProvider(sim.WithHTTPSettings(providers.HTTPSettings{ConnectTimeout: time.Second, ReadTimeout: 300 * time.Millisecond}))
+	e.prov = e.srv.NewProvider(sim.WithHTTPSettings(providers.HTTPSettings{ConnectTimeout: time.Second, ReadTimeout: simReadTimeout}))
 	w := &crashWorld{env: e, proxy: proxy}
 	w.first, err = attempts.New(attempts.Config{Pool: proxied, Clock: e.clock,
 		Providers: map[string]providers.Provider{firstProv.Name(): firstProv}})

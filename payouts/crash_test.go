@@ -153,7 +153,7 @@ func crashEnv(t *testing.T, cfg sim.Config) (*env, string) {
 	cfg.Clock = e.clock.Now
 	e.srv = sim.NewServer(cfg).Start()
 	t.Cleanup(e.srv.Close)
-	e.prov = e.srv.NewProvider(sim.WithHTTPSettings(providers.HTTPSettings{ReadTimeout: 300 * time.Millisecond}))
+	e.prov = e.srv.NewProvider(sim.WithHTTPSettings(providers.HTTPSettings{ReadTimeout: simReadTimeout}))
 	e.att, err = attempts.New(attempts.Config{Pool: pool, Clock: e.clock, Providers: map[string]providers.Provider{e.prov.Name(): e.prov}})
 	require.NoError(t, err)
 	e.svc, err = payouts.New(payouts.Config{Pool: pool, Attempts: e.att, Provider: e.prov.Name(), Clock: e.clock})

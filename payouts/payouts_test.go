@@ -45,6 +45,13 @@ type env struct {
 
 const merchant = "m1"
 
+// simReadTimeout is the read timeout of the tests' sim providers: they
+// assert successes, so it must be long enough that a loaded machine's slow
+// answer is not read as unknown (300 ms was not, R3), and it bounds how
+// long each of the sim's hang faults takes to be read as a timeout (the
+// sim's HangFor stays far above it).
+const simReadTimeout = time.Second
+
 func brl(s string) money.Amount { return money.MustParse(s, "BRL") }
 
 // setup builds the env and funds merchant m1 with balance. After the test,
@@ -63,7 +70,7 @@ func setupTB(t testing.TB, cfg sim.Config, balance string) *env {
 	e.srv = sim.NewServer(cfg).Start()
 	t.Cleanup(e.srv.Close)
 	e.prov = e.srv.NewProvider(sim.WithHTTPSettings(providers.HTTPSettings{
-		ConnectTimeout: time.Second, ReadTimeout: 300 * time.Millisecond}))
+		ConnectTimeout: time.Second, ReadTimeout: simReadTimeout}))
 	var err error
 	e.att, err = attempts.New(attempts.Config{Pool: e.pool, Clock: e.clock,
 		Providers: map[string]providers.Provider{e.prov.Name(): e.prov}})

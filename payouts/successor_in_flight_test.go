@@ -56,7 +56,7 @@ func setupGated(t *testing.T, balance string) (*env, *gatedProvider) {
 	e.srv = sim.NewServer(sim.Config{Clock: e.clock.Now}).Start()
 	t.Cleanup(e.srv.Close)
 	e.prov = e.srv.NewProvider(sim.WithHTTPSettings(providers.HTTPSettings{
-		ConnectTimeout: time.Second, ReadTimeout: 300 * time.Millisecond}))
+		ConnectTimeout: time.Second, ReadTimeout: simReadTimeout}))
 	g := &gatedProvider{Provider: e.prov}
 	var err error
 	e.att, err = attempts.New(attempts.Config{Pool: e.pool, Clock: e.clock,
