@@ -109,7 +109,7 @@ func TestPixStatementReconciled_R19(t *testing.T) {
 	prov, err := pix.New(pix.Config{BaseURL: srv.StandardURL(), SendBaseURL: srv.SendURL(), TokenURL: srv.TokenURL(),
 		ClientID: "saldo", ClientSecret: "s3cret", CertFile: certs.ClientCertFile, KeyFile: certs.ClientKeyFile,
 		CAFile: certs.CAFile, ReceivingKey: key, WebhookSecret: "w3bh00k", ConsistencyWindow: time.Second,
-		HTTP: providers.HTTPSettings{ConnectTimeout: time.Second, ReadTimeout: 300 * time.Millisecond}})
+		HTTP: providers.HTTPSettings{ConnectTimeout: time.Second, ReadTimeout: readTimeout}})
 	require.NoError(t, err)
 	a := newAdapterEnv(t, prov, "pix_charge=pix,pix_transfer=pix,bank_payout=pix")
 
@@ -187,14 +187,14 @@ func TestStripeStatementReconciled_R19(t *testing.T) {
 	fake := stripefake.New(apiKey)
 	t.Cleanup(fake.Close)
 	prov, err := stripe.New(stripe.Config{APIKey: apiKey, WebhookSecret: "whsec_reconcile", BaseURL: fake.URL(),
-		HTTP: providers.HTTPSettings{ConnectTimeout: time.Second, ReadTimeout: 300 * time.Millisecond}})
+		HTTP: providers.HTTPSettings{ConnectTimeout: time.Second, ReadTimeout: readTimeout}})
 	require.NoError(t, err)
 	a := newAdapterEnv(t, prov, "card_charge=stripe")
 
 	lost, err := a.e.Charges.Create(a.ctx, charges.ChargeRequest{MerchantID: "m1", Kind: charges.KindCard,
 		Amount: money.MustParse("40.00", "BRL"), CardToken: "tok_visa"})
 	require.NoError(t, err)
-	fake.Script(stripefake.Fault{Kind: stripefake.FaultHangAfterCommit, Path: "/v1/payment_intents", Delay: time.Second})
+	fake.Script(stripefake.Fault{Kind: stripefake.FaultHangAfterCommit, Path: "/v1/payment_intents", Delay: 10 * readTimeout})
 	res, err := a.e.Attempts.Execute(a.ctx, *lost.AttemptID)
 	require.NoError(t, err)
 	require.Equal(t, attempts.StatusUnknown, res.Attempt.Status)

@@ -23,6 +23,12 @@ var day = time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
 
 const merchant = "m1"
 
+// readTimeout is the read timeout of the tests' provider clients: they
+// assert successes, so it must be long enough that a loaded machine's slow
+// answer is not read as unknown (300 ms was not, R3); the hangs the tests
+// script (an answer lost after the provider committed) last far longer.
+const readTimeout = time.Second
+
 // env is one test's world: its own database, a simulated PSP over real
 // HTTP, attempts, payouts and reconcile on one manual clock.
 type env struct {
@@ -44,7 +50,7 @@ func setup(t *testing.T) *env {
 	e.srv = sim.NewServer(sim.Config{Clock: e.clock.Now}).Start()
 	t.Cleanup(e.srv.Close)
 	e.prov = e.srv.NewProvider(sim.WithHTTPSettings(providers.HTTPSettings{ConnectTimeout: time.Second,
-		ReadTimeout: 300 * time.Millisecond}))
+		ReadTimeout: readTimeout}))
 	byName := map[string]providers.Provider{e.prov.Name(): e.prov}
 	var err error
 	e.att, err = attempts.New(attempts.Config{Pool: e.pool, Clock: e.clock, Providers: byName})

@@ -53,7 +53,7 @@ func TestReferenceOfAnotherProviderIsUnknownToUs_R19(t *testing.T) {
 	srvB := sim.NewServer(sim.Config{Clock: e.clock.Now}).Start()
 	t.Cleanup(srvB.Close)
 	provB := srvB.NewProvider(sim.WithName("simb"), sim.WithHTTPSettings(providers.HTTPSettings{ConnectTimeout: time.Second,
-		ReadTimeout: 300 * time.Millisecond}))
+		ReadTimeout: readTimeout}))
 	require.NoError(t, srvB.AddStatementLie(sim.StatementLie{Kind: sim.LieAdd, Reference: a.Reference, ID: "b_op_1",
 		Operation: providers.OpPixTransfer, Amount: "10.00", Currency: "BRL", At: day.Add(11 * time.Hour)}))
 	rec, err := reconcile.New(reconcile.Config{Pool: e.pool, Attempts: e.att,
