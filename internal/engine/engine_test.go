@@ -30,7 +30,7 @@ func TestPayoutsEndToEndThroughRiver(t *testing.T) {
 	require.NoError(t, err)
 	srv := sim.NewServer(sim.Config{Seed: 7, Random: profile, HangFor: 5 * time.Second}).Start()
 	t.Cleanup(srv.Close)
-	prov := srv.NewProvider(sim.WithHTTPSettings(providers.HTTPSettings{ReadTimeout: 200 * time.Millisecond}))
+	prov := srv.NewProvider(sim.WithHTTPSettings(providers.HTTPSettings{ReadTimeout: readTimeout}))
 
 	e, err := engine.New(engine.Config{
 		Pool: pool, Providers: []providers.Provider{prov}, PayoutProvider: prov.Name(),

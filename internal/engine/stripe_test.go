@@ -48,7 +48,7 @@ func newStripeEngine(t *testing.T) stripeEngine {
 	fake := stripefake.New(stripeE2EKey)
 	t.Cleanup(fake.Close)
 	prov, err := stripe.New(stripe.Config{APIKey: stripeE2EKey, WebhookSecret: stripeE2EWebhookSecret, BaseURL: fake.URL(),
-		HTTP: providers.HTTPSettings{ConnectTimeout: time.Second, ReadTimeout: 300 * time.Millisecond}})
+		HTTP: providers.HTTPSettings{ConnectTimeout: time.Second, ReadTimeout: readTimeout}})
 	require.NoError(t, err)
 	routes, err := providers.ParseRoutes("card_charge=stripe,account_transfer=stripe")
 	require.NoError(t, err)
