@@ -226,10 +226,10 @@ func TestTakenOverRequestOnChangesWithoutDomainKeysChangesNothing_R4_R5(t *testi
 			}
 			waiting := func(n int) func() bool { return func() bool { return e.lockWaiters() == n } }
 			a := send() // claims the key, waits at its write
-			require.Eventually(t, waiting(1), 5*time.Second, 5*time.Millisecond)
+			require.Eventually(t, waiting(1), 30*time.Second, 5*time.Millisecond)
 			e.clock.Advance(2 * time.Minute) // A's lease passes while A is still running
 			b := send()                      // takes the key over, waits (for the table or A's row)
-			require.Eventually(t, waiting(2), 5*time.Second, 5*time.Millisecond)
+			require.Eventually(t, waiting(2), 30*time.Second, 5*time.Millisecond)
 			require.NoError(t, blocker.Rollback(e.ctx))
 
 			ra, rb := <-a, <-b

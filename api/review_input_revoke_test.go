@@ -46,7 +46,7 @@ func TestReviewInputRevokeRacingAnotherRevocationAnswersTheKey(t *testing.T) {
 		_ = e.pool.QueryRow(e.ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
 			AND wait_event_type = 'Lock' AND query LIKE '%api_keys%' AND pid <> pg_backend_pid()`).Scan(&n)
 		return n == 1
-	}, 10*time.Second, 5*time.Millisecond, "the route waits for the other revocation")
+	}, 30*time.Second, 5*time.Millisecond, "the route waits for the other revocation")
 	require.NoError(t, other.Commit(e.ctx))
 
 	r := <-done
