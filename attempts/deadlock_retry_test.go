@@ -6,6 +6,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/saldo/saldo/internal/dbfault"
 )
 
 // R6, R9, R22: a divergence locks its payout's row after its attempt, then
@@ -48,7 +50,7 @@ func TestDeadlockVictimRunsAgain_R6_R9_R22(t *testing.T) {
 		// The other side closes the cycle.
 		_, err = other.Exec(h.ctx, `SELECT pg_advisory_xact_lock($1)`, a)
 		if err != nil {
-			require.True(t, isDeadlock(err), "%v", err)
+			require.True(t, dbfault.Deadlock(err), "%v", err)
 			_ = other.Rollback(h.ctx)
 			require.NoError(t, <-done)
 			require.Equal(t, 1, tries)

@@ -14,12 +14,12 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/shopspring/decimal"
 
+	"github.com/saldo/saldo/internal/dbfault"
 	"github.com/saldo/saldo/internal/groupcommit"
 	"github.com/saldo/saldo/internal/pgplan"
 	"github.com/saldo/saldo/ledger"
@@ -689,17 +689,11 @@ const deadlockTries = 3
 func (s *Service) runTx(ctx context.Context, collectFinals bool, fn func(tx pgx.Tx, after *afterCommit) error) error {
 	for try := 1; ; try++ {
 		err := s.runTxOnce(ctx, collectFinals, fn)
-		if try >= deadlockTries || !isDeadlock(err) || ctx.Err() != nil {
+		if try >= deadlockTries || !dbfault.Deadlock(err) || ctx.Err() != nil {
 			return err
 		}
 		s.log.WarnContext(ctx, "attempts: transaction aborted by a deadlock; running it again", "try", try, "error", err)
 	}
-}
-
-// isDeadlock reports whether err is PostgreSQL's deadlock_detected.
-func isDeadlock(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "40P01"
 }
 
 func (s *Service) runTxOnce(ctx context.Context, collectFinals bool, fn func(tx pgx.Tx, after *afterCommit) error) error {

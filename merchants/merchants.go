@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/saldo/saldo/holds"
+	"github.com/saldo/saldo/internal/dbfault"
 	"github.com/saldo/saldo/internal/pgtext"
 	"github.com/saldo/saldo/ledger"
 	"github.com/saldo/saldo/money"
@@ -275,7 +276,7 @@ func fundTopUp(ctx context.Context, db ledger.DBTX, f Funding, in ledger.Transac
 			return posted, nil
 		case errors.Is(err, errFundingPosted):
 			return ledger.Transaction{}, err
-		case isDeadlock(err) && try < fundTries && ctx.Err() == nil:
+		case dbfault.Deadlock(err) && try < fundTries && ctx.Err() == nil:
 			log.WarnContext(ctx, "merchants: funding transaction aborted by a deadlock; running it again",
 				"merchant_id", f.MerchantID, "try", try, "error", err)
 			continue
@@ -290,10 +291,4 @@ func fundTopUp(ctx context.Context, db ledger.DBTX, f Funding, in ledger.Transac
 		}
 		return ledger.Transaction{}, err
 	}
-}
-
-// isDeadlock reports whether err is PostgreSQL's deadlock_detected.
-func isDeadlock(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "40P01"
 }

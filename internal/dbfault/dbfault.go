@@ -37,3 +37,11 @@ func Unavailable(err error) bool {
 	}
 	return false
 }
+
+// Deadlock reports whether err is PostgreSQL's deadlock_detected (40P01):
+// the transaction was aborted as a deadlock's victim and nothing of it
+// committed, so running it again is safe.
+func Deadlock(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "40P01"
+}
