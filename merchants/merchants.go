@@ -246,9 +246,8 @@ func fundTopUp(ctx context.Context, db ledger.DBTX, f Funding, in ledger.Transac
 	for try := 1; ; try++ {
 		var posted ledger.Transaction
 		err := pgx.BeginFunc(ctx, b, func(tx pgx.Tx) error {
-			var exists bool
-			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ledger_transactions WHERE idempotency_key = $1)`,
-				in.IdempotencyKey).Scan(&exists); err != nil {
+			exists, err := keyPosted(ctx, tx, in.IdempotencyKey)
+			if err != nil {
 				return err
 			}
 			if exists {
@@ -284,11 +283,16 @@ func fundTopUp(ctx context.Context, db ledger.DBTX, f Funding, in ledger.Transac
 		// A request with the same key that committed while this one ran
 		// can make this one's top-up fail (its credit replayed, the hold
 		// then finds less available): answered as a repeat.
-		var exists bool
-		if qerr := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ledger_transactions WHERE idempotency_key = $1)`,
-			in.IdempotencyKey).Scan(&exists); qerr == nil && exists {
+		if exists, qerr := keyPosted(ctx, db, in.IdempotencyKey); qerr == nil && exists {
 			return ledger.Transaction{}, errFundingPosted
 		}
 		return ledger.Transaction{}, err
 	}
+}
+
+// keyPosted reports whether a ledger transaction with key exists.
+func keyPosted(ctx context.Context, db ledger.DBTX, key string) (bool, error) {
+	var exists bool
+	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ledger_transactions WHERE idempotency_key = $1)`, key).Scan(&exists)
+	return exists, err
 }
